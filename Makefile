@@ -1,0 +1,83 @@
+# pdd-operator: every command a developer or CI needs. `make test` and `make demo` work on a
+# fresh machine: they create the venv and build the pinned control-plane binaries themselves.
+SHELL := /bin/bash
+.DEFAULT_GOAL := help
+
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed-$(shell cat pyproject.toml hack/constraints.txt 2>/dev/null | sha1sum | cut -c1-12)
+export PYTHONPATH := $(CURDIR)/operator
+CLUSTER_DIR ?= $(CURDIR)/.tmp/cluster
+NIXL_WHEEL ?= nixl-cu12==1.5.1
+PYTEST := $(PY) -m pytest
+ONCE ?=
+
+.PHONY: help venv binaries generate check-generated lint unit integration nixl chart test demo cluster cluster-down bench e2e-kind clean
+
+help:
+	@echo "make demo       local control plane + simulated GPU nodes + operator + example (ONCE=1 exits when Ready)"
+	@echo "make test       every test tier (installs everything it needs)"
+	@echo "make cluster    start the local control plane in the background (kubeconfig: $(CLUSTER_DIR)/kubeconfig)"
+	@echo "make cluster-down  stop it"
+	@echo "make generate   regenerate crds/, the chart's CRDs, manifests/ and docs/api.md"
+	@echo "make bench      benchmarks (SCALE=small for a short run)"
+
+$(STAMP): pyproject.toml hack/constraints.txt
+	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -c hack/constraints.txt -e '.[dev,nixl]'
+	# The NIXL wheel declares torch; the CPU tests need only its UCX core, so no deps.
+	$(PY) -m pip install -q --no-deps -c hack/constraints.txt $(NIXL_WHEEL) nixl==1.5.1
+	@rm -f $(VENV)/.installed-*; touch $@
+
+venv: $(STAMP)
+
+binaries:
+	@bash hack/fetch-binaries.sh
+
+generate: venv
+	$(PY) -m pdd_operator.cli generate
+
+check-generated: venv
+	$(PY) -m pdd_operator.cli generate --check
+
+lint: venv
+	$(VENV)/bin/ruff check operator tests bench hack
+	$(VENV)/bin/ruff format --check operator tests bench hack
+	$(VENV)/bin/mypy --strict operator/pdd_operator/api operator/pdd_operator/planning operator/pdd_operator/rendering operator/pdd_operator/status operator/pdd_operator/topology
+	$(VENV)/bin/lint-imports
+
+unit: venv
+	$(PYTEST) tests/unit -q
+
+nixl: venv
+	$(PYTEST) tests/nixl -q
+
+integration: venv binaries
+	$(PYTEST) tests/integration -q
+
+chart: venv binaries
+	$(PYTEST) tests/chart -q
+
+test: venv binaries check-generated lint
+	$(PYTEST) tests -q -p no:cacheprovider
+
+demo: venv binaries
+	$(PY) hack/demo.py --state-dir $(CLUSTER_DIR)-demo $(if $(ONCE),--once,)
+
+cluster: venv binaries
+	$(PY) -m pdd_localcluster up --state-dir $(CLUSTER_DIR) --background
+	@echo "export KUBECONFIG=$(CLUSTER_DIR)/kubeconfig"
+
+cluster-down:
+	@test -x $(PY) && $(PY) -m pdd_localcluster down --state-dir $(CLUSTER_DIR) || true
+
+bench: venv binaries
+	$(PY) bench/run.py --scale $(or $(SCALE),full) --out bench/results
+
+e2e-kind: venv
+	$(PYTEST) tests/e2e -q -s
+
+clean: cluster-down
+	rm -rf .tmp

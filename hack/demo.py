@@ -1,0 +1,134 @@
+"""`make demo`: a local control plane with simulated 8-GPU nodes, the operator, the example.
+
+Starts etcd + kube-apiserver + controllers + scheduler on loopback, registers two NVLink
+cliques of simulated HGX nodes (with RDMA NICs and the topology the node agent would publish),
+installs the CRD, runs the operator, applies examples/vllm-2p4d.yaml and prints the
+PDDeployment and its pods as they become Ready. `--once` exits 0 when Ready, non-zero with the
+reason otherwise; without it, the demo runs until Ctrl-C.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import signal
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import yaml
+from kubernetes import client
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "tests"))
+
+from helpers.operator_proc import OperatorProcess, install_crd  # noqa: E402
+
+from pdd_localcluster.controlplane import LocalControlPlane  # noqa: E402
+from pdd_localcluster.nodes import SimNode, gpu_fleet, gpu_node_capacity  # noqa: E402
+from pdd_localcluster.nodesim import NodeSimulator  # noqa: E402
+
+EXAMPLE = ROOT / "examples" / "vllm-2p4d.yaml"
+RDMA_RESOURCE = "rdma/rdma_shared_device_a"
+
+
+def demo_nodes() -> list[SimNode]:
+    """Two cliques of four HGX nodes; every node has 8 RDMA NICs and dma-buf GPUDirect."""
+    nodes = []
+    for node in gpu_fleet(cliques=2, nodes_per_clique=4, racks_per_clique=2):
+        capacity = {**gpu_node_capacity(8), RDMA_RESOURCE: "1k"}
+        labels = {**node.labels, "pdd.dev/gpudirect": "dmabuf", "pdd.dev/rdma-nics": "8"}
+        nodes.append(SimNode(node.name, labels=labels, capacity=capacity))
+    return nodes
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--state-dir", default=str(ROOT / ".tmp" / "demo"))
+    parser.add_argument("--once", action="store_true")
+    parser.add_argument("--timeout", type=float, default=300)
+    args = parser.parse_args()
+    state = Path(args.state_dir)
+    started = time.time()
+    with LocalControlPlane(state) as cp:
+        print(f"control plane up: kube-apiserver {cp.version} at {cp.server} "
+              f"({cp.start_seconds:.1f}s); kubeconfig {cp.kubeconfig}", flush=True)
+        with NodeSimulator(cp.kubeconfig, demo_nodes()) as sim:
+            print(f"simulated nodes: {', '.join(sim.node_names)}", flush=True)
+            api = client.ApiClient(_config(cp))
+            install_crd(api)
+            operator = OperatorProcess(cp.kubeconfig, state / "operator.log", resync_seconds=30).start()
+            try:
+                return run_example(api, operator, args.once, args.timeout, started)
+            finally:
+                operator.kill()
+
+
+def run_example(api: client.ApiClient, operator: OperatorProcess, once: bool, timeout: float,
+                started: float) -> int:
+    body = yaml.safe_load(EXAMPLE.read_text())
+    ns, name = body["metadata"]["namespace"], body["metadata"]["name"]
+    objects = client.CustomObjectsApi(api)
+    objects.create_namespaced_custom_object("pdd.dev", "v1alpha1", ns, "pddeployments", body)
+    print(f"applied {EXAMPLE.relative_to(ROOT)}", flush=True)
+    deadline = time.time() + timeout
+    last = ""
+    stop = {"now": False}
+    signal.signal(signal.SIGINT, lambda *_: stop.update(now=True))
+    while not stop["now"]:
+        pdd = objects.get_namespaced_custom_object("pdd.dev", "v1alpha1", ns, "pddeployments", name)
+        line = summary(pdd)
+        if line != last:
+            print(line, flush=True)
+            last = line
+        if is_ready(pdd) and once:
+            print_ready(api, pdd, ns)
+            print(f"Ready after {time.time() - started:.1f}s from a cold start", flush=True)
+            return 0
+        if once and time.time() > deadline:
+            print(f"not Ready after {timeout:.0f}s: {json.dumps(pdd.get('status', {}), indent=1)}")
+            print(operator.tail(), file=sys.stderr)
+            return 1
+        time.sleep(1)
+    return 0
+
+
+def is_ready(pdd: dict[str, Any]) -> bool:
+    status = pdd.get("status", {})
+    conditions = {c["type"]: c for c in status.get("conditions", [])}
+    return (status.get("observedGeneration") == pdd["metadata"]["generation"]
+            and conditions.get("Ready", {}).get("status") == "True")
+
+
+def summary(pdd: dict[str, Any]) -> str:
+    status = pdd.get("status", {})
+    conditions = {c["type"]: c for c in status.get("conditions", [])}
+    ready = conditions.get("Ready", {})
+    placed = conditions.get("Placed", {})
+    return (f"NAME {pdd['metadata']['name']}  PREFILL {status.get('prefillReplicas', '-')}  "
+            f"DECODE {status.get('decodeReplicas', '-')}  READY {ready.get('status', '-')} "
+            f"({ready.get('reason', '')})  PLACED {placed.get('message', '-')}")
+
+
+def print_ready(api: client.ApiClient, pdd: dict[str, Any], ns: str) -> None:
+    print("\nconditions:")
+    for cond in pdd["status"]["conditions"]:
+        print(f"  {cond['type']:<20} {cond['status']:<6} {cond['reason']:<22} {cond['message']}")
+    print("\npods:")
+    pods = client.CoreV1Api(api).list_namespaced_pod(ns, label_selector="pdd.dev/deployment")
+    for pod in sorted(pods.items, key=lambda p: p.metadata.name):
+        clique = pod.spec.node_name
+        print(f"  {pod.metadata.name:<24} {pod.status.phase:<8} node={clique:<10} ip={pod.status.pod_ip}")
+
+
+def _config(cp: LocalControlPlane) -> client.Configuration:
+    from kubernetes import config
+
+    configuration = client.Configuration()
+    config.load_kube_config(config_file=str(cp.kubeconfig), client_configuration=configuration)
+    return configuration
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,143 @@
+"""Generate the PDDeployment CRD from the pydantic models (the only generator of crds/).
+
+Pydantic's JSON schema is close to what Kubernetes wants but not structural: it uses `$ref`,
+`anyOf` with `null` for optional fields, `const`, titles, and it leaves out defaults that come
+from a `default_factory`. This module turns it into a structural OpenAPI v3 schema with every
+default in it, so defaults live in the CRD (GitOps tools then see no drift).
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from pydantic import BaseModel
+
+from pdd_operator.api import v1alpha1 as api
+
+_DROPPED_KEYS = {"title"}
+
+
+def generate_crd() -> dict[str, Any]:
+    spec_schema = model_schema(api.PDDeploymentSpec)
+    spec_schema.setdefault("x-kubernetes-validations", []).extend(
+        api.SPEC_RULES["x-kubernetes-validations"]
+    )
+    status_schema = _without_defaults(model_schema(api.PDDeploymentStatus))
+    return {
+        "apiVersion": "apiextensions.k8s.io/v1",
+        "kind": "CustomResourceDefinition",
+        "metadata": {
+            "name": f"{api.PLURAL}.{api.GROUP}",
+            "labels": {"app.kubernetes.io/name": "pdd-operator", "app.kubernetes.io/part-of": "pdd"},
+        },
+        "spec": {
+            "group": api.GROUP,
+            "scope": "Namespaced",
+            "names": {
+                "kind": api.KIND,
+                "listKind": f"{api.KIND}List",
+                "plural": api.PLURAL,
+                "singular": api.SINGULAR,
+                "shortNames": api.SHORT_NAMES,
+                "categories": ["all", "pdd"],
+            },
+            "versions": [
+                {
+                    "name": api.VERSION,
+                    "served": True,
+                    "storage": True,
+                    "subresources": {"status": {}},
+                    "additionalPrinterColumns": api.PRINTER_COLUMNS,
+                    "schema": {
+                        "openAPIV3Schema": {
+                            "type": "object",
+                            "description": "PDDeployment runs one model as prefill and decode "
+                            "pod groups with a verified KV-transfer path between them.",
+                            "required": ["spec"],
+                            "properties": {
+                                "apiVersion": {"type": "string"},
+                                "kind": {"type": "string"},
+                                "metadata": {"type": "object"},
+                                "spec": spec_schema,
+                                "status": status_schema,
+                            },
+                        }
+                    },
+                }
+            ],
+        },
+    }
+
+
+def model_schema(model: type[BaseModel]) -> dict[str, Any]:
+    raw = model.model_json_schema(mode="validation")
+    definitions = raw.pop("$defs", {})
+    schema = _structural(raw, definitions)
+    _add_factory_defaults(model, schema)
+    return schema
+
+
+def _structural(node: Any, definitions: dict[str, Any]) -> Any:
+    if isinstance(node, list):
+        return [_structural(item, definitions) for item in node]
+    if not isinstance(node, dict):
+        return node
+    if "$ref" in node:
+        target = definitions[node["$ref"].split("/")[-1]]
+        merged = {**target, **{k: v for k, v in node.items() if k != "$ref"}}
+        return _structural(merged, definitions)
+    node = _drop_null_branch(node)
+    out: dict[str, Any] = {}
+    for key, value in node.items():
+        if key in _DROPPED_KEYS:
+            continue
+        if key == "const":
+            out["enum"] = [value]
+        elif key == "properties":
+            out[key] = {name: _structural(prop, definitions) for name, prop in value.items()}
+        elif key == "additionalProperties" and value is False:
+            continue  # structural schemas prune unknown fields anyway
+        else:
+            out[key] = _structural(value, definitions)
+    if out.get("x-kubernetes-preserve-unknown-fields"):
+        out.pop("additionalProperties", None)
+    if out.get("default") is None:
+        out.pop("default", None)
+    return out
+
+
+def _drop_null_branch(node: dict[str, Any]) -> dict[str, Any]:
+    """`X | None` becomes X: absence already means None in the API."""
+    branches = node.get("anyOf")
+    if not branches:
+        return node
+    real = [b for b in branches if b.get("type") != "null"]
+    if len(real) != 1:
+        raise ValueError(f"unsupported union in API schema: {branches}")
+    rest = {k: v for k, v in node.items() if k != "anyOf"}
+    return {**real[0], **rest}
+
+
+def _add_factory_defaults(model: type[BaseModel], schema: dict[str, Any]) -> None:
+    """Put `default_factory` defaults into the schema; nested objects default to {}."""
+    properties = schema.get("properties", {})
+    for name, field in model.model_fields.items():
+        prop = properties.get(field.alias or name)
+        if prop is None:
+            continue
+        annotation = field.annotation
+        if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+            _add_factory_defaults(annotation, prop)
+        if field.default_factory is not None and "default" not in prop:
+            value = field.default_factory()  # type: ignore[call-arg]
+            prop["default"] = {} if isinstance(value, BaseModel) else json.loads(json.dumps(value))
+
+
+def _without_defaults(node: Any) -> Any:
+    """Status is written whole by the operator; schema defaults there would only add noise."""
+    if isinstance(node, dict):
+        return {k: _without_defaults(v) for k, v in node.items() if k != "default"}
+    if isinstance(node, list):
+        return [_without_defaults(v) for v in node]
+    return node

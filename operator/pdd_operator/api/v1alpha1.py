@@ -1,0 +1,542 @@
+"""PDDeployment `pdd.dev/v1alpha1`: the one source of truth for the CRD.
+
+Every field lives here once. `pdd_operator.api.crd` turns these models into the CRD's OpenAPI
+schema (defaults, CEL rules, printer columns); the operator parses objects with the same models.
+CEL rules are attached with `cel(...)` and each message names the field and the fix, because
+the API server prints it verbatim to the user who ran `kubectl apply`.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from pdd_operator.api.schema import cel, free_form, quantity
+
+GROUP = "pdd.dev"
+VERSION = "v1alpha1"
+KIND = "PDDeployment"
+PLURAL = "pddeployments"
+SINGULAR = "pddeployment"
+SHORT_NAMES = ["pdd"]
+API_VERSION = f"{GROUP}/{VERSION}"
+
+# UCX transport names accepted in spec.kvTransfer.ucx.transports (UCX_TLS tokens).
+UCX_TRANSPORTS = (
+    "rc_x", "rc", "rc_v", "rc_mlx5", "dc_x", "dc", "dc_mlx5", "ud_x", "ud", "ud_v", "ud_mlx5",
+    "ib", "cuda_copy", "cuda_ipc", "gdr_copy", "tcp", "sm", "shm", "self", "posix", "sysv",
+    "cma", "knem", "xpmem", "rocm_copy", "rocm_ipc", "rocm_gdr", "cuda", "rocm", "mm", "all",
+)
+RDMA_TRANSPORTS = ("rc_x", "rc", "rc_v", "rc_mlx5", "dc_x", "dc", "dc_mlx5", "ud_x", "ud",
+                   "ud_v", "ud_mlx5", "ib", "all")
+
+IMAGE_PATTERN = (
+    r"^([a-z0-9]+([._-][a-z0-9]+)*(:[0-9]+)?/)?[a-z0-9]+([._-][a-z0-9]+)*"
+    r"(/[a-z0-9]+([._-][a-z0-9]+)*)*(:[A-Za-z0-9_][A-Za-z0-9_.-]{0,127})?(@sha256:[a-f0-9]{64})?$"
+)
+LABEL_KEY_PATTERN = r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$"
+NIC_PORT_PATTERN = r"^[A-Za-z0-9_.-]+:[0-9]+$"
+ENV_NAME_PATTERN = r"^[A-Za-z_][A-Za-z0-9_.-]*$"
+
+
+def _cel_list(items: tuple[str, ...]) -> str:
+    return "[" + ", ".join(f"'{t}'" for t in items) + "]"
+
+
+class Model(BaseModel):
+    """Base for all API models: camelCase on the wire, unknown fields refused."""
+
+    model_config = ConfigDict(extra="forbid", populate_by_name=True, frozen=True)
+
+
+def _image(field: str, optional: bool = False) -> Any:
+    extra: dict[str, Any] = {"default": None} if optional else {}
+    return Field(
+        **extra,
+        max_length=512,
+        json_schema_extra=cel(
+            f"self.matches('{IMAGE_PATTERN}')",
+            f"{field} must be an image reference such as 'vllm/vllm-openai:v0.11.0' or "
+            "'registry.example.com/team/engine@sha256:<64 hex>': lowercase repository, "
+            "optional :tag and @sha256 digest",
+        ),
+    )
+
+
+class EnvVar(Model):
+    """One environment variable, as in a Pod (value or valueFrom)."""
+
+    name: str = Field(max_length=256, pattern=ENV_NAME_PATTERN)
+    value: str | None = Field(default=None, max_length=32768)
+    valueFrom: Annotated[dict[str, Any] | None, free_form()] = None
+
+
+EnvList = Annotated[
+    list[EnvVar],
+    Field(
+        max_length=128,
+        json_schema_extra=cel(
+            "self.all(e, !has(e.valueFrom) || !has(e.value))",
+            "env: set either value or valueFrom for each variable, not both",
+        ),
+    ),
+]
+Args = Annotated[list[Annotated[str, Field(max_length=4096)]], Field(max_length=256)]
+
+
+class ModelSpec(Model):
+    """The model every prefill and decode instance serves."""
+
+    name: str = Field(
+        min_length=1,
+        max_length=512,
+        description="Model name or path passed to the engine (e.g. a Hugging Face id).",
+    )
+    servedName: str | None = Field(
+        default=None, max_length=256, description="Name clients use; defaults to `name`."
+    )
+
+
+class EngineSpec(Model):
+    """The inference engine that runs in every prefill and decode pod."""
+
+    type: Literal["vllm", "sglang", "custom"] = Field(
+        default="vllm",
+        description="Engine adapter: decides the KV-connector wiring (`custom`: env only).",
+    )
+    image: str = _image("spec.engine.image")
+    imagePullPolicy: Literal["Always", "IfNotPresent", "Never"] = "IfNotPresent"
+    command: Args | None = Field(
+        default=None,
+        description="Overrides the adapter's command (required for `custom` to get the "
+        "preflight env file sourced).",
+    )
+    args: Args = Field(default_factory=list, description="Extra engine arguments, both roles.")
+    env: EnvList = Field(default_factory=list, description="Extra environment, both roles.")
+    port: int = Field(
+        default=8000,
+        json_schema_extra=cel(
+            "self >= 1 && self <= 65535", "spec.engine.port must be between 1 and 65535"
+        ),
+        description="Port the engine serves HTTP on.",
+    )
+
+
+class Toleration(Model):
+    key: str | None = Field(default=None, max_length=316)
+    operator: Literal["Exists", "Equal"] | None = None
+    value: str | None = Field(default=None, max_length=63)
+    effect: Literal["NoSchedule", "PreferNoSchedule", "NoExecute"] | None = None
+    tolerationSeconds: int | None = None
+
+
+class ResourceRequirements(Model):
+    """Extra resources besides the GPUs (which come from gpusPerInstance)."""
+
+    requests: Annotated[
+        dict[str, Annotated[str, quantity("resources.requests values")]], Field(max_length=32)
+    ] = Field(default_factory=dict)
+    limits: Annotated[
+        dict[str, Annotated[str, quantity("resources.limits values")]], Field(max_length=32)
+    ] = Field(default_factory=dict)
+
+
+class RoleSpec(Model):
+    """One role (prefill or decode): a group of identical engine instances, one per pod."""
+
+    replicas: int = Field(
+        default=1,
+        json_schema_extra=cel(
+            "self >= 0 && self <= 512", "replicas must be between 0 and 512 (pods of this role)"
+        ),
+        description="Number of engine instances (pods) of this role.",
+    )
+    gpusPerInstance: int = Field(
+        default=1,
+        json_schema_extra=cel(
+            "self >= 1 && self <= 8",
+            "gpusPerInstance (tensor-parallel size) must be between 1 and 8: one instance runs "
+            "in one pod on one node",
+        ),
+        description="GPUs per instance; also the engine's tensor-parallel size.",
+    )
+    args: Args = Field(default_factory=list, description="Extra engine arguments for this role.")
+    env: EnvList = Field(default_factory=list, description="Extra environment for this role.")
+    resources: ResourceRequirements = Field(
+        default_factory=ResourceRequirements,
+        description="Extra resources (cpu, memory, ...); GPUs and RDMA come from the operator.",
+    )
+    nodeSelector: Annotated[dict[str, str], Field(max_length=64)] = Field(default_factory=dict)
+    tolerations: Annotated[list[Toleration], Field(max_length=64)] = Field(default_factory=list)
+    podTemplate: Annotated[dict[str, Any] | None, free_form()] = Field(
+        default=None,
+        description="A Pod template fragment merged over the rendered one (metadata, spec; "
+        "containers merge by name) for anything the API does not model.",
+    )
+
+
+class RouterSpec(Model):
+    """The request router in front of the two roles (prefill first, then decode)."""
+
+    enabled: bool = True
+    image: str | None = _image("spec.router.image", optional=True)
+    replicas: int = Field(
+        default=1,
+        json_schema_extra=cel(
+            "self >= 0 && self <= 64", "spec.router.replicas must be between 0 and 64"
+        ),
+    )
+    args: Args = Field(default_factory=list)
+    env: EnvList = Field(default_factory=list)
+    port: int = Field(
+        default=8000,
+        json_schema_extra=cel(
+            "self >= 1 && self <= 65535", "spec.router.port must be between 1 and 65535"
+        ),
+    )
+
+
+class UcxVar(Model):
+    name: str = Field(
+        max_length=64,
+        json_schema_extra=cel(
+            "self.matches('^UCX_[A-Z0-9_]+$')",
+            "spec.kvTransfer.ucx.extraEnv[].name must be a UCX_* variable such as UCX_RNDV_THRESH",
+        ),
+    )
+    value: str = Field(max_length=1024)
+
+
+class UcxSpec(Model):
+    transports: Annotated[list[Annotated[str, Field(max_length=32)]], Field(min_length=1, max_length=16)] = Field(
+        default_factory=lambda: ["auto"],
+        json_schema_extra=cel(
+            [
+                (
+                    "self.all(t, t == 'auto' || t.replace('^', '') in "
+                    + _cel_list(UCX_TRANSPORTS)
+                    + ")",
+                    "spec.kvTransfer.ucx.transports: unknown UCX transport; use 'auto' or "
+                    "tokens of UCX_TLS: " + ", ".join(UCX_TRANSPORTS),
+                ),
+                (
+                    "!('auto' in self) || size(self) == 1",
+                    "spec.kvTransfer.ucx.transports: 'auto' stands alone; remove the other "
+                    "tokens or remove 'auto'",
+                ),
+            ]
+        ),
+        description="UCX_TLS: `[auto]` (per path: rc_x,cuda_copy,cuda_ipc with an "
+        "active-message transport for wire-up) or an explicit list of transports.",
+    )
+    extraEnv: Annotated[list[UcxVar], Field(max_length=32)] = Field(
+        default_factory=list, description="More UCX_* variables, e.g. UCX_RNDV_THRESH."
+    )
+
+
+class NicMapping(Model):
+    gpu: int = Field(
+        json_schema_extra=cel(
+            "self >= 0 && self <= 63", "spec.kvTransfer.nicSelection.map[].gpu: a GPU index 0..63"
+        ),
+    )
+    devices: str = Field(
+        max_length=256,
+        json_schema_extra=cel(
+            "self.matches('^" + NIC_PORT_PATTERN.strip("^$") + "(," + NIC_PORT_PATTERN.strip("^$") + ")*$')",
+            "spec.kvTransfer.nicSelection.map[].devices: UCX device:port list such as "
+            "'mlx5_3:1' or 'mlx5_0:1,mlx5_1:1'",
+        ),
+    )
+
+
+class NicSelection(Model):
+    mode: Literal["auto", "explicit"] = Field(
+        default="auto",
+        description="`auto`: per GPU the nearest ACTIVE RDMA port by PCIe distance, computed "
+        "by the preflight container from the node's topology; `explicit`: use `map`.",
+    )
+    map: Annotated[list[NicMapping], Field(max_length=64)] = Field(
+        default_factory=list,
+        description="Per GPU index its UCX device:port list, for mode explicit.",
+    )
+
+
+class RdmaSpec(Model):
+    resourceName: str | None = Field(
+        default=None,
+        max_length=253,
+        json_schema_extra=cel(
+            "self.matches('^[a-z0-9.-]+/[A-Za-z0-9_.-]+$')",
+            "spec.kvTransfer.rdma.resourceName must be an extended resource such as "
+            "'rdma/rdma_shared_device_a' or 'nvidia.com/rdma_vf'",
+        ),
+        description="Extended resource that gives the pod its RDMA device(s). Unset: no RDMA "
+        "resource is requested (same-node or TCP transfer only).",
+    )
+    count: int = Field(
+        default=1,
+        json_schema_extra=cel("self >= 1 && self <= 16", "spec.kvTransfer.rdma.count: 1..16"),
+    )
+    networks: Annotated[list[Annotated[str, Field(max_length=253)]], Field(max_length=16)] = Field(
+        default_factory=list,
+        description="Multus networks (k8s.v1.cni.cncf.io/networks) for the RDMA interfaces.",
+    )
+    required: bool = Field(
+        default=False,
+        description="Preflight stops the pod when RDMA prerequisites (device, memlock, "
+        "active port) are missing, instead of warning.",
+    )
+
+
+class MetadataExchange(Model):
+    mode: Literal["sidecar", "etcd", "engine"] = Field(
+        default="sidecar",
+        description="`sidecar`: the pdd sidecar publishes and serves NIXL metadata; `etcd`: "
+        "NIXL's native etcd exchange; `engine`: the engine's own side channel only.",
+    )
+    etcdEndpoints: Annotated[list[Annotated[str, Field(max_length=253)]], Field(max_length=8)] = Field(
+        default_factory=list,
+        json_schema_extra=cel(
+            "self.all(e, e.matches('^https?://[^ ]+$'))",
+            "spec.kvTransfer.metadataExchange.etcdEndpoints: use http(s)://host:port URLs",
+        ),
+    )
+
+
+class Verification(Model):
+    enabled: bool = True
+    intervalSeconds: int = Field(
+        default=3600,
+        json_schema_extra=cel(
+            "self == 0 || self >= 60",
+            "spec.kvTransfer.verification.intervalSeconds: 0 (only after Ready) or >= 60",
+        ),
+    )
+    minFraction: float = Field(
+        default=0.5,
+        json_schema_extra=cel(
+            "self > 0.0 && self <= 1.0",
+            "spec.kvTransfer.verification.minFraction: a fraction of the link limit in (0, 1]",
+        ),
+        description="KVTransferVerified is False below this fraction of the expected link.",
+    )
+
+
+class KVTransferSpec(Model):
+    """How KV-cache blocks travel from prefill to decode."""
+
+    backend: Literal["nixl"] = "nixl"
+    connector: Literal["NixlConnector"] = "NixlConnector"
+    gpuDirect: Literal["auto", "dmabuf", "peermem", "off"] = Field(
+        default="auto",
+        description="GPUDirect RDMA: `auto` = dma-buf where the node is eligible (kernel >= "
+        "5.12, open kernel module, CUDA >= 11.7), else nvidia-peermem where loaded.",
+    )
+    ucx: UcxSpec = Field(default_factory=UcxSpec)
+    nicSelection: NicSelection = Field(default_factory=NicSelection)
+    rdma: RdmaSpec = Field(default_factory=RdmaSpec)
+    sharedMemorySize: Annotated[str, quantity("spec.kvTransfer.sharedMemorySize")] = Field(
+        default="16Gi", description="Size of /dev/shm (a memory emptyDir)."
+    )
+    sideChannelPort: int = Field(
+        default=5600,
+        json_schema_extra=cel(
+            "self >= 1024 && self <= 65000",
+            "spec.kvTransfer.sideChannelPort must be between 1024 and 65000",
+        ),
+        description="vLLM NIXL side-channel base port (VLLM_NIXL_SIDE_CHANNEL_PORT).",
+    )
+    bootstrapPort: int = Field(
+        default=8998,
+        json_schema_extra=cel(
+            "self >= 1024 && self <= 65535",
+            "spec.kvTransfer.bootstrapPort must be between 1024 and 65535",
+        ),
+        description="SGLang disaggregation bootstrap port.",
+    )
+    metadataExchange: MetadataExchange = Field(default_factory=MetadataExchange)
+    verification: Verification = Field(default_factory=Verification)
+
+
+class DraSpec(Model):
+    enabled: bool = False
+    gpuDeviceClass: str = Field(default="gpu.nvidia.com", max_length=253)
+    nicDeviceClass: str = Field(default="dranet", max_length=253)
+
+
+class TopologySpec(Model):
+    """Where the two roles go: one slice (all prefill + decode pods) per topology domain."""
+
+    levels: Annotated[list[Annotated[str, Field(max_length=316, pattern=LABEL_KEY_PATTERN)]], Field(max_length=8)] = Field(
+        default_factory=lambda: [
+            "nvidia.com/gpu.clique",
+            "topology.kubernetes.io/rack",
+            "topology.kubernetes.io/zone",
+        ],
+        description="Node label keys of the domain levels, best first.",
+    )
+    placement: Literal["required", "preferred", "none"] = Field(
+        default="preferred",
+        description="`required`: pods only go into the chosen domain; `preferred`: the "
+        "scheduler is steered there but may go elsewhere; `none`: no placement.",
+    )
+    dra: DraSpec = Field(default_factory=DraSpec)
+
+
+class PDDeploymentSpec(Model):
+    model: ModelSpec
+    engine: EngineSpec
+    prefill: RoleSpec = Field(default_factory=RoleSpec)
+    decode: RoleSpec = Field(default_factory=RoleSpec)
+    router: RouterSpec = Field(default_factory=RouterSpec)
+    kvTransfer: KVTransferSpec = Field(default_factory=KVTransferSpec)
+    topology: TopologySpec = Field(default_factory=TopologySpec)
+
+
+SPEC_RULES = cel(
+    [
+        (
+            "!self.router.enabled || has(self.router.image)",
+            "spec.router.image is required while spec.router.enabled is true: set a router "
+            "image (an llm-d routing sidecar, vLLM's disagg proxy, ...) or set "
+            "spec.router.enabled to false",
+        ),
+        (
+            "!(self.kvTransfer.gpuDirect in ['dmabuf', 'peermem']) || "
+            "self.kvTransfer.ucx.transports == ['auto'] || "
+            "self.kvTransfer.ucx.transports.exists(t, t in " + _cel_list(RDMA_TRANSPORTS) + ")",
+            "spec.kvTransfer.gpuDirect forces GPUDirect RDMA but spec.kvTransfer.ucx.transports "
+            "has no RDMA transport: add rc_x (or dc_x/rc), use ['auto'], or set gpuDirect to off",
+        ),
+        (
+            "!(self.kvTransfer.gpuDirect in ['dmabuf', 'peermem']) || "
+            "has(self.kvTransfer.rdma.resourceName) || self.topology.dra.enabled",
+            "spec.kvTransfer.gpuDirect forces GPUDirect RDMA: set "
+            "spec.kvTransfer.rdma.resourceName (e.g. rdma/rdma_shared_device_a) or enable "
+            "spec.topology.dra so pods get a NIC",
+        ),
+        (
+            "self.kvTransfer.nicSelection.mode != 'explicit' || "
+            "size(self.kvTransfer.nicSelection.map) > 0",
+            "spec.kvTransfer.nicSelection.mode is explicit: list GPU index -> device:port in "
+            "spec.kvTransfer.nicSelection.map, or use mode auto",
+        ),
+        (
+            "self.kvTransfer.metadataExchange.mode != 'etcd' || "
+            "size(self.kvTransfer.metadataExchange.etcdEndpoints) > 0",
+            "spec.kvTransfer.metadataExchange.mode is etcd: set "
+            "spec.kvTransfer.metadataExchange.etcdEndpoints",
+        ),
+        (
+            "self.engine.type != 'custom' || self.kvTransfer.metadataExchange.mode != 'engine'",
+            "spec.kvTransfer.metadataExchange.mode 'engine' needs a vllm or sglang engine "
+            "(custom engines have no known side channel): use sidecar or etcd",
+        ),
+        (
+            "self.prefill.replicas + self.decode.replicas > 0",
+            "spec.prefill.replicas and spec.decode.replicas are both 0: a deployment needs at "
+            "least one instance",
+        ),
+        (
+            "!self.topology.dra.enabled || !has(self.kvTransfer.rdma.resourceName)",
+            "spec.topology.dra.enabled asks DRA for the NIC: remove "
+            "spec.kvTransfer.rdma.resourceName (device-plugin resource) or disable DRA",
+        ),
+    ]
+)
+
+
+class Condition(Model):
+    """A condition by the Kubernetes API conventions."""
+
+    model_config = ConfigDict(extra="ignore", frozen=True)
+
+    type: str
+    status: Literal["True", "False", "Unknown"]
+    reason: str
+    message: str = ""
+    observedGeneration: int = 0
+    lastTransitionTime: str = ""
+
+
+class RoleStatus(Model):
+    model_config = ConfigDict(extra="ignore", frozen=True)
+
+    desired: int = 0
+    ready: int = 0
+    updated: int = 0
+    revision: str = ""
+
+
+class PlacementStatus(Model):
+    model_config = ConfigDict(extra="ignore", frozen=True)
+
+    level: str = ""
+    domain: str = ""
+    nodes: list[str] = Field(default_factory=list)
+    message: str = ""
+
+
+class TransferStatus(Model):
+    model_config = ConfigDict(extra="ignore", frozen=True)
+
+    path: str = ""
+    transport: str = ""
+    measuredGBps: float = 0.0
+    expectedGBps: float = 0.0
+    verified: bool = False
+    message: str = ""
+    lastProbeTime: str = ""
+
+
+class PDDeploymentStatus(Model):
+    model_config = ConfigDict(extra="ignore", frozen=True)
+
+    observedGeneration: int = 0
+    prefill: RoleStatus = Field(default_factory=RoleStatus)
+    decode: RoleStatus = Field(default_factory=RoleStatus)
+    router: RoleStatus = Field(default_factory=RoleStatus)
+    prefillReplicas: str = Field(default="0/0", description="ready/desired, for kubectl get.")
+    decodeReplicas: str = Field(default="0/0", description="ready/desired, for kubectl get.")
+    placement: PlacementStatus = Field(default_factory=PlacementStatus)
+    transfer: TransferStatus = Field(default_factory=TransferStatus)
+    conditions: list[Condition] = Field(default_factory=list)
+
+
+PRINTER_COLUMNS = [
+    {"name": "Model", "type": "string", "jsonPath": ".spec.model.name", "priority": 1},
+    {"name": "Prefill", "type": "string", "jsonPath": ".status.prefillReplicas",
+     "description": "prefill ready/desired"},
+    {"name": "Decode", "type": "string", "jsonPath": ".status.decodeReplicas",
+     "description": "decode ready/desired"},
+    {"name": "Ready", "type": "string", "jsonPath": '.status.conditions[?(@.type=="Ready")].status'},
+    {"name": "Transfer", "type": "string", "jsonPath": ".status.transfer.path", "priority": 1},
+    {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"},
+]
+
+
+class PDDeployment(Model):
+    """A parsed PDDeployment: what the operator reads from the API server."""
+
+    model_config = ConfigDict(extra="ignore", frozen=True)
+
+    name: str
+    namespace: str
+    uid: str
+    generation: int
+    spec: PDDeploymentSpec
+    status: PDDeploymentStatus = Field(default_factory=PDDeploymentStatus)
+
+    @classmethod
+    def from_body(cls, body: dict[str, Any]) -> PDDeployment:
+        meta = body["metadata"]
+        return cls(
+            name=meta["name"],
+            namespace=meta["namespace"],
+            uid=meta["uid"],
+            generation=int(meta.get("generation", 1)),
+            spec=PDDeploymentSpec.model_validate(body.get("spec") or {}),
+            status=PDDeploymentStatus.model_validate(body.get("status") or {}),
+        )

@@ -1,0 +1,139 @@
+"""The one module that talks to the API server.
+
+Calls are synchronous (the official `kubernetes` client); the reconciler runs them with
+`asyncio.to_thread`, so no blocking call ever sits inside an `async def`.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import random
+import time
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+from kubernetes import client, config
+from kubernetes.client.exceptions import ApiException
+
+from pdd_operator.kube.resources import PDDEPLOYMENT, Kind, kind_of
+
+log = logging.getLogger(__name__)
+T = TypeVar("T")
+
+RETRYABLE = {409, 429, 500, 502, 503, 504}
+
+
+def load_api_client(kubeconfig: str | None = None) -> client.ApiClient:
+    """In-cluster credentials in a pod, else the kubeconfig (KUBECONFIG or the argument)."""
+    if kubeconfig:
+        return config.new_client_from_config(config_file=kubeconfig)
+    try:
+        config.load_incluster_config()
+        return client.ApiClient()
+    except config.ConfigException:
+        return config.new_client_from_config()
+
+
+class KubeApi:
+    def __init__(self, api_client: client.ApiClient, field_manager: str = "pdd-operator") -> None:
+        self.api = api_client
+        self.field_manager = field_manager
+
+    def apply(self, obj: dict[str, Any]) -> dict[str, Any]:
+        """Server-side apply under our one field manager (force: we own these fields)."""
+        kind = kind_of(obj["apiVersion"], obj["kind"])
+        meta = obj["metadata"]
+        path = kind.path(meta.get("namespace"), meta["name"])
+        query = [("fieldManager", self.field_manager), ("force", "true")]
+        return _retry(lambda: self._call("PATCH", path, obj, query, "application/apply-patch+yaml"))
+
+    def create_if_absent(self, obj: dict[str, Any]) -> bool:
+        """POST; an existing object is left alone (tokens must never be regenerated)."""
+        kind = kind_of(obj["apiVersion"], obj["kind"])
+        path = kind.path(obj["metadata"].get("namespace"))
+        try:
+            _retry(
+                lambda: self._call("POST", path, obj, [], "application/json"),
+                retry_on=RETRYABLE - {409},
+            )
+            return True
+        except ApiException as err:
+            if err.status == 409:
+                return False
+            raise
+
+    def delete(self, kind: Kind, namespace: str, name: str) -> None:
+        body = {"propagationPolicy": "Background"}
+        try:
+            _retry(lambda: self._call("DELETE", kind.path(namespace, name), body, [], "application/json"))
+        except ApiException as err:
+            if err.status != 404:
+                raise
+
+    def patch_status(self, namespace: str, name: str, status: dict[str, Any]) -> None:
+        """Merge-patch the status subresource (never spec: GitOps tools own spec)."""
+        path = PDDEPLOYMENT.path(namespace, name, "status")
+        body = {"status": status}
+        try:
+            _retry(lambda: self._call("PATCH", path, body, [], "application/merge-patch+json"))
+        except ApiException as err:
+            if err.status != 404:  # deleted meanwhile: nothing to report on
+                raise
+
+    def get(self, kind: Kind, namespace: str | None, name: str) -> dict[str, Any] | None:
+        try:
+            return self._call("GET", kind.path(namespace, name), None, [], "application/json")
+        except ApiException as err:
+            if err.status == 404:
+                return None
+            raise
+
+    def _call(
+        self, method: str, path: str, body: Any, query: list[tuple[str, str]], content_type: str
+    ) -> dict[str, Any]:
+        request = self.api.param_serialize(
+            method,
+            path,
+            query_params=query,
+            header_params={"Content-Type": content_type, "Accept": "application/json"},
+            body=body,
+            auth_settings=["BearerToken"],
+        )
+        response = self.api.call_api(*request, _request_timeout=30)
+        response.read()
+        if not 200 <= response.status <= 299:
+            raise ApiException(http_resp=response)
+        data = json.loads(response.data or b"{}")
+        return data if isinstance(data, dict) else {}
+
+def _retry(
+    call: Callable[[], T],
+    attempts: int = 5,
+    base_delay: float = 0.2,
+    retry_on: set[int] = RETRYABLE,
+) -> T:
+    """Retry conflicts and server errors with jittered exponential backoff, never hot-looping.
+
+    Runs in a worker thread (see module docstring), so sleeping here blocks no event loop.
+    """
+    for attempt in range(attempts):
+        try:
+            return call()
+        except ApiException as err:
+            if err.status not in retry_on or attempt == attempts - 1:
+                raise
+            delay = min(base_delay * 2**attempt, 5.0) * (0.5 + random.random())
+            log.info("API answered %s; retrying in %.2fs", err.status, delay)
+            time.sleep(delay)
+    raise AssertionError("unreachable")
+
+
+def api_error_message(err: Exception) -> str:
+    """A short, user-facing message from an API error (the server's own message, not a trace)."""
+    if isinstance(err, ApiException):
+        try:
+            return str(json.loads(err.body or "{}").get("message") or err.reason)
+        except ValueError:
+            return f"{err.status} {err.reason}"
+    return str(err)

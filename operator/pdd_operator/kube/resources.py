@@ -1,0 +1,53 @@
+"""The kinds the operator creates, and the URL path of each (no discovery round trips)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Kind:
+    api_version: str
+    kind: str
+    plural: str
+    namespaced: bool = True
+
+    @property
+    def group(self) -> str:
+        return self.api_version.split("/")[0] if "/" in self.api_version else ""
+
+    @property
+    def version(self) -> str:
+        return self.api_version.split("/")[-1]
+
+    def path(self, namespace: str | None, name: str | None = None, subresource: str = "") -> str:
+        base = f"/api/{self.version}" if not self.group else f"/apis/{self.api_version}"
+        if self.namespaced and namespace:
+            base += f"/namespaces/{namespace}"
+        base += f"/{self.plural}"
+        if name:
+            base += f"/{name}"
+        if subresource:
+            base += f"/{subresource}"
+        return base
+
+
+CHILD_KINDS: tuple[Kind, ...] = (
+    Kind("v1", "ServiceAccount", "serviceaccounts"),
+    Kind("rbac.authorization.k8s.io/v1", "Role", "roles"),
+    Kind("rbac.authorization.k8s.io/v1", "RoleBinding", "rolebindings"),
+    Kind("networking.k8s.io/v1", "NetworkPolicy", "networkpolicies"),
+    Kind("resource.k8s.io/v1", "ResourceClaimTemplate", "resourceclaimtemplates"),
+    Kind("apps/v1", "StatefulSet", "statefulsets"),
+    Kind("v1", "Service", "services"),
+    Kind("apps/v1", "Deployment", "deployments"),
+    Kind("policy/v1", "PodDisruptionBudget", "poddisruptionbudgets"),
+)
+SECRET = Kind("v1", "Secret", "secrets")
+PDDEPLOYMENT = Kind("pdd.dev/v1alpha1", "PDDeployment", "pddeployments")
+
+_BY_KEY = {(k.api_version, k.kind): k for k in (*CHILD_KINDS, SECRET, PDDEPLOYMENT)}
+
+
+def kind_of(api_version: str, kind: str) -> Kind:
+    return _BY_KEY[(api_version, kind)]

@@ -1,0 +1,135 @@
+"""Build the planner's NodeFacts from raw Node and Pod objects (pure, one pass over each list).
+
+GPUs in use are counted the way the scheduler counts them (the pod's effective request), so the
+planner's idea of free GPUs matches what the scheduler will admit.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from decimal import Decimal, InvalidOperation
+from math import ceil
+from typing import Any
+
+from pdd_operator.planning.placement import GPU_RESOURCE, NodeFacts
+
+TERMINATED_PHASES = frozenset({"Succeeded", "Failed"})
+
+
+def node_facts(
+    nodes: Iterable[Mapping[str, Any]],
+    pods: Iterable[Mapping[str, Any]],
+    own_deployment_label: tuple[str, str] | None,
+) -> list[NodeFacts]:
+    """NodeFacts for every Node; pods carrying `own_deployment_label` do not count as used.
+
+    Our own pods are left out because the planner re-places them: counting them would make
+    the domain they already run in look full and move the slice on every reconcile.
+    """
+    used: dict[str, int] = {}
+    for pod in pods:
+        spec = pod.get("spec") or {}
+        node_name = spec.get("nodeName")
+        if not node_name:
+            continue  # not bound yet: it holds no node's GPUs
+        if (pod.get("status") or {}).get("phase") in TERMINATED_PHASES:
+            continue
+        if own_deployment_label is not None:
+            key, value = own_deployment_label
+            labels = (pod.get("metadata") or {}).get("labels") or {}
+            if labels.get(key) == value:
+                continue
+        gpus = pod_gpu_request(spec)
+        if gpus:
+            used[node_name] = used.get(node_name, 0) + gpus
+
+    facts: list[NodeFacts] = []
+    for node in nodes:
+        meta = node.get("metadata") or {}
+        name = meta.get("name") or ""
+        status = node.get("status") or {}
+        facts.append(
+            NodeFacts(
+                name=name,
+                labels=dict(meta.get("labels") or {}),
+                allocatable_gpus=_quantity((status.get("allocatable") or {}).get(GPU_RESOURCE)),
+                used_gpus=used.get(name, 0),
+                ready=_is_ready(status),
+                schedulable=not (node.get("spec") or {}).get("unschedulable", False),
+            )
+        )
+    return facts
+
+
+def pod_gpu_request(pod_spec: Mapping[str, Any]) -> int:
+    """The pod's effective nvidia.com/gpu request, by Kubernetes' rule.
+
+    max(sum of app containers + restartable init containers (sidecars), each regular init
+    container + the sidecars started before it), plus the pod overhead.
+    """
+    app = sum(_container_gpus(c) for c in pod_spec.get("containers") or [])
+    sidecars = 0
+    init_peak = 0
+    for container in pod_spec.get("initContainers") or []:
+        gpus = _container_gpus(container)
+        if container.get("restartPolicy") == "Always":
+            app += gpus  # a sidecar keeps running beside the app containers
+            sidecars += gpus
+            init_peak = max(init_peak, sidecars)
+        else:
+            init_peak = max(init_peak, gpus + sidecars)
+    overhead = _quantity((pod_spec.get("overhead") or {}).get(GPU_RESOURCE))
+    return max(app, init_peak) + overhead
+
+
+def _container_gpus(container: Mapping[str, Any]) -> int:
+    # Extended resources: requests default to limits and must equal them when both are set.
+    resources = container.get("resources") or {}
+    requests = resources.get("requests") or {}
+    if GPU_RESOURCE in requests:
+        return _quantity(requests[GPU_RESOURCE])
+    return _quantity((resources.get("limits") or {}).get(GPU_RESOURCE))
+
+
+def _is_ready(status: Mapping[str, Any]) -> bool:
+    for condition in status.get("conditions") or []:
+        if condition.get("type") == "Ready":
+            return bool(condition.get("status") == "True")
+    return False
+
+
+_SUFFIXES = {
+    "k": Decimal(10) ** 3,
+    "M": Decimal(10) ** 6,
+    "G": Decimal(10) ** 9,
+    "T": Decimal(10) ** 12,
+    "Ki": Decimal(2) ** 10,
+    "Mi": Decimal(2) ** 20,
+    "Gi": Decimal(2) ** 30,
+    "m": Decimal(10) ** -3,
+}
+
+
+def _quantity(value: object) -> int:
+    """A count from a Kubernetes quantity ("8", 8, "1k"); rounded up; 0 when absent or invalid."""
+    if value is None:
+        return 0
+    if isinstance(value, bool):
+        return 0
+    if isinstance(value, int):
+        return max(value, 0)
+    text = str(value).strip()
+    if text.isascii() and text.isdigit():  # the usual case ("8"), without Decimal's cost
+        return int(text)
+    multiplier = Decimal(1)
+    for suffix in ("Ki", "Mi", "Gi", "k", "M", "G", "T", "m"):
+        if text.endswith(suffix):
+            text, multiplier = text[: -len(suffix)], _SUFFIXES[suffix]
+            break
+    try:
+        number = Decimal(text) * multiplier
+    except InvalidOperation:
+        return 0
+    if not number.is_finite() or number <= 0:
+        return 0
+    return ceil(number)

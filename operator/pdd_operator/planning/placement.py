@@ -1,0 +1,358 @@
+"""Placement planner (pure): put each prefill/decode slice into one topology domain.
+
+Contract used by the reconciler (do not change the names/fields without telling the lead):
+
+    plan_placement(spec: PDDeploymentSpec, nodes: Sequence[NodeFacts], previous: PlacementStatus)
+        -> PlacementResult
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+
+from pdd_operator.api.v1alpha1 import PDDeploymentSpec, PlacementStatus
+
+
+@dataclass(frozen=True)
+class Placement:
+    """Where the planner put the slice: a node-label domain, or nowhere in particular."""
+
+    mode: str = "none"  # required | preferred | none
+    level: str = ""  # node label key, e.g. nvidia.com/gpu.clique
+    domain: str = ""  # its value
+    node_requirements: tuple[tuple[str, tuple[str, ...]], ...] = field(default_factory=tuple)
+
+
+GPU_RESOURCE = "nvidia.com/gpu"
+GPUDIRECT_LABEL = "pdd.dev/gpudirect"
+
+
+@dataclass(frozen=True)
+class NodeFacts:
+    """What the planner needs to know about one Node (built from the Node and bound pods)."""
+
+    name: str
+    labels: Mapping[str, str]
+    allocatable_gpus: int
+    used_gpus: int  # requested by bound, non-terminated pods of OTHER deployments
+    ready: bool = True
+    schedulable: bool = True
+
+    @property
+    def free_gpus(self) -> int:
+        return max(self.allocatable_gpus - self.used_gpus, 0)
+
+    @property
+    def gpudirect(self) -> str:
+        """dmabuf | peermem | none | unknown (no topology agent label)."""
+        return self.labels.get(GPUDIRECT_LABEL, "unknown")
+
+
+@dataclass(frozen=True)
+class PlacementResult:
+    placed: bool
+    placement: Placement
+    reason: str  # CamelCase condition reason
+    message: str
+    nodes: tuple[str, ...] = field(default_factory=tuple)
+
+
+# --- the planner -----------------------------------------------------------------------------
+
+GPUDIRECT_CAPABLE = ("dmabuf", "peermem")
+
+
+@dataclass(frozen=True)
+class GpuDirectFilter:
+    """Which `pdd.dev/gpudirect` values a node needs; empty `values` means no filter."""
+
+    values: tuple[str, ...]
+    adjective: str  # names an eligible node in messages: "dma-buf-capable", "ready", ...
+
+
+@dataclass(frozen=True)
+class _Domain:
+    level: str
+    name: str
+    nodes: tuple[NodeFacts, ...]
+    free: int
+
+
+@dataclass(frozen=True)
+class _Fit:
+    fits: bool
+    nodes: tuple[str, ...] = ()  # nodes first-fit put at least one instance on, by name
+    failed_group: int = -1  # index into the instance groups of the first one that did not fit
+
+
+def gpudirect_filter(spec: PDDeploymentSpec, nodes: Sequence[NodeFacts]) -> GpuDirectFilter:
+    """The GPUDirect eligibility a node needs for this spec (see spec.kvTransfer.gpuDirect)."""
+    mode = spec.kvTransfer.gpuDirect
+    if mode == "dmabuf":
+        return GpuDirectFilter(("dmabuf",), "dma-buf-capable")
+    if mode == "peermem":
+        return GpuDirectFilter(("peermem",), "peermem-capable")
+    rdma = spec.kvTransfer.rdma.resourceName is not None or spec.topology.dra.enabled
+    # Without the topology agent no node says what it can do; filtering would block every
+    # deployment on such clusters, so `auto` then trusts the scheduler.
+    if mode == "auto" and rdma and any(GPUDIRECT_LABEL in n.labels for n in nodes):
+        return GpuDirectFilter(GPUDIRECT_CAPABLE, "GPUDirect-capable")
+    return GpuDirectFilter((), "ready")
+
+
+def plan_placement(
+    spec: PDDeploymentSpec, nodes: Sequence[NodeFacts], previous: PlacementStatus
+) -> PlacementResult:
+    """Choose one topology domain for the whole slice (all prefill and decode instances).
+
+    Levels are tried best first; within a level the feasible domain with the fewest free GPUs
+    wins (big domains stay free for big deployments). The previous domain is kept while the
+    slice still fits there, because moving the slice re-rolls every pod.
+    """
+    mode = spec.topology.placement
+    if mode == "none":
+        return PlacementResult(
+            placed=True,
+            placement=Placement(mode="none"),
+            reason="PlacementDisabled",
+            message="spec.topology.placement is none: the scheduler puts prefill and decode "
+            "pods on any node",
+        )
+    gpudirect = gpudirect_filter(spec, nodes)
+    requirements = ((GPUDIRECT_LABEL, gpudirect.values),) if gpudirect.values else ()
+    unplaced = Placement(mode=mode, node_requirements=requirements)
+    groups = _instance_groups(spec)
+    needed = sum(size * count for size, count in groups)
+
+    usable = [n for n in nodes if n.ready and n.schedulable and n.allocatable_gpus > 0]
+    eligible = [n for n in usable if not gpudirect.values or n.gpudirect in gpudirect.values]
+    if not eligible:
+        return PlacementResult(
+            placed=False,
+            placement=unplaced,
+            reason="NoEligibleNodes",
+            message=_no_eligible_message(spec, nodes, usable),
+        )
+
+    levels = list(dict.fromkeys(spec.topology.levels))
+    domains = {level: _domains(eligible, level) for level in levels}
+    who = _roles_phrase(spec)
+
+    def placed(domain: _Domain, fit: _Fit) -> PlacementResult:
+        return PlacementResult(
+            placed=True,
+            placement=Placement(
+                mode=mode, level=domain.level, domain=domain.name, node_requirements=requirements
+            ),
+            reason="Placed",
+            message=f"{who} placed in {domain.level}={domain.name} ({needed} GPUs needed, "
+            f"{domain.free} free on {_count(len(domain.nodes), gpudirect.adjective)})",
+            nodes=fit.nodes,
+        )
+
+    sticky = next(
+        (d for d in domains.get(previous.level, []) if d.name == previous.domain and d.name), None
+    )
+    if sticky is not None:
+        fit = _first_fit(groups, sticky.nodes)
+        if fit.fits:
+            return placed(sticky, fit)
+    for level in levels:
+        for domain in domains[level]:  # fewest free GPUs first: best fit
+            if domain.free < needed:
+                continue
+            fit = _first_fit(groups, domain.nodes)
+            if fit.fits:
+                return placed(domain, fit)
+
+    first = next((level for level in levels if domains[level]), None)
+    if first is None:
+        return _without_domains(spec, groups, eligible, unplaced, gpudirect.adjective)
+    largest = min(domains[first], key=lambda d: (-d.free, d.name))
+    message = (
+        f"no {first} has {needed} free GPUs on {gpudirect.adjective} nodes; "
+        f"largest has {largest.free}"
+    )
+    if largest.free >= needed:
+        message += f" but {_fragmentation(groups, largest.nodes)}"
+    return PlacementResult(
+        placed=False, placement=unplaced, reason="InsufficientCapacity", message=message
+    )
+
+
+def _instance_groups(spec: PDDeploymentSpec) -> tuple[tuple[int, int], ...]:
+    """(GPUs per instance, instances), largest instances first: the first-fit-decreasing order."""
+    counts: dict[int, int] = {}
+    for role in (spec.prefill, spec.decode):
+        if role.replicas > 0:
+            counts[role.gpusPerInstance] = counts.get(role.gpusPerInstance, 0) + role.replicas
+    return tuple(sorted(counts.items(), reverse=True))
+
+
+def _domains(eligible: Sequence[NodeFacts], level: str) -> list[_Domain]:
+    """Eligible nodes grouped by the level's label value; fewest free GPUs first, then by name."""
+    members: dict[str, list[NodeFacts]] = {}
+    for node in eligible:
+        value = node.labels.get(level)
+        if value:
+            members.setdefault(value, []).append(node)
+    domains = [
+        _Domain(level, name, tuple(group), sum(n.free_gpus for n in group))
+        for name, group in members.items()
+    ]
+    domains.sort(key=lambda d: (d.free, d.name))
+    return domains
+
+
+def _first_fit(groups: Sequence[tuple[int, int]], nodes: Sequence[NodeFacts]) -> _Fit:
+    """First-fit decreasing of the instances into the nodes' free GPUs (most free first).
+
+    Instances of one size are placed as a run: first-fit puts each into the first node with
+    room, and a node that had no room for one has none for the next, so one pass over the
+    nodes per size gives the same packing in O(nodes) instead of O(instances x nodes).
+    """
+    order = sorted(nodes, key=lambda n: (-n.free_gpus, n.name))
+    free = [n.free_gpus for n in order]
+    used = [False] * len(order)
+    for index, (size, count) in enumerate(groups):
+        left = count
+        for i, room in enumerate(free):
+            if left == 0:
+                break
+            take = min(left, room // size)
+            if take:
+                free[i] -= take * size
+                left -= take
+                used[i] = True
+        if left:
+            return _Fit(fits=False, failed_group=index)
+    return _Fit(
+        fits=True, nodes=tuple(sorted(n.name for n, u in zip(order, used, strict=True) if u))
+    )
+
+
+def _fragmentation(groups: Sequence[tuple[int, int]], nodes: Sequence[NodeFacts]) -> str:
+    """Why enough free GPUs still do not hold the instances (first-fit failed)."""
+    fit = _first_fit(groups, nodes)
+    index = max(fit.failed_group, 0)
+    size, count = groups[index]
+    if index == 0:
+        capacity = sum(n.free_gpus // size for n in nodes)
+        if capacity == 0:
+            return f"no node has {size} free"
+        return f"its nodes fit only {capacity} of the {count} {size}-GPU instances"
+    bigger = _and_list([str(s) for s, _ in groups[:index]])
+    return f"after the {bigger}-GPU instances no node has {size} free"
+
+
+def _without_domains(
+    spec: PDDeploymentSpec,
+    groups: Sequence[tuple[int, int]],
+    eligible: Sequence[NodeFacts],
+    unplaced: Placement,
+    adjective: str,
+) -> PlacementResult:
+    """No eligible node carries any level label: place across the cluster if it fits."""
+    levels = spec.topology.levels
+    why = (
+        f"no {adjective} node carries {_or_list(levels)}"
+        if levels
+        else "spec.topology.levels is empty"
+    )
+    needed = sum(size * count for size, count in groups)
+    free = sum(n.free_gpus for n in eligible)
+    on = f"{free} free on the {_count(len(eligible), adjective)}"
+    fit = _first_fit(groups, eligible)
+    if fit.fits:
+        return PlacementResult(
+            placed=True,
+            placement=unplaced,
+            reason="NoTopologyLabels",
+            message=f"{why}, so the pods are not kept in one topology domain ({needed} GPUs "
+            f"needed, {on}); label the nodes (GPU feature discovery sets nvidia.com/gpu.clique) "
+            "or set spec.topology.levels",
+            nodes=fit.nodes,
+        )
+    shortage = f"not enough free GPUs: {needed} needed, {on}"
+    if free >= needed:
+        shortage += f", and {_fragmentation(groups, eligible)}"
+    return PlacementResult(
+        placed=False,
+        placement=unplaced,
+        reason="InsufficientCapacity",
+        message=f"{shortage}; {why}",
+    )
+
+
+def _no_eligible_message(
+    spec: PDDeploymentSpec, nodes: Sequence[NodeFacts], usable: Sequence[NodeFacts]
+) -> str:
+    if not usable:
+        gpu_nodes = [n for n in nodes if n.allocatable_gpus > 0]
+        if not gpu_nodes:
+            return (
+                f"no node has {GPU_RESOURCE} allocatable: install the NVIDIA device plugin "
+                "(e.g. with the GPU operator) and check that the GPU nodes joined the cluster"
+            )
+        not_ready = sum(1 for n in gpu_nodes if not n.ready)
+        cordoned = sum(1 for n in gpu_nodes if n.ready and not n.schedulable)
+        return (
+            f"none of the {len(gpu_nodes)} GPU nodes is ready and schedulable "
+            f"({not_ready} not ready, {cordoned} cordoned)"
+        )
+    mode = spec.kvTransfer.gpuDirect
+    if mode == "dmabuf":
+        message = (
+            "no node is dma-buf capable: GPUDirect dma-buf needs Linux >= 5.12 and the NVIDIA "
+            "open kernel module; set spec.kvTransfer.gpuDirect to auto or peermem"
+        )
+    elif mode == "peermem":
+        message = (
+            "no node has nvidia-peermem loaded: load the nvidia-peermem kernel module (GPU "
+            "operator: driver.rdma.enabled=true); set spec.kvTransfer.gpuDirect to auto or dmabuf"
+        )
+    else:
+        message = (
+            "no node is GPUDirect RDMA capable: dma-buf needs Linux >= 5.12 and the NVIDIA open "
+            "kernel module, peermem needs the nvidia-peermem module; set "
+            "spec.kvTransfer.gpuDirect to off to move KV blocks through host memory"
+        )
+    return f"{message}. {_gpudirect_summary(usable)}"
+
+
+def _gpudirect_summary(usable: Sequence[NodeFacts]) -> str:
+    """What the ready GPU nodes say, e.g. `pdd.dev/gpudirect=peermem on a1, a2 and 1 more`."""
+    by_value: dict[str, list[str]] = {}
+    for node in usable:
+        by_value.setdefault(node.gpudirect, []).append(node.name)
+    if set(by_value) == {"unknown"}:
+        return f"No ready GPU node carries {GPUDIRECT_LABEL}: is the pdd topology agent running?"
+    parts = [
+        f"{GPUDIRECT_LABEL}={value} on {_sample(sorted(names))}"
+        for value, names in sorted(by_value.items())
+    ]
+    return "Ready GPU nodes: " + "; ".join(parts)
+
+
+def _roles_phrase(spec: PDDeploymentSpec) -> str:
+    roles = [r for r, s in (("prefill", spec.prefill), ("decode", spec.decode)) if s.replicas]
+    return " and ".join(roles) or "nothing"
+
+
+def _count(n: int, adjective: str) -> str:
+    return f"{n} {adjective} node" + ("" if n == 1 else "s")
+
+
+def _sample(names: Sequence[str], limit: int = 3) -> str:
+    if len(names) > limit:
+        return ", ".join(names[:limit]) + f" and {len(names) - limit} more"
+    return _and_list(names)
+
+
+def _and_list(items: Sequence[str]) -> str:
+    return items[0] if len(items) == 1 else ", ".join(items[:-1]) + " and " + items[-1]
+
+
+def _or_list(items: Sequence[str]) -> str:
+    return items[0] if len(items) == 1 else ", ".join(items[:-1]) + " or " + items[-1]

@@ -1,0 +1,244 @@
+"""One idempotent reconcile for a PDDeployment: plan -> render -> apply -> prune -> status.
+
+Every trigger (the object changed, a child changed, a pod changed, the periodic resync, the
+operator restarted) calls the same `Reconciler.reconcile`. It reads only the operator's
+in-memory indexes (watch-fed caches), writes only what differs from them, and writes status
+only when it changed, so a resync of an unchanged PDDeployment makes no API write at all.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import secrets
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any, Protocol
+
+from pydantic import ValidationError
+
+from pdd_operator.api.v1alpha1 import Condition, PDDeployment, PDDeploymentStatus
+from pdd_operator.kube.client import KubeApi, api_error_message
+from pdd_operator.kube.resources import kind_of
+from pdd_operator.planning.placement import NodeFacts, PlacementResult, plan_placement
+from pdd_operator.rendering import names
+from pdd_operator.rendering.children import child_key, owner_reference, render_children
+from pdd_operator.rendering.context import OperatorSettings, RenderContext
+from pdd_operator.rendering.roles import engine_revision
+from pdd_operator.rendering.sidecar import render_token_secret, sidecar_enabled
+from pdd_operator.status.compute import Observed, compute_status
+from pdd_operator.status.conditions import find
+from pdd_operator.status.observe import ChildKey, ChildSummary, PodSummary
+
+log = logging.getLogger(__name__)
+
+Key = tuple[str, str]  # (namespace, name)
+
+
+class ClusterView(Protocol):
+    """What the reconciler reads: the operator's watch-fed indexes."""
+
+    def pdd_body(self, key: Key) -> Mapping[str, Any] | None: ...
+    def children(self, key: Key) -> Mapping[ChildKey, ChildSummary]: ...
+    def pods(self, key: Key) -> Sequence[PodSummary]: ...
+    def node_facts(self, instance_id: str) -> Sequence[NodeFacts]: ...
+
+
+EventSink = Callable[[Mapping[str, Any], str, str, str], None]  # body, type, reason, message
+
+
+@dataclass
+class _KeyState:
+    lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+    dirty: bool = False
+
+
+class Reconciler:
+    def __init__(
+        self,
+        kube: KubeApi,
+        view: ClusterView,
+        settings: OperatorSettings,
+        emit_event: EventSink,
+        metrics: Any = None,
+    ) -> None:
+        self.kube = kube
+        self.view = view
+        self.settings = settings
+        self.emit_event = emit_event
+        self.metrics = metrics
+        self._states: dict[Key, _KeyState] = {}
+        self._tokens: set[tuple[str, str, str]] = set()
+
+    async def reconcile(self, key: Key) -> None:
+        """Coalesce triggers: while one pass runs, later triggers collapse into one more pass."""
+        state = self._states.setdefault(key, _KeyState())
+        if state.lock.locked():
+            state.dirty = True
+            return
+        async with state.lock:
+            state.dirty = True
+            while state.dirty:
+                state.dirty = False
+                await self._reconcile_once(key)
+        if self.view.pdd_body(key) is None:
+            self._states.pop(key, None)
+
+    async def _reconcile_once(self, key: Key) -> None:
+        body = self.view.pdd_body(key)
+        if body is None or body.get("metadata", {}).get("deletionTimestamp"):
+            return  # owner references let the garbage collector remove the children
+        try:
+            pdd = PDDeployment.from_body(dict(body))
+        except ValidationError as err:
+            await self._report_invalid(body, err)
+            return
+        timer = self.metrics.reconcile_timer() if self.metrics else None
+        try:
+            await self._converge(pdd, body)
+        except Exception:
+            if self.metrics:
+                self.metrics.reconcile_errors.inc()
+            raise
+        finally:
+            if timer:
+                timer()
+
+    async def _converge(self, pdd: PDDeployment, body: Mapping[str, Any]) -> None:
+        placement = self._plan(pdd)
+        ctx = RenderContext(settings=self.settings, placement=placement.placement)
+        desired = render_children(pdd, ctx)
+        observed = self.view.children((pdd.namespace, pdd.name))
+        apply_error = await self._sync_children(pdd, desired, observed)
+        if not apply_error:
+            apply_error = await self._ensure_token(pdd)
+        status = compute_status(pdd, self._observed(pdd, desired, placement, apply_error), _now())
+        await self._write_status(pdd, body, status)
+
+    def _plan(self, pdd: PDDeployment) -> PlacementResult:
+        facts = () if pdd.spec.topology.placement == "none" else self.view.node_facts(
+            names.instance_id(pdd.name)
+        )
+        return plan_placement(pdd.spec, facts, pdd.status.placement)
+
+    async def _sync_children(
+        self,
+        pdd: PDDeployment,
+        desired: list[dict[str, Any]],
+        observed: Mapping[ChildKey, ChildSummary],
+    ) -> str:
+        """Apply what differs, delete what is no longer wanted; return a user-facing error."""
+        wanted = {child_key(obj) for obj in desired}
+        try:
+            for obj in desired:
+                current = observed.get(child_key(obj))
+                want_hash = obj["metadata"]["annotations"][names.ANNOTATION_APPLIED_HASH]
+                if current is None or current.applied_hash != want_hash:
+                    await asyncio.to_thread(self.kube.apply, obj)
+                    self._count_write("apply", obj["kind"])
+            for key in observed:
+                if key not in wanted:
+                    api_version, kind, name = key
+                    await asyncio.to_thread(self.kube.delete, kind_of(api_version, kind), pdd.namespace, name)
+                    self._count_write("delete", kind)
+        except Exception as err:  # surfaced as a condition + event, not a trace
+            log.warning("applying children of %s/%s failed: %s", pdd.namespace, pdd.name, err)
+            return f"could not apply children: {api_error_message(err)}"
+        return ""
+
+    async def _ensure_token(self, pdd: PDDeployment) -> str:
+        ident = (pdd.namespace, pdd.name, pdd.uid)
+        if not sidecar_enabled(pdd.spec) or ident in self._tokens:
+            return ""
+        secret = render_token_secret(pdd, secrets.token_urlsafe(32))
+        secret["metadata"]["ownerReferences"] = [owner_reference(pdd)]
+        try:
+            await asyncio.to_thread(self.kube.create_if_absent, secret)
+        except Exception as err:
+            return f"could not create the sidecar token Secret: {api_error_message(err)}"
+        self._tokens.add(ident)
+        return ""
+
+    def _observed(
+        self,
+        pdd: PDDeployment,
+        desired: list[dict[str, Any]],
+        placement: PlacementResult,
+        apply_error: str,
+    ) -> Observed:
+        key = (pdd.namespace, pdd.name)
+        children = self.view.children(key)
+        workloads = {
+            summary.role: summary.workload
+            for summary in children.values()
+            if summary.workload is not None and summary.role
+        }
+        pods = self.view.pods(key)
+        wanted = {
+            "prefill": pdd.spec.prefill.replicas,
+            "decode": pdd.spec.decode.replicas,
+            "router": pdd.spec.router.replicas if pdd.spec.router.enabled else 0,
+        }
+        return Observed(
+            workloads=workloads,
+            wanted=wanted,
+            revision=engine_revision(pdd.spec),
+            pod_problems=[p.problem for p in pods if p.problem is not None],
+            placement=placement,
+            apply_error=apply_error,
+        )
+
+    async def _write_status(
+        self, pdd: PDDeployment, body: Mapping[str, Any], status: PDDeploymentStatus
+    ) -> None:
+        new = status.model_dump(mode="json")
+        old = PDDeploymentStatus.model_validate(body.get("status") or {}).model_dump(mode="json")
+        if new == old and (body.get("status") or {}).get("observedGeneration") == pdd.generation:
+            return
+        await asyncio.to_thread(self.kube.patch_status, pdd.namespace, pdd.name, new)
+        self._count_write("status", "PDDeployment")
+        self._emit_transitions(body, pdd.status.conditions, status.conditions)
+
+    def _emit_transitions(
+        self, body: Mapping[str, Any], before: Sequence[Condition], after: Sequence[Condition]
+    ) -> None:
+        """Events after the status write succeeded, one per condition that flipped."""
+        for cond in after:
+            old = find(before, cond.type)
+            if old is not None and old.status == cond.status and old.reason == cond.reason:
+                continue
+            event = _event_for(cond)
+            if event:
+                self.emit_event(body, *event)
+
+    async def _report_invalid(self, body: Mapping[str, Any], err: ValidationError) -> None:
+        first = err.errors()[0]
+        where = "spec." + ".".join(str(p) for p in first["loc"])
+        message = f"{where}: {first['msg']}; fix the field and apply again"
+        self.emit_event(body, "Warning", "InvalidSpec", message)
+        log.warning("invalid PDDeployment %s: %s", body.get("metadata", {}).get("name"), message)
+
+    def _count_write(self, verb: str, kind: str) -> None:
+        if self.metrics:
+            self.metrics.writes.labels(verb=verb, kind=kind).inc()
+
+
+def _event_for(cond: Condition) -> tuple[str, str, str] | None:
+    if cond.type == "Ready":
+        if cond.status == "True":
+            return ("Normal", "Ready", cond.message)
+        return None if cond.reason in ("ReplicasNotReady",) and not cond.message else (
+            "Normal", "NotReady", cond.message
+        )
+    if cond.type in ("Degraded", "Stalled") and cond.status == "True":
+        return ("Warning", cond.reason, cond.message)
+    if cond.type == "Placed":
+        return ("Normal" if cond.status == "True" else "Warning", cond.reason, cond.message)
+    if cond.type == "KVTransferVerified":
+        return ("Normal" if cond.status == "True" else "Warning", cond.reason, cond.message)
+    return None
+
+
+def _now() -> str:
+    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")

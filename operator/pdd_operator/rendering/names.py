@@ -1,0 +1,77 @@
+"""Child object names and labels, derived so they always fit Kubernetes' limits.
+
+A StatefulSet's name plus the 11 characters of its `controller-revision-hash` suffix must stay a
+63-character label value, and Service names must be DNS-1035 labels (start with a letter, no
+dots), while a PDDeployment may be named with up to 253 characters and dots. So every child
+name starts from `instance_id`: the name itself when short and label-safe, else a readable
+prefix plus a hash of the full name (stable, and distinct for names sharing a prefix).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+
+MAX_INSTANCE_ID = 40  # + "-prefill" (8) stays under the 52 a StatefulSet name may use
+MANAGED_BY = "pdd-operator"
+LABEL_DEPLOYMENT = "pdd.dev/deployment"
+LABEL_ROLE = "pdd.dev/role"
+LABEL_REVISION = "pdd.dev/revision"
+ANNOTATION_OWNER_NAME = "pdd.dev/deployment-name"
+ANNOTATION_APPLIED_HASH = "pdd.dev/applied-hash"
+
+ROLES = ("prefill", "decode")
+
+
+def instance_id(name: str) -> str:
+    safe = re.sub(r"[^a-z0-9-]", "-", name.lower())
+    if not safe[:1].isalpha():
+        safe = "pdd-" + safe
+    if safe == name and len(safe) <= MAX_INSTANCE_ID:
+        return safe
+    digest = hashlib.sha256(name.encode()).hexdigest()[:8]
+    return f"{safe[: MAX_INSTANCE_ID - 9].rstrip('-')}-{digest}"
+
+
+def role_name(name: str, role: str) -> str:
+    """StatefulSet and headless Service of a role (and the router's Deployment/Service)."""
+    return f"{instance_id(name)}-{role}"
+
+
+def token_secret_name(name: str) -> str:
+    return f"{instance_id(name)}-sidecar-token"
+
+
+def sidecar_account_name(name: str) -> str:
+    return f"{instance_id(name)}-sidecar"
+
+
+def network_policy_name(name: str) -> str:
+    return f"{instance_id(name)}-kv-transfer"
+
+
+def pdb_name(name: str, role: str) -> str:
+    return f"{instance_id(name)}-{role}"
+
+
+def claim_template_name(name: str, role: str) -> str:
+    return f"{instance_id(name)}-{role}-gpu-nic"
+
+
+def selector_labels(name: str, role: str | None = None) -> dict[str, str]:
+    labels = {LABEL_DEPLOYMENT: instance_id(name)}
+    if role:
+        labels[LABEL_ROLE] = role
+    return labels
+
+
+def common_labels(name: str, component: str) -> dict[str, str]:
+    """Recommended labels plus the pdd.dev ones the operator selects on."""
+    return {
+        "app.kubernetes.io/name": "pdd",
+        "app.kubernetes.io/instance": instance_id(name),
+        "app.kubernetes.io/component": component,
+        "app.kubernetes.io/part-of": "pdd",
+        "app.kubernetes.io/managed-by": MANAGED_BY,
+        **selector_labels(name, component),
+    }

@@ -1,0 +1,268 @@
+"""Render a prefill or decode role: a StatefulSet (stable pod identities) and its headless Service."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from typing import Any
+
+from pdd_operator.api.v1alpha1 import PDDeployment, PDDeploymentSpec, RoleSpec
+from pdd_operator.rendering import names, sidecar, transfer
+from pdd_operator.planning.placement import Placement
+from pdd_operator.rendering.context import RenderContext
+from pdd_operator.rendering.engines import engine_command, wrap_with_env_file
+from pdd_operator.rendering.merge import merge_template
+
+SHM_VOLUME = "dshm"
+ENV_VOLUME = "pdd-env"
+HTTP_PORT_NAME = "http"
+
+
+def role_spec(spec: PDDeploymentSpec, role: str) -> RoleSpec:
+    return spec.prefill if role == "prefill" else spec.decode
+
+
+def engine_revision(spec: PDDeploymentSpec) -> str:
+    """Hash of everything that must match between a prefill and a decode pod to pair them.
+
+    Model, engine build and KV-transfer settings: a prefill pod only sends KV blocks to decode
+    pods of the same revision (the sidecar and router read the `pdd.dev/revision` label).
+    """
+    relevant = {
+        "model": spec.model.model_dump(mode="json"),
+        "engine": spec.engine.model_dump(mode="json"),
+        "kvTransfer": spec.kvTransfer.model_dump(mode="json"),
+    }
+    blob = json.dumps(relevant, sort_keys=True).encode()
+    return hashlib.sha256(blob).hexdigest()[:10]
+
+
+def render_role(pdd: PDDeployment, role: str, ctx: RenderContext) -> list[dict[str, Any]]:
+    return [render_role_statefulset(pdd, role, ctx), render_role_service(pdd, role, ctx)]
+
+
+def render_role_service(pdd: PDDeployment, role: str, ctx: RenderContext) -> dict[str, Any]:
+    """Headless: gives pods stable DNS names; EndpointSlices list peers (not-ready too)."""
+    return {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": child_metadata(pdd, names.role_name(pdd.name, role), role),
+        "spec": {
+            "clusterIP": "None",
+            "publishNotReadyAddresses": True,
+            "selector": names.selector_labels(pdd.name, role),
+            "ports": _service_ports(pdd.spec, ctx),
+        },
+    }
+
+
+def render_role_statefulset(pdd: PDDeployment, role: str, ctx: RenderContext) -> dict[str, Any]:
+    rspec = role_spec(pdd.spec, role)
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "StatefulSet",
+        "metadata": child_metadata(pdd, names.role_name(pdd.name, role), role),
+        "spec": {
+            "replicas": rspec.replicas,
+            "serviceName": names.role_name(pdd.name, role),
+            "podManagementPolicy": "Parallel",
+            "updateStrategy": {"type": "RollingUpdate", "rollingUpdate": {"partition": 0}},
+            "selector": {"matchLabels": names.selector_labels(pdd.name, role)},
+            "template": render_pod_template(pdd, role, ctx),
+        },
+    }
+
+
+def render_pod_template(pdd: PDDeployment, role: str, ctx: RenderContext) -> dict[str, Any]:
+    spec = pdd.spec
+    rspec = role_spec(spec, role)
+    labels = {**names.common_labels(pdd.name, role), names.LABEL_REVISION: engine_revision(spec)}
+    pod_spec: dict[str, Any] = {
+        "enableServiceLinks": False,
+        "terminationGracePeriodSeconds": 60,
+        "initContainers": [_preflight_container(pdd, role, ctx)],
+        "containers": [_engine_container(pdd, role, ctx), *sidecar.sidecar_containers(pdd, role, ctx)],
+        "volumes": _volumes(spec) + sidecar.sidecar_volumes(pdd),
+    }
+    account = sidecar.service_account(pdd)
+    if account:
+        pod_spec["serviceAccountName"] = account
+    if spec.topology.dra.enabled:
+        pod_spec["resourceClaims"] = [
+            {"name": "gpu-nic", "resourceClaimTemplateName": names.claim_template_name(pdd.name, role)}
+        ]
+    affinity = render_affinity(ctx.placement)
+    if affinity:
+        pod_spec["affinity"] = affinity
+    if rspec.nodeSelector:
+        pod_spec["nodeSelector"] = dict(rspec.nodeSelector)
+    if rspec.tolerations:
+        pod_spec["tolerations"] = [t.model_dump(exclude_none=True) for t in rspec.tolerations]
+    template: dict[str, Any] = {
+        "metadata": {
+            "labels": labels,
+            "annotations": {
+                "kubectl.kubernetes.io/default-container": "engine",
+                names.ANNOTATION_OWNER_NAME: pdd.name,
+                **transfer.network_annotations(spec),
+            },
+        },
+        "spec": pod_spec,
+    }
+    if rspec.podTemplate:
+        template = merge_template(template, rspec.podTemplate)
+    return template
+
+
+def render_affinity(placement: Placement) -> dict[str, Any]:
+    """The planner's decision as node affinity the real scheduler enforces."""
+    if placement.mode == "none" or not (placement.domain or placement.node_requirements):
+        return {}
+    expressions = [
+        {"key": key, "operator": "In", "values": list(values)}
+        for key, values in placement.node_requirements
+    ]
+    if placement.domain:
+        expressions.insert(0, {"key": placement.level, "operator": "In", "values": [placement.domain]})
+    if placement.mode == "required":
+        return {
+            "nodeAffinity": {
+                "requiredDuringSchedulingIgnoredDuringExecution": {
+                    "nodeSelectorTerms": [{"matchExpressions": expressions}]
+                }
+            }
+        }
+    return {
+        "nodeAffinity": {
+            "preferredDuringSchedulingIgnoredDuringExecution": [
+                {"weight": 100, "preference": {"matchExpressions": expressions}}
+            ]
+        }
+    }
+
+
+def gpu_resources(spec: PDDeploymentSpec, role: str) -> dict[str, Any]:
+    """GPUs (device plugin, unless DRA claims them), RDMA and the user's extra resources."""
+    rspec = role_spec(spec, role)
+    limits: dict[str, str] = dict(rspec.resources.limits)
+    requests: dict[str, str] = dict(rspec.resources.requests)
+    if not spec.topology.dra.enabled:
+        limits["nvidia.com/gpu"] = str(rspec.gpusPerInstance)
+    limits.update(transfer.rdma_resources(spec))
+    for key, value in limits.items():
+        if key not in requests and "/" in key:
+            requests[key] = value  # extended resources: requests must equal limits
+    out: dict[str, Any] = {"limits": limits, "requests": requests}
+    if spec.topology.dra.enabled:
+        out["claims"] = [{"name": "gpu-nic"}]
+    return out
+
+
+def _engine_container(pdd: PDDeployment, role: str, ctx: RenderContext) -> dict[str, Any]:
+    spec = pdd.spec
+    rspec = role_spec(spec, role)
+    engine = engine_command(spec, role)
+    command, args = wrap_with_env_file(engine.command, engine.args)
+    env = [
+        {"name": "PDD_ROLE", "value": role},
+        {"name": "PDD_DEPLOYMENT", "value": names.instance_id(pdd.name)},
+        {"name": "POD_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}},
+        *engine.env,
+        *transfer.transfer_env(spec),
+        *sidecar.engine_env(pdd, ctx.settings.sidecar_port),
+        *[e.model_dump(exclude_none=True) for e in spec.engine.env],
+        *[e.model_dump(exclude_none=True) for e in rspec.env],
+    ]
+    container: dict[str, Any] = {
+        "name": "engine",
+        "image": spec.engine.image,
+        "imagePullPolicy": spec.engine.imagePullPolicy,
+        "env": _dedupe_env(env),
+        "ports": [
+            {"name": HTTP_PORT_NAME, "containerPort": spec.engine.port, "protocol": "TCP"},
+            *engine.ports,
+        ],
+        "resources": gpu_resources(spec, role),
+        "volumeMounts": [
+            {"name": SHM_VOLUME, "mountPath": "/dev/shm"},
+            {"name": ENV_VOLUME, "mountPath": "/pdd/env", "readOnly": True},
+        ],
+        "readinessProbe": {
+            "httpGet": {"path": "/health", "port": HTTP_PORT_NAME},
+            "periodSeconds": 10,
+            "failureThreshold": 3,
+        },
+        "startupProbe": {
+            "httpGet": {"path": "/health", "port": HTTP_PORT_NAME},
+            "periodSeconds": 10,
+            "failureThreshold": 180,  # loading a large model takes minutes
+        },
+        "securityContext": {
+            "allowPrivilegeEscalation": False,
+            "capabilities": {"add": transfer.engine_capabilities(spec)},
+        },
+    }
+    if command:
+        container["command"] = command
+    if args:
+        container["args"] = args
+    return container
+
+
+def _preflight_container(pdd: PDDeployment, role: str, ctx: RenderContext) -> dict[str, Any]:
+    """Runs on the node before the engine, with the same GPUs (the device plugin hands an init
+    container's devices on to the app containers), to compute UCX_NET_DEVICES and check the
+    RDMA prerequisites; a missing required one stops the pod with a message saying what to fix.
+    """
+    spec = pdd.spec
+    return {
+        "name": "preflight",
+        "image": ctx.settings.sidecar_image,
+        "imagePullPolicy": "IfNotPresent",
+        "command": ["pdd-sidecar", "preflight", "--env-file", "/pdd/env/transfer.env"],
+        "env": [{"name": "PDD_ROLE", "value": role}, *transfer.transfer_env(spec)],
+        "resources": gpu_resources(spec, role),
+        "volumeMounts": [{"name": ENV_VOLUME, "mountPath": "/pdd/env"}],
+        "terminationMessagePolicy": "FallbackToLogsOnError",
+        "securityContext": {
+            "allowPrivilegeEscalation": False,
+            "readOnlyRootFilesystem": True,
+            "capabilities": {"drop": ["ALL"], "add": transfer.engine_capabilities(spec)},
+        },
+    }
+
+
+def _volumes(spec: PDDeploymentSpec) -> list[dict[str, Any]]:
+    return [
+        {"name": SHM_VOLUME, "emptyDir": {"medium": "Memory", "sizeLimit": spec.kvTransfer.sharedMemorySize}},
+        {"name": ENV_VOLUME, "emptyDir": {"medium": "Memory", "sizeLimit": "1Mi"}},
+    ]
+
+
+def _service_ports(spec: PDDeploymentSpec, ctx: RenderContext) -> list[dict[str, Any]]:
+    ports = [{"name": HTTP_PORT_NAME, "port": spec.engine.port, "targetPort": HTTP_PORT_NAME}]
+    if spec.engine.type == "vllm":
+        ports.append({"name": "side-channel", "port": spec.kvTransfer.sideChannelPort})
+    if spec.engine.type == "sglang":
+        ports.append({"name": "bootstrap", "port": spec.kvTransfer.bootstrapPort})
+    if sidecar.sidecar_enabled(spec):
+        ports.append({"name": "sidecar", "port": ctx.settings.sidecar_port})
+    return ports
+
+
+def child_metadata(pdd: PDDeployment, name: str, component: str) -> dict[str, Any]:
+    return {
+        "name": name,
+        "namespace": pdd.namespace,
+        "labels": names.common_labels(pdd.name, component),
+        "annotations": {names.ANNOTATION_OWNER_NAME: pdd.name},
+    }
+
+
+def _dedupe_env(env: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Later entries win (user env overrides rendered env), first position is kept."""
+    by_name: dict[str, dict[str, Any]] = {}
+    for item in env:
+        by_name[item["name"]] = item
+    return list(by_name.values())
+

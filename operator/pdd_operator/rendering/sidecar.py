@@ -1,0 +1,181 @@
+"""The NIXL sidecar of every prefill/decode pod and what it needs: a token, an identity, a fence.
+
+NIXL metadata carries memory-access keys, so only pods of the same PDDeployment may read it:
+the sidecar requires a per-deployment token (a Secret the operator creates once, mounted into
+the sidecars), discovers peers through EndpointSlices with a Role that allows exactly that, and
+a NetworkPolicy admits only the deployment's own pods to the sidecar and side-channel ports.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pdd_operator.api.v1alpha1 import PDDeployment, PDDeploymentSpec
+from pdd_operator.rendering import names
+from pdd_operator.rendering.context import RenderContext
+
+TOKEN_VOLUME = "sidecar-token"
+TOKEN_DIR = "/var/run/pdd/token"
+TOKEN_KEY = "token"
+
+
+def sidecar_enabled(spec: PDDeploymentSpec) -> bool:
+    return spec.kvTransfer.metadataExchange.mode in ("sidecar", "etcd")
+
+
+def service_account(pdd: PDDeployment) -> str | None:
+    return names.sidecar_account_name(pdd.name) if sidecar_enabled(pdd.spec) else None
+
+
+def engine_env(pdd: PDDeployment, sidecar_port: int) -> list[dict[str, Any]]:
+    """Where the engine finds its sidecar, and NIXL's own etcd settings in etcd mode."""
+    spec = pdd.spec
+    exchange = spec.kvTransfer.metadataExchange
+    env: list[dict[str, Any]] = []
+    if sidecar_enabled(spec):
+        env.append({"name": "PDD_SIDECAR_URL", "value": f"http://127.0.0.1:{sidecar_port}"})
+        env.append({"name": "PDD_SIDECAR_TOKEN_FILE", "value": f"{TOKEN_DIR}/{TOKEN_KEY}"})
+    if exchange.mode == "etcd":
+        env.append({"name": "NIXL_ETCD_ENDPOINTS", "value": ",".join(exchange.etcdEndpoints)})
+        env.append({"name": "NIXL_ETCD_NAMESPACE", "value": etcd_namespace(pdd)})
+    return env
+
+
+def etcd_namespace(pdd: PDDeployment) -> str:
+    return f"/pdd/{pdd.namespace}/{names.instance_id(pdd.name)}"
+
+
+def sidecar_containers(pdd: PDDeployment, role: str, ctx: RenderContext) -> list[dict[str, Any]]:
+    spec = pdd.spec
+    if not sidecar_enabled(spec):
+        return []
+    port = ctx.settings.sidecar_port
+    return [
+        {
+            "name": "nixl-sidecar",
+            "image": ctx.settings.sidecar_image,
+            "imagePullPolicy": "IfNotPresent",
+            "command": [
+                "pdd-sidecar", "serve",
+                "--port", str(port),
+                "--role", role,
+                "--deployment", names.instance_id(pdd.name),
+                "--namespace", pdd.namespace,
+                "--token-file", f"{TOKEN_DIR}/{TOKEN_KEY}",
+                "--exchange", spec.kvTransfer.metadataExchange.mode,
+                "--peer-source", "k8s",
+            ],
+            "env": [
+                {"name": "POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
+                {"name": "POD_UID", "valueFrom": {"fieldRef": {"fieldPath": "metadata.uid"}}},
+                {"name": "POD_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}},
+                *engine_env(pdd, port),
+            ],
+            "ports": [{"name": "sidecar", "containerPort": port, "protocol": "TCP"}],
+            "readinessProbe": {"httpGet": {"path": "/healthz", "port": "sidecar"}, "periodSeconds": 10},
+            "resources": {"requests": {"cpu": "50m", "memory": "64Mi"}, "limits": {"memory": "256Mi"}},
+            "volumeMounts": [
+                {"name": TOKEN_VOLUME, "mountPath": TOKEN_DIR, "readOnly": True},
+                {"name": "pdd-env", "mountPath": "/pdd/env", "readOnly": True},
+            ],
+            "securityContext": {
+                "runAsNonRoot": True,
+                "runAsUser": 65532,
+                "allowPrivilegeEscalation": False,
+                "readOnlyRootFilesystem": True,
+                "capabilities": {"drop": ["ALL"]},
+            },
+        }
+    ]
+
+
+def sidecar_volumes(pdd: PDDeployment) -> list[dict[str, Any]]:
+    if not sidecar_enabled(pdd.spec):
+        return []
+    return [
+        {
+            "name": TOKEN_VOLUME,
+            "secret": {"secretName": names.token_secret_name(pdd.name), "defaultMode": 0o440},
+        }
+    ]
+
+
+def render_sidecar_access(pdd: PDDeployment, ctx: RenderContext) -> list[dict[str, Any]]:
+    """ServiceAccount, Role and RoleBinding for peer discovery, and the NetworkPolicy."""
+    if not sidecar_enabled(pdd.spec):
+        return []
+    account = names.sidecar_account_name(pdd.name)
+    meta = _meta(pdd, account)
+    return [
+        {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": meta, "automountServiceAccountToken": True},
+        {
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "Role",
+            "metadata": meta,
+            "rules": [
+                {
+                    "apiGroups": ["discovery.k8s.io"],
+                    "resources": ["endpointslices"],
+                    "verbs": ["get", "list", "watch"],
+                }
+            ],
+        },
+        {
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "RoleBinding",
+            "metadata": meta,
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": account},
+            "subjects": [{"kind": "ServiceAccount", "name": account, "namespace": pdd.namespace}],
+        },
+        render_network_policy(pdd, ctx),
+    ]
+
+
+def render_network_policy(pdd: PDDeployment, ctx: RenderContext) -> dict[str, Any]:
+    spec = pdd.spec
+    private_ports = [ctx.settings.sidecar_port]
+    if spec.engine.type == "vllm":
+        private_ports.append(spec.kvTransfer.sideChannelPort)
+    if spec.engine.type == "sglang":
+        private_ports.append(spec.kvTransfer.bootstrapPort)
+    same_deployment = [{"podSelector": {"matchLabels": names.selector_labels(pdd.name)}}]
+    return {
+        "apiVersion": "networking.k8s.io/v1",
+        "kind": "NetworkPolicy",
+        "metadata": _meta(pdd, names.network_policy_name(pdd.name)),
+        "spec": {
+            "podSelector": {
+                "matchLabels": names.selector_labels(pdd.name),
+                "matchExpressions": [
+                    {"key": names.LABEL_ROLE, "operator": "In", "values": ["prefill", "decode"]}
+                ],
+            },
+            "policyTypes": ["Ingress"],
+            "ingress": [
+                # Sidecar and KV side channel: the deployment's own pods only.
+                {"from": same_deployment, "ports": [{"port": p, "protocol": "TCP"} for p in private_ports]},
+                # The engine's HTTP port stays open to the router and clients.
+                {"ports": [{"port": spec.engine.port, "protocol": "TCP"}]},
+            ],
+        },
+    }
+
+
+def render_token_secret(pdd: PDDeployment, token: str) -> dict[str, Any]:
+    """Created once with a random token (never re-applied: a new token would break peers)."""
+    return {
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "metadata": _meta(pdd, names.token_secret_name(pdd.name)),
+        "type": "Opaque",
+        "stringData": {TOKEN_KEY: token},
+    }
+
+
+def _meta(pdd: PDDeployment, name: str) -> dict[str, Any]:
+    return {
+        "name": name,
+        "namespace": pdd.namespace,
+        "labels": names.common_labels(pdd.name, "sidecar"),
+        "annotations": {names.ANNOTATION_OWNER_NAME: pdd.name},
+    }

@@ -1,0 +1,69 @@
+"""The KV-transfer environment of a prefill/decode pod: UCX, GPUDirect, RDMA devices.
+
+Only what is known when rendering goes here; what depends on the GPUs a pod actually gets
+(UCX_NET_DEVICES in `auto` NIC mode) is computed by the preflight init container on the node.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pdd_operator.api.v1alpha1 import KVTransferSpec, PDDeploymentSpec
+
+# RC for the bulk data, UD for RC's connection wire-up, shared memory and self for the local
+# lanes, and the CUDA transports so GPU memory is a valid source and target.
+AUTO_TLS_RDMA = "rc_x,ud_x,sm,self,cuda_copy,cuda_ipc"
+AUTO_TLS_NO_RDMA = "tcp,sm,self,cuda_copy,cuda_ipc"
+MULTUS_ANNOTATION = "k8s.v1.cni.cncf.io/networks"
+
+
+def uses_rdma(spec: PDDeploymentSpec) -> bool:
+    return bool(spec.kvTransfer.rdma.resourceName) or spec.topology.dra.enabled
+
+
+def ucx_tls(spec: PDDeploymentSpec) -> str:
+    transports = spec.kvTransfer.ucx.transports
+    if transports == ["auto"]:
+        return AUTO_TLS_RDMA if uses_rdma(spec) else AUTO_TLS_NO_RDMA
+    return ",".join(transports)
+
+
+def nic_map_value(kv: KVTransferSpec) -> str:
+    """`0=mlx5_0:1;1=mlx5_1:1`: the explicit GPU->NIC map for the preflight container."""
+    if kv.nicSelection.mode != "explicit":
+        return ""
+    entries = sorted(kv.nicSelection.map, key=lambda m: m.gpu)
+    return ";".join(f"{m.gpu}={m.devices}" for m in entries)
+
+
+def transfer_env(spec: PDDeploymentSpec) -> list[dict[str, Any]]:
+    kv = spec.kvTransfer
+    env: list[dict[str, Any]] = [
+        {"name": "UCX_TLS", "value": ucx_tls(spec)},
+        {"name": "PDD_GPUDIRECT", "value": kv.gpuDirect},
+        {"name": "PDD_REQUIRE_RDMA", "value": "true" if kv.rdma.required else "false"},
+        {"name": "PDD_NIC_SELECTION", "value": kv.nicSelection.mode},
+    ]
+    if kv.nicSelection.mode == "explicit":
+        env.append({"name": "PDD_NIC_MAP", "value": nic_map_value(kv)})
+    if kv.gpuDirect == "off":
+        env.append({"name": "UCX_IB_GPU_DIRECT_RDMA", "value": "no"})
+    env += [{"name": var.name, "value": var.value} for var in kv.ucx.extraEnv]
+    return env
+
+
+def rdma_resources(spec: PDDeploymentSpec) -> dict[str, str]:
+    name = spec.kvTransfer.rdma.resourceName
+    if not name or spec.topology.dra.enabled:
+        return {}
+    return {name: str(spec.kvTransfer.rdma.count)}
+
+
+def network_annotations(spec: PDDeploymentSpec) -> dict[str, str]:
+    networks = spec.kvTransfer.rdma.networks
+    return {MULTUS_ANNOTATION: ",".join(networks)} if networks else {}
+
+
+def engine_capabilities(spec: PDDeploymentSpec) -> list[str]:
+    """RDMA registers (pins) memory: the engine needs IPC_LOCK and nothing more."""
+    return ["IPC_LOCK"] if uses_rdma(spec) else []

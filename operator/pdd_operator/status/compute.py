@@ -1,0 +1,191 @@
+"""Status of a PDDeployment, computed from what was observed (pure).
+
+Ready, Progressing and Degraded are the conditions users read; Reconciling and Stalled are
+kstatus' abnormal-true pair, so Flux and `kstatus` judge health without a custom check.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from pdd_operator.api.v1alpha1 import (
+    Condition,
+    PDDeployment,
+    PDDeploymentStatus,
+    PlacementStatus,
+    RoleStatus,
+    TransferStatus,
+)
+from pdd_operator.planning.placement import PlacementResult
+from pdd_operator.status.conditions import set_condition
+
+ROLES_WITH_ROUTER = ("prefill", "decode", "router")
+
+
+@dataclass(frozen=True)
+class WorkloadState:
+    """A StatefulSet's or Deployment's observed status (absent: exists=False)."""
+
+    exists: bool = False
+    desired: int = 0
+    ready: int = 0
+    updated: int = 0
+    current_revision: str = ""
+    update_revision: str = ""
+    generation: int = 0
+    observed_generation: int = 0
+
+    @property
+    def settled(self) -> bool:
+        return (
+            self.exists
+            and self.observed_generation >= self.generation
+            and self.updated == self.desired
+            and self.ready == self.desired
+        )
+
+
+@dataclass(frozen=True)
+class PodProblem:
+    """A pod that cannot serve, with the fix when one is known (from the preflight check)."""
+
+    pod: str
+    role: str
+    reason: str
+    message: str
+    blocking: bool = False  # a required prerequisite: the pod will not start until fixed
+
+
+@dataclass(frozen=True)
+class Observed:
+    workloads: dict[str, WorkloadState] = field(default_factory=dict)
+    wanted: dict[str, int] = field(default_factory=dict)  # desired replicas per role
+    revision: str = ""
+    pod_problems: Sequence[PodProblem] = ()
+    placement: PlacementResult | None = None
+    transfer: TransferStatus | None = None
+    transfer_ok: bool | None = None
+    transfer_reason: str = ""
+    apply_error: str = ""
+
+
+def compute_status(pdd: PDDeployment, observed: Observed, now: str) -> PDDeploymentStatus:
+    roles = {role: _role_status(observed, role) for role in ROLES_WITH_ROUTER}
+    previous = pdd.status.conditions
+    gen = pdd.generation
+    ready, ready_reason, ready_msg = _readiness(observed, roles)
+    progressing, prog_reason, prog_msg = _progress(observed, roles)
+    degraded, deg_reason, deg_msg = _degradation(observed)
+    stalled = degraded and any(p.blocking for p in observed.pod_problems) or bool(observed.apply_error)
+    conditions = [
+        set_condition(previous, "Ready", ready, ready_reason, ready_msg, gen, now),
+        set_condition(previous, "Progressing", progressing, prog_reason, prog_msg, gen, now),
+        set_condition(previous, "Degraded", degraded, deg_reason, deg_msg, gen, now),
+        set_condition(previous, "Reconciling", progressing and not stalled, prog_reason, prog_msg, gen, now),
+        set_condition(previous, "Stalled", stalled, deg_reason if stalled else "NotStalled",
+                      deg_msg if stalled else "", gen, now),
+        *_placement_condition(previous, observed, gen, now),
+        *_transfer_condition(previous, observed, gen, now),
+    ]
+    return PDDeploymentStatus(
+        observedGeneration=gen,
+        prefill=roles["prefill"],
+        decode=roles["decode"],
+        router=roles["router"],
+        prefillReplicas=f"{roles['prefill'].ready}/{roles['prefill'].desired}",
+        decodeReplicas=f"{roles['decode'].ready}/{roles['decode'].desired}",
+        placement=_placement_status(pdd, observed),
+        transfer=observed.transfer or pdd.status.transfer,
+        conditions=conditions,
+    )
+
+
+def _role_status(observed: Observed, role: str) -> RoleStatus:
+    state = observed.workloads.get(role, WorkloadState())
+    return RoleStatus(
+        desired=observed.wanted.get(role, 0),
+        ready=state.ready,
+        updated=state.updated,
+        revision=observed.revision if role != "router" else "",
+    )
+
+
+def _readiness(observed: Observed, roles: dict[str, RoleStatus]) -> tuple[bool, str, str]:
+    summary = _summary(roles)
+    if observed.apply_error:
+        return False, "ApplyFailed", observed.apply_error
+    missing = [r for r, s in roles.items() if s.desired and s.ready < s.desired]
+    if missing:
+        return False, "ReplicasNotReady", summary
+    stale = [r for r in roles if r in observed.workloads and not observed.workloads[r].settled and roles[r].desired]
+    if stale:
+        return False, "RolloutInProgress", summary
+    return True, "AllReplicasReady", summary
+
+
+def _progress(observed: Observed, roles: dict[str, RoleStatus]) -> tuple[bool, str, str]:
+    converging = [
+        role
+        for role, status in roles.items()
+        if status.desired != status.ready
+        or status.updated != status.desired
+        or not observed.workloads.get(role, WorkloadState(exists=status.desired == 0)).exists
+        or (role in observed.workloads and not observed.workloads[role].settled and status.desired > 0)
+    ]
+    if not converging:
+        return False, "Complete", _summary(roles)
+    reason = "RollingOut" if any(roles[r].updated < roles[r].desired for r in converging) else "Scaling"
+    return True, reason, _summary(roles)
+
+
+def _degradation(observed: Observed) -> tuple[bool, str, str]:
+    problems = list(observed.pod_problems)
+    if observed.apply_error:
+        return True, "ApplyFailed", observed.apply_error
+    if not problems:
+        return False, "AsExpected", ""
+    first = problems[0]
+    more = f" (and {len(problems) - 1} more pods)" if len(problems) > 1 else ""
+    return True, first.reason, f"{first.role} pod {first.pod}: {first.message}{more}"
+
+
+def _placement_condition(
+    previous: Sequence[Condition], observed: Observed, gen: int, now: str
+) -> list[Condition]:
+    result = observed.placement
+    if result is None:
+        return []
+    return [set_condition(previous, "Placed", result.placed, result.reason, result.message, gen, now)]
+
+
+def _transfer_condition(
+    previous: Sequence[Condition], observed: Observed, gen: int, now: str
+) -> list[Condition]:
+    if observed.transfer_ok is None:
+        old = [c for c in previous if c.type == "KVTransferVerified"]
+        return old
+    transfer = observed.transfer or TransferStatus()
+    return [
+        set_condition(
+            previous, "KVTransferVerified", observed.transfer_ok, observed.transfer_reason,
+            transfer.message, gen, now,
+        )
+    ]
+
+
+def _placement_status(pdd: PDDeployment, observed: Observed) -> PlacementStatus:
+    result = observed.placement
+    if result is None:
+        return pdd.status.placement
+    return PlacementStatus(
+        level=result.placement.level,
+        domain=result.placement.domain,
+        nodes=sorted(result.nodes),
+        message=result.message,
+    )
+
+
+def _summary(roles: dict[str, RoleStatus]) -> str:
+    parts = [f"{role} {s.ready}/{s.desired} ready" for role, s in roles.items() if s.desired or role != "router"]
+    return ", ".join(parts)

@@ -1,0 +1,118 @@
+"""Compact summaries of observed children and pods (pure), kept in the operator's indexes.
+
+The operator keeps only these summaries in memory instead of whole objects: what status and
+the no-op check need, nothing more.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from pdd_operator.rendering import names
+from pdd_operator.status.compute import PodProblem, WorkloadState
+
+ChildKey = tuple[str, str, str]  # (apiVersion, kind, name)
+
+
+@dataclass(frozen=True)
+class ChildSummary:
+    key: ChildKey
+    applied_hash: str
+    role: str
+    workload: WorkloadState | None = None
+
+
+@dataclass(frozen=True)
+class PodSummary:
+    name: str
+    uid: str
+    role: str
+    node: str
+    ip: str
+    ready: bool
+    revision: str
+    problem: PodProblem | None
+
+
+def owner_key(body: Mapping[str, Any]) -> tuple[str, str] | None:
+    """(namespace, PDDeployment name) of a child we control, from its owner reference."""
+    meta = body.get("metadata", {})
+    for ref in meta.get("ownerReferences") or []:
+        if ref.get("kind") == "PDDeployment" and ref.get("controller"):
+            return meta.get("namespace", ""), ref["name"]
+    return None
+
+
+def summarize_child(body: Mapping[str, Any]) -> ChildSummary:
+    meta = body["metadata"]
+    role = meta.get("labels", {}).get(names.LABEL_ROLE, "")
+    key = (body["apiVersion"], body["kind"], meta["name"])
+    applied = meta.get("annotations", {}).get(names.ANNOTATION_APPLIED_HASH, "")
+    workload = _workload(body) if body["kind"] in ("StatefulSet", "Deployment") else None
+    return ChildSummary(key, applied, role, workload)
+
+
+def _workload(body: Mapping[str, Any]) -> WorkloadState:
+    spec = body.get("spec", {})
+    status = body.get("status", {})
+    desired = int(spec.get("replicas", 1))
+    if body["kind"] == "StatefulSet":
+        updated = int(status.get("updatedReplicas", 0))
+        current, update = status.get("currentRevision", ""), status.get("updateRevision", "")
+    else:
+        updated = int(status.get("updatedReplicas", 0))
+        current = update = ""
+    return WorkloadState(
+        exists=True,
+        desired=desired,
+        ready=int(status.get("readyReplicas", 0)),
+        updated=updated,
+        current_revision=current,
+        update_revision=update,
+        generation=int(body["metadata"].get("generation", 0)),
+        observed_generation=int(status.get("observedGeneration", 0)),
+    )
+
+
+def summarize_pod(body: Mapping[str, Any]) -> PodSummary:
+    meta = body["metadata"]
+    labels = meta.get("labels", {})
+    status = body.get("status", {})
+    spec = body.get("spec", {})
+    role = labels.get(names.LABEL_ROLE, "")
+    ready = any(
+        c.get("type") == "Ready" and c.get("status") == "True" for c in status.get("conditions") or []
+    )
+    return PodSummary(
+        name=meta["name"],
+        uid=meta.get("uid", ""),
+        role=role,
+        node=spec.get("nodeName", "") or "",
+        ip=status.get("podIP", "") or "",
+        ready=ready,
+        revision=labels.get(names.LABEL_REVISION, ""),
+        problem=pod_problem(meta["name"], role, status),
+    )
+
+
+def pod_problem(pod: str, role: str, status: Mapping[str, Any]) -> PodProblem | None:
+    """Why a pod cannot serve, in words a user can act on; None when nothing is wrong."""
+    for init in status.get("initContainerStatuses") or []:
+        term = (init.get("state") or {}).get("terminated") or (init.get("lastState") or {}).get(
+            "terminated"
+        )
+        if term and term.get("exitCode", 0) != 0:
+            message = (term.get("message") or term.get("reason") or "failed").strip()
+            return PodProblem(pod, role, "PreflightFailed", message, blocking=True)
+    for container in status.get("containerStatuses") or []:
+        waiting = (container.get("state") or {}).get("waiting") or {}
+        if waiting.get("reason") in ("CrashLoopBackOff", "ImagePullBackOff", "ErrImagePull",
+                                     "CreateContainerConfigError", "InvalidImageName"):
+            msg = waiting.get("message") or waiting["reason"]
+            return PodProblem(pod, role, waiting["reason"], f"container {container.get('name')}: {msg}")
+    for cond in status.get("conditions") or []:
+        if cond.get("type") == "PodScheduled" and cond.get("status") == "False" and cond.get("reason") == "Unschedulable":
+            return PodProblem(pod, role, "Unschedulable", cond.get("message") or "cannot be scheduled")
+    return None

@@ -1,0 +1,112 @@
+"""Run the real operator (`pdd-operator run`) as a subprocess against the test control plane."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import yaml
+from kubernetes import client
+from kubernetes.client.exceptions import ApiException
+
+ROOT = Path(__file__).resolve().parents[2]
+CRD_FILE = ROOT / "crds" / "pdd.dev_pddeployments.yaml"
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def install_crd(api: client.ApiClient) -> None:
+    ext = client.ApiextensionsV1Api(api)
+    crd = yaml.safe_load(CRD_FILE.read_text())
+    try:
+        ext.create_custom_resource_definition(crd)
+    except ApiException as err:
+        if err.status != 409:
+            raise
+        current = ext.read_custom_resource_definition(crd["metadata"]["name"])
+        crd["metadata"]["resourceVersion"] = current.metadata.resource_version
+        ext.replace_custom_resource_definition(crd["metadata"]["name"], crd)
+    deadline = time.time() + 30
+    while time.time() < deadline:
+        current = ext.read_custom_resource_definition(crd["metadata"]["name"])
+        conditions = current.status.conditions or []
+        if any(c.type == "Established" and c.status == "True" for c in conditions):
+            return
+        time.sleep(0.2)
+    raise TimeoutError("CRD not established")
+
+
+class OperatorProcess:
+    def __init__(self, kubeconfig: Path, log_path: Path, resync_seconds: float = 300.0,
+                 extra_env: dict[str, str] | None = None) -> None:
+        self.kubeconfig = kubeconfig
+        self.log_path = log_path
+        self.resync_seconds = resync_seconds
+        self.metrics_port = free_port()
+        self.liveness_port = free_port()
+        self.extra_env = extra_env or {}
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> OperatorProcess:
+        env = {**os.environ, "PYTHONPATH": str(ROOT / "operator"), **self.extra_env}
+        cmd = [
+            sys.executable, "-m", "pdd_operator.cli", "run",
+            "--kubeconfig", str(self.kubeconfig),
+            "--metrics-port", str(self.metrics_port),
+            "--liveness", f"http://127.0.0.1:{self.liveness_port}/healthz",
+            "--resync-seconds", str(self.resync_seconds),
+        ]
+        self.log = self.log_path.open("ab")
+        self.proc = subprocess.Popen(cmd, env=env, stdout=self.log, stderr=subprocess.STDOUT,
+                                     start_new_session=True)
+        self._wait_alive()
+        return self
+
+    def _wait_alive(self, timeout: float = 60) -> None:
+        import urllib.request
+
+        deadline = time.time() + timeout
+        while time.time() < deadline:
+            if self.proc is not None and self.proc.poll() is not None:
+                raise RuntimeError(f"operator exited: {self.tail()}")
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{self.liveness_port}/healthz", timeout=1):
+                    return
+            except OSError:
+                time.sleep(0.3)
+        raise TimeoutError(f"operator not alive: {self.tail()}")
+
+    def kill(self, sig: int = signal.SIGTERM) -> None:
+        if self.proc and self.proc.poll() is None:
+            os.killpg(self.proc.pid, sig)
+            try:
+                self.proc.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+                self.proc.wait()
+
+    def tail(self, n: int = 4000) -> str:
+        try:
+            return self.log_path.read_text(errors="replace")[-n:]
+        except OSError:
+            return ""
+
+    def metric(self, name: str) -> float:
+        import urllib.request
+
+        with urllib.request.urlopen(f"http://127.0.0.1:{self.metrics_port}/metrics", timeout=5) as r:
+            text = r.read().decode()
+        total = 0.0
+        for line in text.splitlines():
+            if line.startswith(name) and not line.startswith("#"):
+                total += float(line.rsplit(" ", 1)[1])
+        return total

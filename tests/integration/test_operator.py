@@ -1,0 +1,234 @@
+"""The operator against the real kube-apiserver, controllers, scheduler and simulated GPU nodes."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from helpers.operator_proc import OperatorProcess, install_crd
+from helpers.waits import wait_for
+from kubernetes import client
+from kubernetes.client.exceptions import ApiException
+
+GROUP, VERSION, PLURAL = "pdd.dev", "v1alpha1", "pddeployments"
+# Resources whose writes count against the no-op resync (the operator writes only these).
+OPERATOR_RESOURCES = {
+    PLURAL,
+    "statefulsets",
+    "services",
+    "deployments",
+    "serviceaccounts",
+    "roles",
+    "rolebindings",
+    "networkpolicies",
+    "poddisruptionbudgets",
+    "secrets",
+    "events",
+    "resourceclaimtemplates",
+}
+
+
+@pytest.fixture(scope="module")
+def operator(
+    control_plane: Any,
+    kubeconfig: Path,
+    api_client: client.ApiClient,
+    node_sim: Any,
+    tmp_path_factory: pytest.TempPathFactory,
+) -> Iterator[OperatorProcess]:
+    install_crd(api_client)
+    log = tmp_path_factory.mktemp("operator") / "operator.log"
+    proc = OperatorProcess(kubeconfig, log, resync_seconds=2.0).start()
+    yield proc
+    proc.kill()
+
+
+def pdd_body(name: str, **spec: Any) -> dict[str, Any]:
+    base: dict[str, Any] = {
+        "model": {"name": "meta-llama/Llama-3.1-8B"},
+        "engine": {"image": "vllm/vllm-openai:v0.11.0"},
+        "router": {"image": "ghcr.io/llm-d/router:v1"},
+        "prefill": {"replicas": 2, "gpusPerInstance": 2},
+        "decode": {"replicas": 4, "gpusPerInstance": 2},
+        "topology": {"placement": "none"},
+    }
+    base.update(spec)
+    return {
+        "apiVersion": f"{GROUP}/{VERSION}",
+        "kind": "PDDeployment",
+        "metadata": {"name": name},
+        "spec": base,
+    }
+
+
+def custom(api_client: client.ApiClient) -> client.CustomObjectsApi:
+    return client.CustomObjectsApi(api_client)
+
+
+def get_pdd(api_client: client.ApiClient, ns: str, name: str) -> dict[str, Any]:
+    return custom(api_client).get_namespaced_custom_object(GROUP, VERSION, ns, PLURAL, name)
+
+
+def patch_spec(api_client: client.ApiClient, ns: str, name: str, spec: dict[str, Any]) -> None:
+    custom(api_client).patch_namespaced_custom_object(
+        GROUP, VERSION, ns, PLURAL, name, {"spec": spec}
+    )
+
+
+def condition(body: dict[str, Any], type_: str) -> dict[str, Any]:
+    for cond in body.get("status", {}).get("conditions", []):
+        if cond["type"] == type_:
+            return cond
+    return {}
+
+
+def ready(api_client: client.ApiClient, ns: str, name: str) -> dict[str, Any] | None:
+    body = get_pdd(api_client, ns, name)
+    fresh = body.get("status", {}).get("observedGeneration") == body["metadata"]["generation"]
+    return body if fresh and condition(body, "Ready").get("status") == "True" else None
+
+
+def wait_ready(
+    api_client: client.ApiClient, ns: str, name: str, timeout: float = 120
+) -> dict[str, Any]:
+    return wait_for(lambda: ready(api_client, ns, name), timeout, what=f"{ns}/{name} Ready")
+
+
+def statefulset(api_client: client.ApiClient, ns: str, name: str) -> client.V1StatefulSet:
+    return client.AppsV1Api(api_client).read_namespaced_stateful_set(name, ns)
+
+
+def exists(read: Any, *args: Any) -> bool:
+    try:
+        read(*args)
+        return True
+    except ApiException as err:
+        if err.status == 404:
+            return False
+        raise
+
+
+def test_lifecycle_create_scale_upgrade_router_delete(
+    operator: OperatorProcess, api_client: client.ApiClient, namespace: str
+) -> None:
+    custom(api_client).create_namespaced_custom_object(
+        GROUP, VERSION, namespace, PLURAL, pdd_body("llama")
+    )
+    apps, core = client.AppsV1Api(api_client), client.CoreV1Api(api_client)
+
+    # create -> children with the right fields
+    sts = wait_for(
+        lambda: statefulset(api_client, namespace, "llama-decode"), 30, what="decode sts"
+    )
+    assert sts.spec.replicas == 4
+    assert sts.metadata.owner_references[0].kind == "PDDeployment"
+    engine = sts.spec.template.spec.containers[0]
+    assert engine.image == "vllm/vllm-openai:v0.11.0"
+    assert engine.resources.limits["nvidia.com/gpu"] == "2"
+    svc = core.read_namespaced_service("llama-prefill", namespace)
+    assert svc.spec.cluster_ip == "None"
+    assert apps.read_namespaced_deployment("llama-router", namespace).spec.replicas == 1
+
+    body = wait_ready(api_client, namespace, "llama")
+    assert body["status"]["prefillReplicas"] == "2/2"
+    assert body["status"]["decodeReplicas"] == "4/4"
+    assert condition(body, "Progressing")["status"] == "False"
+
+    # scale a role
+    patch_spec(api_client, namespace, "llama", {"decode": {"replicas": 2}})
+    wait_for(
+        lambda: statefulset(api_client, namespace, "llama-decode").spec.replicas == 2,
+        30,
+        what="scale",
+    )
+    body = wait_ready(api_client, namespace, "llama")
+    assert body["status"]["decodeReplicas"] == "2/2"
+
+    # change the engine image: both roles roll to a new revision
+    old_revision = body["status"]["prefill"]["revision"]
+    patch_spec(api_client, namespace, "llama", {"engine": {"image": "vllm/vllm-openai:v0.12.0"}})
+    wait_for(
+        lambda: (
+            statefulset(api_client, namespace, "llama-prefill")
+            .spec.template.spec.containers[0]
+            .image
+            == "vllm/vllm-openai:v0.12.0"
+        ),
+        30,
+        what="image change",
+    )
+    body = wait_ready(api_client, namespace, "llama")
+    assert body["status"]["prefill"]["revision"] != old_revision
+    assert statefulset(api_client, namespace, "llama-decode").status.updated_replicas == 2
+
+    # disable the router -> its Deployment and Service go away
+    patch_spec(api_client, namespace, "llama", {"router": {"enabled": False}})
+    wait_for(
+        lambda: not exists(apps.read_namespaced_deployment, "llama-router", namespace),
+        30,
+        what="router gone",
+    )
+    wait_for(
+        lambda: not exists(core.read_namespaced_service, "llama-router", namespace),
+        30,
+        what="router svc gone",
+    )
+
+    # delete -> the garbage collector removes every child
+    custom(api_client).delete_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, "llama")
+    wait_for(
+        lambda: not apps.list_namespaced_stateful_set(namespace).items,
+        60,
+        what="statefulsets collected",
+    )
+    wait_for(lambda: not core.list_namespaced_pod(namespace).items, 60, what="pods collected")
+
+
+def test_status_follows_pods_from_pending_to_ready(
+    operator: OperatorProcess, api_client: client.ApiClient, namespace: str
+) -> None:
+    unschedulable = {"replicas": 1, "gpusPerInstance": 1, "nodeSelector": {"no-such-label": "x"}}
+    body = pdd_body(
+        "pending", prefill=unschedulable, decode=dict(unschedulable), router={"enabled": False}
+    )
+    custom(api_client).create_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, body)
+
+    def degraded() -> dict[str, Any] | None:
+        current = get_pdd(api_client, namespace, "pending")
+        return current if condition(current, "Degraded").get("status") == "True" else None
+
+    current = wait_for(degraded, 60, what="Degraded=True for unschedulable pods")
+    assert condition(current, "Ready")["status"] == "False"
+    assert condition(current, "Degraded")["reason"] == "Unschedulable"
+    assert "node" in condition(current, "Degraded")["message"]
+
+    patch_spec(
+        api_client,
+        namespace,
+        "pending",
+        {"prefill": {"nodeSelector": None}, "decode": {"nodeSelector": None}},
+    )
+    current = wait_ready(api_client, namespace, "pending")
+    assert condition(current, "Degraded")["status"] == "False"
+
+
+def test_resync_of_an_unchanged_deployment_writes_nothing(
+    operator: OperatorProcess, control_plane: Any, api_client: client.ApiClient, namespace: str
+) -> None:
+    custom(api_client).create_namespaced_custom_object(
+        GROUP, VERSION, namespace, PLURAL, pdd_body("steady")
+    )
+    wait_ready(api_client, namespace, "steady")
+    time.sleep(3)  # let the last status write and child events settle
+    reconciles_before = operator.metric("pdd_operator_reconciles_total")
+    writes_before = control_plane.mutating_requests(OPERATOR_RESOURCES)
+    time.sleep(8)  # four resync periods of 2 s
+    writes_after = control_plane.mutating_requests(OPERATOR_RESOURCES)
+    reconciles_after = operator.metric("pdd_operator_reconciles_total")
+    assert reconciles_after - reconciles_before >= 3, "the resync did not run"
+    assert writes_after == writes_before, (
+        f"{writes_after - writes_before} writes during a no-op resync"
+    )

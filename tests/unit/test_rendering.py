@@ -1,0 +1,172 @@
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+
+from pdd_operator.api.v1alpha1 import PDDeployment
+from pdd_operator.planning.placement import Placement
+from pdd_operator.rendering import names
+from pdd_operator.rendering.children import render_children
+from pdd_operator.rendering.context import RenderContext
+from pdd_operator.rendering.roles import engine_revision, render_affinity
+
+from helpers.factories import make_pdd
+
+
+def kinds(objs: list[dict[str, Any]]) -> list[tuple[str, str]]:
+    return [(o["kind"], o["metadata"]["name"]) for o in objs]
+
+
+def find(objs: list[dict[str, Any]], kind: str, name: str) -> dict[str, Any]:
+    return next(o for o in objs if o["kind"] == kind and o["metadata"]["name"] == name)
+
+
+def container(sts: dict[str, Any], name: str) -> dict[str, Any]:
+    spec = sts["spec"]["template"]["spec"]
+    return next(c for c in spec["containers"] + spec.get("initContainers", []) if c["name"] == name)
+
+
+def env_of(c: dict[str, Any]) -> dict[str, Any]:
+    return {e["name"]: e.get("value", e.get("valueFrom")) for e in c["env"]}
+
+
+def test_children_of_a_default_vllm_deployment(pdd: PDDeployment) -> None:
+    objs = render_children(pdd, RenderContext())
+    assert ("StatefulSet", "llama-prefill") in kinds(objs)
+    assert ("StatefulSet", "llama-decode") in kinds(objs)
+    assert ("Service", "llama-prefill") in kinds(objs)
+    assert ("Deployment", "llama-router") in kinds(objs)
+    assert ("NetworkPolicy", "llama-kv-transfer") in kinds(objs)
+    for obj in objs:
+        ref = obj["metadata"]["ownerReferences"][0]
+        assert ref["uid"] == "uid-1" and ref["controller"] is True
+        assert obj["metadata"]["annotations"][names.ANNOTATION_APPLIED_HASH]
+        assert obj["metadata"]["labels"]["app.kubernetes.io/managed-by"] == "pdd-operator"
+
+
+def test_vllm_engine_gets_nixl_connector_and_side_channel(pdd: PDDeployment) -> None:
+    sts = find(render_children(pdd, RenderContext()), "StatefulSet", "llama-decode")
+    engine = container(sts, "engine")
+    args = engine["args"]
+    config = json.loads(args[args.index("--kv-transfer-config") + 1])
+    assert config["kv_connector"] == "NixlConnector"
+    assert config["kv_connector_extra_config"]["pdd_role"] == "decode"
+    assert args[args.index("--tensor-parallel-size") + 1] == "2"
+    env = env_of(engine)
+    assert env["VLLM_NIXL_SIDE_CHANNEL_HOST"] == {"fieldRef": {"fieldPath": "status.podIP"}}
+    assert env["VLLM_NIXL_SIDE_CHANNEL_PORT"] == "5600"
+    assert engine["resources"]["limits"]["nvidia.com/gpu"] == "2"
+    assert engine["command"][:2] == ["/bin/sh", "-c"]  # sources the preflight env file
+    assert sts["spec"]["replicas"] == 4
+
+
+def test_sglang_adapter_sets_disaggregation_flags() -> None:
+    pdd = make_pdd({"engine": {"image": "lmsysorg/sglang:v0.5.0", "type": "sglang"}})
+    sts = find(render_children(pdd, RenderContext()), "StatefulSet", "llama-prefill")
+    args = container(sts, "engine")["args"]
+    assert args[args.index("--disaggregation-mode") + 1] == "prefill"
+    assert args[args.index("--disaggregation-transfer-backend") + 1] == "nixl"
+    assert args[args.index("--disaggregation-bootstrap-port") + 1] == "8998"
+
+
+def test_custom_engine_gets_env_only() -> None:
+    pdd = make_pdd({"engine": {"image": "example.com/engine:1", "type": "custom"}})
+    engine = container(find(render_children(pdd, RenderContext()), "StatefulSet", "llama-prefill"), "engine")
+    assert "args" not in engine and "command" not in engine
+    assert env_of(engine)["PDD_ROLE"] == "prefill"
+
+
+def test_shm_is_a_memory_emptydir_of_the_requested_size() -> None:
+    pdd = make_pdd({"kvTransfer": {"sharedMemorySize": "32Gi"}})
+    sts = find(render_children(pdd, RenderContext()), "StatefulSet", "llama-prefill")
+    shm = next(v for v in sts["spec"]["template"]["spec"]["volumes"] if v["name"] == "dshm")
+    assert shm["emptyDir"] == {"medium": "Memory", "sizeLimit": "32Gi"}
+
+
+def test_router_disabled_renders_no_router() -> None:
+    pdd = make_pdd({"router": {"enabled": False}})
+    assert not [o for o in render_children(pdd, RenderContext()) if "router" in o["metadata"]["name"]]
+
+
+def test_rdma_settings_reach_the_pod() -> None:
+    pdd = make_pdd({"kvTransfer": {"rdma": {"resourceName": "rdma/hca", "count": 2, "networks": ["rdma-a"]}}})
+    sts = find(render_children(pdd, RenderContext()), "StatefulSet", "llama-prefill")
+    template = sts["spec"]["template"]
+    engine = container(sts, "engine")
+    assert engine["resources"]["limits"]["rdma/hca"] == "2"
+    assert engine["resources"]["requests"]["rdma/hca"] == "2"
+    assert engine["securityContext"]["capabilities"]["add"] == ["IPC_LOCK"]
+    assert env_of(engine)["UCX_TLS"] == "rc_x,ud_x,sm,self,cuda_copy,cuda_ipc"
+    assert template["metadata"]["annotations"]["k8s.v1.cni.cncf.io/networks"] == "rdma-a"
+    assert container(sts, "preflight")["resources"]["limits"]["nvidia.com/gpu"] == "2"
+
+
+def test_explicit_ucx_transports_and_nic_map() -> None:
+    pdd = make_pdd({"kvTransfer": {"ucx": {"transports": ["rc", "cuda_copy"]},
+                                   "nicSelection": {"mode": "explicit", "map": [{"gpu": 1, "devices": "mlx5_1:1"},
+                                                                                 {"gpu": 0, "devices": "mlx5_0:1"}]}}})
+    engine = container(find(render_children(pdd, RenderContext()), "StatefulSet", "llama-prefill"), "engine")
+    env = env_of(engine)
+    assert env["UCX_TLS"] == "rc,cuda_copy"
+    assert env["PDD_NIC_MAP"] == "0=mlx5_0:1;1=mlx5_1:1"
+
+
+def test_pod_template_patch_merges_containers_by_name() -> None:
+    patch = {"spec": {"containers": [{"name": "engine", "imagePullPolicy": "Always"}],
+                      "priorityClassName": "inference"}}
+    pdd = make_pdd({"prefill": {"replicas": 1, "podTemplate": patch}})
+    sts = find(render_children(pdd, RenderContext()), "StatefulSet", "llama-prefill")
+    engine = container(sts, "engine")
+    assert engine["imagePullPolicy"] == "Always"
+    assert engine["image"] == "vllm/vllm-openai:v0.11.0"  # untouched fields stay
+    assert sts["spec"]["template"]["spec"]["priorityClassName"] == "inference"
+
+
+def test_user_env_overrides_rendered_env() -> None:
+    pdd = make_pdd({"engine": {"image": "vllm/vllm-openai:v0.11.0", "env": [{"name": "UCX_TLS", "value": "tcp"}]}})
+    engine = container(find(render_children(pdd, RenderContext()), "StatefulSet", "llama-prefill"), "engine")
+    assert env_of(engine)["UCX_TLS"] == "tcp"
+
+
+@pytest.mark.parametrize("mode,key", [("required", "requiredDuringSchedulingIgnoredDuringExecution"),
+                                      ("preferred", "preferredDuringSchedulingIgnoredDuringExecution")])
+def test_placement_becomes_node_affinity(mode: str, key: str) -> None:
+    placement = Placement(mode=mode, level="nvidia.com/gpu.clique", domain="clique-a",
+                          node_requirements=(("pdd.dev/gpudirect", ("dmabuf",)),))
+    affinity = render_affinity(placement)["nodeAffinity"]
+    assert key in affinity
+    text = json.dumps(affinity)
+    assert "clique-a" in text and "dmabuf" in text
+
+
+def test_no_placement_no_affinity() -> None:
+    assert render_affinity(Placement()) == {}
+
+
+def test_revision_changes_with_the_engine_image_not_with_replicas() -> None:
+    base = make_pdd()
+    scaled = make_pdd({"decode": {"replicas": 8}})
+    upgraded = make_pdd({"engine": {"image": "vllm/vllm-openai:v0.12.0"}})
+    assert engine_revision(base.spec) == engine_revision(scaled.spec)
+    assert engine_revision(base.spec) != engine_revision(upgraded.spec)
+
+
+def test_rendering_is_deterministic(pdd: PDDeployment) -> None:
+    assert render_children(pdd, RenderContext()) == render_children(pdd, RenderContext())
+
+
+def test_dra_mode_renders_claim_templates_with_pcie_root_constraints() -> None:
+    pdd = make_pdd({"topology": {"dra": {"enabled": True}}})
+    objs = render_children(pdd, RenderContext())
+    claim = find(objs, "ResourceClaimTemplate", "llama-prefill-gpu-nic")
+    devices = claim["spec"]["spec"]["devices"]
+    assert [r["name"] for r in devices["requests"]] == ["gpu-0", "nic-0", "gpu-1", "nic-1"]
+    assert devices["constraints"] == [
+        {"requests": ["gpu-0", "nic-0"], "matchAttribute": "resource.kubernetes.io/pcieRoot"},
+        {"requests": ["gpu-1", "nic-1"], "matchAttribute": "resource.kubernetes.io/pcieRoot"},
+    ]
+    sts = find(objs, "StatefulSet", "llama-prefill")
+    assert "nvidia.com/gpu" not in container(sts, "engine")["resources"]["limits"]
+    assert sts["spec"]["template"]["spec"]["resourceClaims"][0]["resourceClaimTemplateName"] == "llama-prefill-gpu-nic"
