@@ -24,7 +24,6 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests"))
 
 from helpers.operator_proc import OperatorProcess, install_crd  # noqa: E402
-
 from pdd_localcluster.controlplane import LocalControlPlane  # noqa: E402
 from pdd_localcluster.nodes import SimNode, gpu_fleet, gpu_node_capacity  # noqa: E402
 from pdd_localcluster.nodesim import NodeSimulator  # noqa: E402
@@ -52,21 +51,27 @@ def main() -> int:
     state = Path(args.state_dir)
     started = time.time()
     with LocalControlPlane(state) as cp:
-        print(f"control plane up: kube-apiserver {cp.version} at {cp.server} "
-              f"({cp.start_seconds:.1f}s); kubeconfig {cp.kubeconfig}", flush=True)
+        print(
+            f"control plane up: kube-apiserver {cp.version} at {cp.server} "
+            f"({cp.start_seconds:.1f}s); kubeconfig {cp.kubeconfig}",
+            flush=True,
+        )
         with NodeSimulator(cp.kubeconfig, demo_nodes()) as sim:
             print(f"simulated nodes: {', '.join(sim.node_names)}", flush=True)
             api = client.ApiClient(_config(cp))
             install_crd(api)
-            operator = OperatorProcess(cp.kubeconfig, state / "operator.log", resync_seconds=30).start()
+            operator = OperatorProcess(
+                cp.kubeconfig, state / "operator.log", resync_seconds=30
+            ).start()
             try:
                 return run_example(api, operator, args.once, args.timeout, started)
             finally:
                 operator.kill()
 
 
-def run_example(api: client.ApiClient, operator: OperatorProcess, once: bool, timeout: float,
-                started: float) -> int:
+def run_example(
+    api: client.ApiClient, operator: OperatorProcess, once: bool, timeout: float, started: float
+) -> int:
     body = yaml.safe_load(EXAMPLE.read_text())
     ns, name = body["metadata"]["namespace"], body["metadata"]["name"]
     objects = client.CustomObjectsApi(api)
@@ -97,8 +102,10 @@ def run_example(api: client.ApiClient, operator: OperatorProcess, once: bool, ti
 def is_ready(pdd: dict[str, Any]) -> bool:
     status = pdd.get("status", {})
     conditions = {c["type"]: c for c in status.get("conditions", [])}
-    return (status.get("observedGeneration") == pdd["metadata"]["generation"]
-            and conditions.get("Ready", {}).get("status") == "True")
+    return (
+        status.get("observedGeneration") == pdd["metadata"]["generation"]
+        and conditions.get("Ready", {}).get("status") == "True"
+    )
 
 
 def summary(pdd: dict[str, Any]) -> str:
@@ -106,9 +113,11 @@ def summary(pdd: dict[str, Any]) -> str:
     conditions = {c["type"]: c for c in status.get("conditions", [])}
     ready = conditions.get("Ready", {})
     placed = conditions.get("Placed", {})
-    return (f"NAME {pdd['metadata']['name']}  PREFILL {status.get('prefillReplicas', '-')}  "
-            f"DECODE {status.get('decodeReplicas', '-')}  READY {ready.get('status', '-')} "
-            f"({ready.get('reason', '')})  PLACED {placed.get('message', '-')}")
+    return (
+        f"NAME {pdd['metadata']['name']}  PREFILL {status.get('prefillReplicas', '-')}  "
+        f"DECODE {status.get('decodeReplicas', '-')}  READY {ready.get('status', '-')} "
+        f"({ready.get('reason', '')})  PLACED {placed.get('message', '-')}"
+    )
 
 
 def print_ready(api: client.ApiClient, pdd: dict[str, Any], ns: str) -> None:
@@ -118,8 +127,8 @@ def print_ready(api: client.ApiClient, pdd: dict[str, Any], ns: str) -> None:
     print("\npods:")
     pods = client.CoreV1Api(api).list_namespaced_pod(ns, label_selector="pdd.dev/deployment")
     for pod in sorted(pods.items, key=lambda p: p.metadata.name):
-        clique = pod.spec.node_name
-        print(f"  {pod.metadata.name:<24} {pod.status.phase:<8} node={clique:<10} ip={pod.status.pod_ip}")
+        node, ip = pod.spec.node_name, pod.status.pod_ip
+        print(f"  {pod.metadata.name:<34} {pod.status.phase:<8} node={node:<10} ip={ip}")
 
 
 def _config(cp: LocalControlPlane) -> client.Configuration:

@@ -119,9 +119,13 @@ def gpu_fleet(
     return nodes
 
 
+SIMULATED_RANGE = ipaddress.ip_network("198.18.0.0/15")
+
+
 class IpPool:
-    """Hands out loopback addresses upward from `first`, skipping .0 and .255 (they read as
-    network/broadcast addresses to people and some tools). Thread-safe; never reuses one."""
+    """Hands out simulated addresses upward from `first` inside 198.18.0.0/15, skipping .0 and
+    .255 (they read as network/broadcast addresses to people and some tools). Thread-safe;
+    never reuses one."""
 
     def __init__(self, first: str) -> None:
         self._next = int(ipaddress.IPv4Address(first))
@@ -132,8 +136,8 @@ class IpPool:
             while self._next & 0xFF in (0, 255):
                 self._next += 1
             addr = ipaddress.IPv4Address(self._next)
-            if not addr.is_loopback:
-                raise RuntimeError("loopback address pool exhausted")
+            if addr not in SIMULATED_RANGE:
+                raise RuntimeError("simulated address pool exhausted")
             self._next += 1
             return str(addr)
 

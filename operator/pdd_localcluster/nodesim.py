@@ -1,7 +1,8 @@
 """The node simulator: what the kubelets would do, for nodes that do not exist.
 
 It registers Nodes (capacity, GFD/NFD labels, Ready), watches the pods bound to them and
-writes the status a kubelet would report (Running and Ready, with a loopback pod IP), and
+writes the status a kubelet would report (Running and Ready, with a pod IP from
+198.18.0.0/15), and
 force-deletes pods that are being deleted, since no kubelet will confirm their end.
 
 One thread watches (list, then watch from its resourceVersion, re-list on 410 Gone); a pool
@@ -42,8 +43,10 @@ Json = dict[str, Any]
 # (exit_code, termination message). Gets the pod as the apiserver's JSON and its node.
 InitOutcome = Callable[[Json, SimNode], tuple[int, str] | None]
 
-POD_IP_START = "127.1.0.1"
-NODE_IP_START = "127.0.1.1"
+# Simulated addresses come from 198.18.0.0/15 (RFC 2544, reserved for benchmark networks):
+# EndpointSlices refuse loopback and link-local addresses, and nothing is ever sent to these.
+POD_IP_START = "198.18.0.1"
+NODE_IP_START = "198.19.0.1"
 WATCH_TIMEOUT_S = 60  # the apiserver ends the watch after this; it is reopened from its RV
 BOUND_PODS = {"fieldSelector": "spec.nodeName!="}
 
@@ -70,6 +73,7 @@ class _PodState:
     pending: Json | None = None
     busy: bool = False
     deleting: bool = False
+    gone: bool = False  # a DELETED event came while a write was in flight
 
 
 class NodeSimulator:
@@ -253,7 +257,7 @@ class NodeSimulator:
             except Exception as e:
                 if self._stop.is_set():
                     return
-                self.stats.errors += 1
+                self._count("errors")
                 # Losing the connection is expected (fault tests restart the apiserver; the
                 # list is redone once it is back); anything else deserves its traceback.
                 expected = isinstance(e, (OSError, urllib3.exceptions.HTTPError, ApiException))
@@ -268,7 +272,7 @@ class NodeSimulator:
 
     def _relist(self) -> str:
         pods, rv = self._kube.list_all("/api/v1/pods", BOUND_PODS)
-        self.stats.relists += 1
+        self._count("relists")
         live = {p["metadata"]["uid"] for p in pods}
         with self._lock:
             for uid in [u for u in self._pods if u not in live and not self._pods[u].busy]:
@@ -289,6 +293,9 @@ class NodeSimulator:
                     raise _Gone() from e
                 raise
             self._watch_resp = resp
+            if self._stop.is_set():  # stop() ran before the response was published
+                resp.release_conn()
+                return
             try:
                 rv = self._consume(resp, rv)
             finally:
@@ -372,11 +379,16 @@ class NodeSimulator:
         try:
             job()
         except Exception:
-            self.stats.errors += 1
+            self._count("errors")
             log.exception("node simulator: write for pod %s failed", uid)
         with self._lock:
             st = self._pods.get(uid)
             if st is None:
+                return
+            if st.gone or st.deleting:
+                # Done with this pod. Should a failed delete leave it behind, its next event
+                # starts over (keeping the pod IP from its status).
+                del self._pods[uid]
                 return
             st.busy = False
             pending, st.pending = st.pending, None
@@ -392,7 +404,7 @@ class NodeSimulator:
         path = f"/api/v1/namespaces/{meta['namespace']}/pods/{meta['name']}/status"
         with contextlib.suppress(_NotFound, _Conflict):
             self._call("PATCH", path, body=body, content_type=MERGE_PATCH, retries=4)
-            self.stats.status_writes += 1
+            self._count("status_writes")
 
     def _force_delete(self, pod: Json) -> None:
         meta = pod["metadata"]
@@ -405,12 +417,16 @@ class NodeSimulator:
         path = f"/api/v1/namespaces/{meta['namespace']}/pods/{meta['name']}"
         with contextlib.suppress(_NotFound, _Conflict):
             self._call("DELETE", path, body=body, retries=4)
-            self.stats.force_deletes += 1
+            self._count("force_deletes")
 
     def _forget(self, uid: str) -> None:
         with self._lock:
             st = self._pods.get(uid)
-            if st is not None and not st.busy:
+            if st is None:
+                return
+            if st.busy:
+                st.gone = True  # _run_job drops it when the write returns
+            else:
                 del self._pods[uid]
 
     def _pods_on(self, node_name: str) -> list[Json]:
@@ -418,6 +434,10 @@ class NodeSimulator:
             "/api/v1/pods", {"fieldSelector": f"spec.nodeName={node_name}"}
         )
         return pods
+
+    def _count(self, counter: str) -> None:
+        with self._lock:
+            setattr(self.stats, counter, getattr(self.stats, counter) + 1)
 
     # ----------------------------------------------------------------- HTTP
 

@@ -20,11 +20,20 @@ def main(argv: list[str] | None = None) -> int:
     run.add_argument("--kubeconfig", default=os.environ.get("KUBECONFIG"))
     run.add_argument("--namespace", action="append", default=[], help="watch only these")
     run.add_argument("--sidecar-image", default=os.environ.get("PDD_SIDECAR_IMAGE"))
-    run.add_argument("--metrics-port", type=int, default=int(os.environ.get("PDD_METRICS_PORT", "8081")))
-    run.add_argument("--liveness", default=os.environ.get("PDD_LIVENESS", "http://0.0.0.0:8080/healthz"))
-    run.add_argument("--resync-seconds", type=float, default=float(os.environ.get("PDD_RESYNC_SECONDS", "300")))
-    run.add_argument("--peering", default=os.environ.get("PDD_PEERING", ""),
-                     help="kopf peering name (one active replica); empty: standalone")
+    run.add_argument(
+        "--metrics-port", type=int, default=int(os.environ.get("PDD_METRICS_PORT", "8081"))
+    )
+    run.add_argument(
+        "--liveness", default=os.environ.get("PDD_LIVENESS", "http://0.0.0.0:8080/healthz")
+    )
+    run.add_argument(
+        "--resync-seconds", type=float, default=float(os.environ.get("PDD_RESYNC_SECONDS", "300"))
+    )
+    run.add_argument(
+        "--peering",
+        default=os.environ.get("PDD_PEERING", ""),
+        help="kopf peering name (one active replica); empty: standalone",
+    )
     run.add_argument("--verbose", action="store_true")
     gen = sub.add_parser("generate", help="write the generated files (CRDs, chart CRDs, docs)")
     gen.add_argument("--root", default=".")

@@ -15,16 +15,21 @@ class OperatorMetrics:
             "pdd_operator_reconciles_total", "Reconcile passes run.", registry=self.registry
         )
         self.reconcile_errors = Counter(
-            "pdd_operator_reconcile_errors_total", "Reconcile passes that raised.",
+            "pdd_operator_reconcile_errors_total",
+            "Reconcile passes that raised.",
             registry=self.registry,
         )
         self.reconcile_seconds = Histogram(
-            "pdd_operator_reconcile_duration_seconds", "Time of one reconcile pass.",
-            buckets=(0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1, 5), registry=self.registry,
+            "pdd_operator_reconcile_duration_seconds",
+            "Time of one reconcile pass.",
+            buckets=(0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1, 5),
+            registry=self.registry,
         )
         self.writes = Counter(
-            "pdd_operator_api_writes_total", "Mutating API requests sent, by verb and kind.",
-            ["verb", "kind"], registry=self.registry,
+            "pdd_operator_api_writes_total",
+            "Mutating API requests sent, by verb and kind.",
+            ["verb", "kind"],
+            registry=self.registry,
         )
 
     def reconcile_timer(self) -> Callable[[], None]:

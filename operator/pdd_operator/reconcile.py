@@ -18,11 +18,11 @@ from typing import Any, Protocol
 
 from pydantic import ValidationError
 
+from pdd_operator.api import names
 from pdd_operator.api.v1alpha1 import Condition, PDDeployment, PDDeploymentStatus
 from pdd_operator.kube.client import KubeApi, api_error_message
 from pdd_operator.kube.resources import kind_of
 from pdd_operator.planning.placement import NodeFacts, PlacementResult, plan_placement
-from pdd_operator.rendering import names
 from pdd_operator.rendering.children import child_key, owner_reference, render_children
 from pdd_operator.rendering.context import OperatorSettings, RenderContext
 from pdd_operator.rendering.roles import engine_revision
@@ -117,8 +117,10 @@ class Reconciler:
         await self._write_status(pdd, body, status)
 
     def _plan(self, pdd: PDDeployment) -> PlacementResult:
-        facts = () if pdd.spec.topology.placement == "none" else self.view.node_facts(
-            names.instance_id(pdd.name)
+        facts = (
+            ()
+            if pdd.spec.topology.placement == "none"
+            else self.view.node_facts(names.instance_id(pdd.name))
         )
         return plan_placement(pdd.spec, facts, pdd.status.placement)
 
@@ -140,7 +142,9 @@ class Reconciler:
             for key in observed:
                 if key not in wanted:
                     api_version, kind, name = key
-                    await asyncio.to_thread(self.kube.delete, kind_of(api_version, kind), pdd.namespace, name)
+                    await asyncio.to_thread(
+                        self.kube.delete, kind_of(api_version, kind), pdd.namespace, name
+                    )
                     self._count_write("delete", kind)
         except Exception as err:  # surfaced as a condition + event, not a trace
             log.warning("applying children of %s/%s failed: %s", pdd.namespace, pdd.name, err)
@@ -228,8 +232,10 @@ def _event_for(cond: Condition) -> tuple[str, str, str] | None:
     if cond.type == "Ready":
         if cond.status == "True":
             return ("Normal", "Ready", cond.message)
-        return None if cond.reason in ("ReplicasNotReady",) and not cond.message else (
-            "Normal", "NotReady", cond.message
+        return (
+            None
+            if cond.reason in ("ReplicasNotReady",) and not cond.message
+            else ("Normal", "NotReady", cond.message)
         )
     if cond.type in ("Degraded", "Stalled") and cond.status == "True":
         return ("Warning", cond.reason, cond.message)

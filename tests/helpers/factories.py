@@ -26,4 +26,3 @@ def make_pdd(spec_patch: dict[str, Any] | None = None, **meta: Any) -> PDDeploym
         else:
             body["spec"][key] = value
     return PDDeployment.from_body(body)
-

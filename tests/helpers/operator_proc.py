@@ -46,8 +46,13 @@ def install_crd(api: client.ApiClient) -> None:
 
 
 class OperatorProcess:
-    def __init__(self, kubeconfig: Path, log_path: Path, resync_seconds: float = 300.0,
-                 extra_env: dict[str, str] | None = None) -> None:
+    def __init__(
+        self,
+        kubeconfig: Path,
+        log_path: Path,
+        resync_seconds: float = 300.0,
+        extra_env: dict[str, str] | None = None,
+    ) -> None:
         self.kubeconfig = kubeconfig
         self.log_path = log_path
         self.resync_seconds = resync_seconds
@@ -59,15 +64,23 @@ class OperatorProcess:
     def start(self) -> OperatorProcess:
         env = {**os.environ, "PYTHONPATH": str(ROOT / "operator"), **self.extra_env}
         cmd = [
-            sys.executable, "-m", "pdd_operator.cli", "run",
-            "--kubeconfig", str(self.kubeconfig),
-            "--metrics-port", str(self.metrics_port),
-            "--liveness", f"http://127.0.0.1:{self.liveness_port}/healthz",
-            "--resync-seconds", str(self.resync_seconds),
+            sys.executable,
+            "-m",
+            "pdd_operator.cli",
+            "run",
+            "--kubeconfig",
+            str(self.kubeconfig),
+            "--metrics-port",
+            str(self.metrics_port),
+            "--liveness",
+            f"http://127.0.0.1:{self.liveness_port}/healthz",
+            "--resync-seconds",
+            str(self.resync_seconds),
         ]
         self.log = self.log_path.open("ab")
-        self.proc = subprocess.Popen(cmd, env=env, stdout=self.log, stderr=subprocess.STDOUT,
-                                     start_new_session=True)
+        self.proc = subprocess.Popen(
+            cmd, env=env, stdout=self.log, stderr=subprocess.STDOUT, start_new_session=True
+        )
         self._wait_alive()
         return self
 
@@ -79,7 +92,9 @@ class OperatorProcess:
             if self.proc is not None and self.proc.poll() is not None:
                 raise RuntimeError(f"operator exited: {self.tail()}")
             try:
-                with urllib.request.urlopen(f"http://127.0.0.1:{self.liveness_port}/healthz", timeout=1):
+                with urllib.request.urlopen(
+                    f"http://127.0.0.1:{self.liveness_port}/healthz", timeout=1
+                ):
                     return
             except OSError:
                 time.sleep(0.3)
@@ -103,7 +118,9 @@ class OperatorProcess:
     def metric(self, name: str) -> float:
         import urllib.request
 
-        with urllib.request.urlopen(f"http://127.0.0.1:{self.metrics_port}/metrics", timeout=5) as r:
+        with urllib.request.urlopen(
+            f"http://127.0.0.1:{self.metrics_port}/metrics", timeout=5
+        ) as r:
             text = r.read().decode()
         total = 0.0
         for line in text.splitlines():

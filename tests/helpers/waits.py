@@ -9,7 +9,9 @@ from typing import TypeVar
 T = TypeVar("T")
 
 
-def wait_for(check: Callable[[], T], timeout: float = 60, interval: float = 0.3, what: str = "") -> T:
+def wait_for(
+    check: Callable[[], T], timeout: float = 60, interval: float = 0.3, what: str = ""
+) -> T:
     deadline = time.time() + timeout
     last: object = None
     while time.time() < deadline:

@@ -8,10 +8,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from helpers.operator_proc import OperatorProcess, install_crd
-from helpers.waits import wait_for
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
+
+from helpers.operator_proc import OperatorProcess, install_crd
+from helpers.waits import wait_for
 
 GROUP, VERSION, PLURAL = "pdd.dev", "v1alpha1", "pddeployments"
 # Resources whose writes count against the no-op resync (the operator writes only these).
@@ -224,11 +225,29 @@ def test_resync_of_an_unchanged_deployment_writes_nothing(
     wait_ready(api_client, namespace, "steady")
     time.sleep(3)  # let the last status write and child events settle
     reconciles_before = operator.metric("pdd_operator_reconciles_total")
-    writes_before = control_plane.mutating_requests(OPERATOR_RESOURCES)
+    before = {r: control_plane.mutating_requests({r}) for r in OPERATOR_RESOURCES}
     time.sleep(8)  # four resync periods of 2 s
-    writes_after = control_plane.mutating_requests(OPERATOR_RESOURCES)
+    after = {r: control_plane.mutating_requests({r}) for r in OPERATOR_RESOURCES}
+    writes_before, writes_after = sum(before.values()), sum(after.values())
+    changed = {r: after[r] - before[r] for r in OPERATOR_RESOURCES if after[r] != before[r]}
     reconciles_after = operator.metric("pdd_operator_reconciles_total")
     assert reconciles_after - reconciles_before >= 3, "the resync did not run"
+    if writes_after != writes_before:
+        events = client.CoreV1Api(api_client).list_event_for_all_namespaces().items
+        events.sort(
+            key=lambda e: str(e.last_timestamp or e.event_time or e.metadata.creation_timestamp)
+        )
+        for e in events[-6:]:
+            print(
+                "EVENT",
+                e.metadata.namespace,
+                e.source.component if e.source else None,
+                e.reporting_component,
+                e.reason,
+                e.message,
+                e.involved_object.kind,
+                e.count,
+            )
     assert writes_after == writes_before, (
-        f"{writes_after - writes_before} writes during a no-op resync"
+        f"{writes_after - writes_before} writes during a no-op resync: {changed}"
     )

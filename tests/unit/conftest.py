@@ -1,8 +1,8 @@
 from __future__ import annotations
 
 import pytest
-from helpers.factories import make_pdd
 
+from helpers.factories import make_pdd
 from pdd_operator.api.v1alpha1 import PDDeployment
 
 

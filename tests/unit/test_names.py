@@ -4,7 +4,7 @@ import re
 
 import pytest
 
-from pdd_operator.rendering import names
+from pdd_operator.api import names
 
 DNS1035 = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
 

@@ -5,14 +5,13 @@ from typing import Any
 
 import pytest
 
+from helpers.factories import make_pdd
+from pdd_operator.api import names
 from pdd_operator.api.v1alpha1 import PDDeployment
 from pdd_operator.planning.placement import Placement
-from pdd_operator.rendering import names
 from pdd_operator.rendering.children import render_children
 from pdd_operator.rendering.context import RenderContext
 from pdd_operator.rendering.roles import engine_revision, render_affinity
-
-from helpers.factories import make_pdd
 
 
 def kinds(objs: list[dict[str, Any]]) -> list[tuple[str, str]]:
@@ -73,7 +72,9 @@ def test_sglang_adapter_sets_disaggregation_flags() -> None:
 
 def test_custom_engine_gets_env_only() -> None:
     pdd = make_pdd({"engine": {"image": "example.com/engine:1", "type": "custom"}})
-    engine = container(find(render_children(pdd, RenderContext()), "StatefulSet", "llama-prefill"), "engine")
+    engine = container(
+        find(render_children(pdd, RenderContext()), "StatefulSet", "llama-prefill"), "engine"
+    )
     assert "args" not in engine and "command" not in engine
     assert env_of(engine)["PDD_ROLE"] == "prefill"
 
@@ -87,11 +88,15 @@ def test_shm_is_a_memory_emptydir_of_the_requested_size() -> None:
 
 def test_router_disabled_renders_no_router() -> None:
     pdd = make_pdd({"router": {"enabled": False}})
-    assert not [o for o in render_children(pdd, RenderContext()) if "router" in o["metadata"]["name"]]
+    assert not [
+        o for o in render_children(pdd, RenderContext()) if "router" in o["metadata"]["name"]
+    ]
 
 
 def test_rdma_settings_reach_the_pod() -> None:
-    pdd = make_pdd({"kvTransfer": {"rdma": {"resourceName": "rdma/hca", "count": 2, "networks": ["rdma-a"]}}})
+    pdd = make_pdd(
+        {"kvTransfer": {"rdma": {"resourceName": "rdma/hca", "count": 2, "networks": ["rdma-a"]}}}
+    )
     sts = find(render_children(pdd, RenderContext()), "StatefulSet", "llama-prefill")
     template = sts["spec"]["template"]
     engine = container(sts, "engine")
@@ -104,18 +109,32 @@ def test_rdma_settings_reach_the_pod() -> None:
 
 
 def test_explicit_ucx_transports_and_nic_map() -> None:
-    pdd = make_pdd({"kvTransfer": {"ucx": {"transports": ["rc", "cuda_copy"]},
-                                   "nicSelection": {"mode": "explicit", "map": [{"gpu": 1, "devices": "mlx5_1:1"},
-                                                                                 {"gpu": 0, "devices": "mlx5_0:1"}]}}})
-    engine = container(find(render_children(pdd, RenderContext()), "StatefulSet", "llama-prefill"), "engine")
+    pdd = make_pdd(
+        {
+            "kvTransfer": {
+                "ucx": {"transports": ["rc", "cuda_copy"]},
+                "nicSelection": {
+                    "mode": "explicit",
+                    "map": [{"gpu": 1, "devices": "mlx5_1:1"}, {"gpu": 0, "devices": "mlx5_0:1"}],
+                },
+            }
+        }
+    )
+    engine = container(
+        find(render_children(pdd, RenderContext()), "StatefulSet", "llama-prefill"), "engine"
+    )
     env = env_of(engine)
     assert env["UCX_TLS"] == "rc,cuda_copy"
     assert env["PDD_NIC_MAP"] == "0=mlx5_0:1;1=mlx5_1:1"
 
 
 def test_pod_template_patch_merges_containers_by_name() -> None:
-    patch = {"spec": {"containers": [{"name": "engine", "imagePullPolicy": "Always"}],
-                      "priorityClassName": "inference"}}
+    patch = {
+        "spec": {
+            "containers": [{"name": "engine", "imagePullPolicy": "Always"}],
+            "priorityClassName": "inference",
+        }
+    }
     pdd = make_pdd({"prefill": {"replicas": 1, "podTemplate": patch}})
     sts = find(render_children(pdd, RenderContext()), "StatefulSet", "llama-prefill")
     engine = container(sts, "engine")
@@ -125,16 +144,34 @@ def test_pod_template_patch_merges_containers_by_name() -> None:
 
 
 def test_user_env_overrides_rendered_env() -> None:
-    pdd = make_pdd({"engine": {"image": "vllm/vllm-openai:v0.11.0", "env": [{"name": "UCX_TLS", "value": "tcp"}]}})
-    engine = container(find(render_children(pdd, RenderContext()), "StatefulSet", "llama-prefill"), "engine")
+    pdd = make_pdd(
+        {
+            "engine": {
+                "image": "vllm/vllm-openai:v0.11.0",
+                "env": [{"name": "UCX_TLS", "value": "tcp"}],
+            }
+        }
+    )
+    engine = container(
+        find(render_children(pdd, RenderContext()), "StatefulSet", "llama-prefill"), "engine"
+    )
     assert env_of(engine)["UCX_TLS"] == "tcp"
 
 
-@pytest.mark.parametrize("mode,key", [("required", "requiredDuringSchedulingIgnoredDuringExecution"),
-                                      ("preferred", "preferredDuringSchedulingIgnoredDuringExecution")])
+@pytest.mark.parametrize(
+    "mode,key",
+    [
+        ("required", "requiredDuringSchedulingIgnoredDuringExecution"),
+        ("preferred", "preferredDuringSchedulingIgnoredDuringExecution"),
+    ],
+)
 def test_placement_becomes_node_affinity(mode: str, key: str) -> None:
-    placement = Placement(mode=mode, level="nvidia.com/gpu.clique", domain="clique-a",
-                          node_requirements=(("pdd.dev/gpudirect", ("dmabuf",)),))
+    placement = Placement(
+        mode=mode,
+        level="nvidia.com/gpu.clique",
+        domain="clique-a",
+        node_requirements=(("pdd.dev/gpudirect", ("dmabuf",)),),
+    )
     affinity = render_affinity(placement)["nodeAffinity"]
     assert key in affinity
     text = json.dumps(affinity)
@@ -169,4 +206,7 @@ def test_dra_mode_renders_claim_templates_with_pcie_root_constraints() -> None:
     ]
     sts = find(objs, "StatefulSet", "llama-prefill")
     assert "nvidia.com/gpu" not in container(sts, "engine")["resources"]["limits"]
-    assert sts["spec"]["template"]["spec"]["resourceClaims"][0]["resourceClaimTemplateName"] == "llama-prefill-gpu-nic"
+    assert (
+        sts["spec"]["template"]["spec"]["resourceClaims"][0]["resourceClaimTemplateName"]
+        == "llama-prefill-gpu-nic"
+    )

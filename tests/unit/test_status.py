@@ -1,7 +1,6 @@
 from __future__ import annotations
 
 from helpers.factories import make_pdd
-
 from pdd_operator.api.v1alpha1 import PDDeployment, PDDeploymentStatus
 from pdd_operator.planning.placement import Placement, PlacementResult
 from pdd_operator.status.compute import Observed, PodProblem, WorkloadState, compute_status
@@ -14,9 +13,13 @@ def settled(n: int) -> WorkloadState:
     return WorkloadState(True, n, n, n, "r1", "r1", 2, 2)
 
 
-def observed(prefill: WorkloadState, decode: WorkloadState, router: WorkloadState | None = None, **kw: object) -> Observed:
+def observed(
+    prefill: WorkloadState, decode: WorkloadState, router: WorkloadState | None = None, **kw: object
+) -> Observed:
     workloads = {"prefill": prefill, "decode": decode, "router": router or settled(1)}
-    return Observed(workloads=workloads, wanted={"prefill": 2, "decode": 4, "router": 1}, revision="abc", **kw)  # type: ignore[arg-type]
+    return Observed(
+        workloads=workloads, wanted={"prefill": 2, "decode": 4, "router": 1}, revision="abc", **kw
+    )  # type: ignore[arg-type]
 
 
 def cond(status: PDDeploymentStatus, type_: str) -> tuple[str, str]:
@@ -42,7 +45,10 @@ def test_all_ready_is_ready_and_complete(pdd: PDDeployment) -> None:
     assert cond(status, "Ready") == ("True", "AllReplicasReady")
     assert cond(status, "Progressing") == ("False", "Complete")
     assert cond(status, "Stalled")[0] == "False"
-    assert find(status.conditions, "Ready").message == "prefill 2/2 ready, decode 4/4 ready, router 1/1 ready"  # type: ignore[union-attr]
+    assert (
+        find(status.conditions, "Ready").message
+        == "prefill 2/2 ready, decode 4/4 ready, router 1/1 ready"
+    )  # type: ignore[union-attr]
 
 
 def test_rolling_update_is_not_ready_until_every_pod_is_updated(pdd: PDDeployment) -> None:
@@ -53,8 +59,14 @@ def test_rolling_update_is_not_ready_until_every_pod_is_updated(pdd: PDDeploymen
 
 
 def test_preflight_failure_degrades_and_stalls_with_the_fix(pdd: PDDeployment) -> None:
-    problem = PodProblem("llama-decode-0", "decode", "PreflightFailed", "memlock is 8 MiB; set unlimited", True)
-    status = compute_status(pdd, observed(settled(2), WorkloadState(True, 4, 3, 4, "", "", 1, 1), pod_problems=[problem]), T0)
+    problem = PodProblem(
+        "llama-decode-0", "decode", "PreflightFailed", "memlock is 8 MiB; set unlimited", True
+    )
+    status = compute_status(
+        pdd,
+        observed(settled(2), WorkloadState(True, 4, 3, 4, "", "", 1, 1), pod_problems=[problem]),
+        T0,
+    )
     assert cond(status, "Degraded") == ("True", "PreflightFailed")
     assert cond(status, "Stalled") == ("True", "PreflightFailed")
     assert "memlock" in find(status.conditions, "Degraded").message  # type: ignore[union-attr]
@@ -65,21 +77,31 @@ def test_transition_time_moves_only_when_status_flips() -> None:
     first = compute_status(pdd, observed(settled(2), settled(4)), T0)
     again = compute_status(_with_status(pdd, first), observed(settled(2), settled(4)), T1)
     assert again == first  # nothing changed: identical status, so no write
-    broken = compute_status(_with_status(pdd, first), observed(settled(2), WorkloadState(True, 4, 2, 4, "", "", 1, 1)), T1)
+    broken = compute_status(
+        _with_status(pdd, first),
+        observed(settled(2), WorkloadState(True, 4, 2, 4, "", "", 1, 1)),
+        T1,
+    )
     assert find(broken.conditions, "Ready").lastTransitionTime == T1  # type: ignore[union-attr]
     assert find(broken.conditions, "Degraded").lastTransitionTime == T0  # type: ignore[union-attr]
 
 
 def test_placement_failure_is_a_condition(pdd: PDDeployment) -> None:
-    result = PlacementResult(False, Placement(mode="required"), "InsufficientCapacity",
-                             "no nvidia.com/gpu.clique has 12 free GPUs on dma-buf-capable nodes; largest has 8")
+    result = PlacementResult(
+        False,
+        Placement(mode="required"),
+        "InsufficientCapacity",
+        "no nvidia.com/gpu.clique has 12 free GPUs on dma-buf-capable nodes; largest has 8",
+    )
     status = compute_status(pdd, observed(settled(2), settled(4), placement=result), T0)
     assert cond(status, "Placed") == ("False", "InsufficientCapacity")
     assert "largest has 8" in status.placement.message
 
 
 def test_apply_error_is_reported(pdd: PDDeployment) -> None:
-    status = compute_status(pdd, observed(settled(2), settled(4), apply_error="could not apply children: forbidden"), T0)
+    status = compute_status(
+        pdd, observed(settled(2), settled(4), apply_error="could not apply children: forbidden"), T0
+    )
     assert cond(status, "Ready") == ("False", "ApplyFailed")
     assert cond(status, "Stalled") == ("True", "ApplyFailed")
 

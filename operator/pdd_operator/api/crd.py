@@ -29,7 +29,10 @@ def generate_crd() -> dict[str, Any]:
         "kind": "CustomResourceDefinition",
         "metadata": {
             "name": f"{api.PLURAL}.{api.GROUP}",
-            "labels": {"app.kubernetes.io/name": "pdd-operator", "app.kubernetes.io/part-of": "pdd"},
+            "labels": {
+                "app.kubernetes.io/name": "pdd-operator",
+                "app.kubernetes.io/part-of": "pdd",
+            },
         },
         "spec": {
             "group": api.GROUP,
@@ -73,7 +76,7 @@ def generate_crd() -> dict[str, Any]:
 def model_schema(model: type[BaseModel]) -> dict[str, Any]:
     raw = model.model_json_schema(mode="validation")
     definitions = raw.pop("$defs", {})
-    schema = _structural(raw, definitions)
+    schema: dict[str, Any] = _structural(raw, definitions)
     _add_factory_defaults(model, schema)
     return schema
 

@@ -24,18 +24,62 @@ API_VERSION = f"{GROUP}/{VERSION}"
 
 # UCX transport names accepted in spec.kvTransfer.ucx.transports (UCX_TLS tokens).
 UCX_TRANSPORTS = (
-    "rc_x", "rc", "rc_v", "rc_mlx5", "dc_x", "dc", "dc_mlx5", "ud_x", "ud", "ud_v", "ud_mlx5",
-    "ib", "cuda_copy", "cuda_ipc", "gdr_copy", "tcp", "sm", "shm", "self", "posix", "sysv",
-    "cma", "knem", "xpmem", "rocm_copy", "rocm_ipc", "rocm_gdr", "cuda", "rocm", "mm", "all",
+    "rc_x",
+    "rc",
+    "rc_v",
+    "rc_mlx5",
+    "dc_x",
+    "dc",
+    "dc_mlx5",
+    "ud_x",
+    "ud",
+    "ud_v",
+    "ud_mlx5",
+    "ib",
+    "cuda_copy",
+    "cuda_ipc",
+    "gdr_copy",
+    "tcp",
+    "sm",
+    "shm",
+    "self",
+    "posix",
+    "sysv",
+    "cma",
+    "knem",
+    "xpmem",
+    "rocm_copy",
+    "rocm_ipc",
+    "rocm_gdr",
+    "cuda",
+    "rocm",
+    "mm",
+    "all",
 )
-RDMA_TRANSPORTS = ("rc_x", "rc", "rc_v", "rc_mlx5", "dc_x", "dc", "dc_mlx5", "ud_x", "ud",
-                   "ud_v", "ud_mlx5", "ib", "all")
+RDMA_TRANSPORTS = (
+    "rc_x",
+    "rc",
+    "rc_v",
+    "rc_mlx5",
+    "dc_x",
+    "dc",
+    "dc_mlx5",
+    "ud_x",
+    "ud",
+    "ud_v",
+    "ud_mlx5",
+    "ib",
+    "all",
+)
 
 IMAGE_PATTERN = (
     r"^([a-z0-9]+([._-][a-z0-9]+)*(:[0-9]+)?/)?[a-z0-9]+([._-][a-z0-9]+)*"
     r"(/[a-z0-9]+([._-][a-z0-9]+)*)*(:[A-Za-z0-9_][A-Za-z0-9_.-]{0,127})?(@sha256:[a-f0-9]{64})?$"
 )
-LABEL_KEY_PATTERN = r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$"
+LABEL_KEY_PATTERN = (
+    r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?"
+    r"[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$"
+)
 NIC_PORT_PATTERN = r"^[A-Za-z0-9_.-]+:[0-9]+$"
 ENV_NAME_PATTERN = r"^[A-Za-z_][A-Za-z0-9_.-]*$"
 
@@ -209,7 +253,9 @@ class UcxVar(Model):
 
 
 class UcxSpec(Model):
-    transports: Annotated[list[Annotated[str, Field(max_length=32)]], Field(min_length=1, max_length=16)] = Field(
+    transports: Annotated[
+        list[Annotated[str, Field(max_length=32)]], Field(min_length=1, max_length=16)
+    ] = Field(
         default_factory=lambda: ["auto"],
         json_schema_extra=cel(
             [
@@ -244,7 +290,11 @@ class NicMapping(Model):
     devices: str = Field(
         max_length=256,
         json_schema_extra=cel(
-            "self.matches('^" + NIC_PORT_PATTERN.strip("^$") + "(," + NIC_PORT_PATTERN.strip("^$") + ")*$')",
+            "self.matches('^"
+            + NIC_PORT_PATTERN.strip("^$")
+            + "(,"
+            + NIC_PORT_PATTERN.strip("^$")
+            + ")*$')",
             "spec.kvTransfer.nicSelection.map[].devices: UCX device:port list such as "
             "'mlx5_3:1' or 'mlx5_0:1,mlx5_1:1'",
         ),
@@ -296,12 +346,14 @@ class MetadataExchange(Model):
         description="`sidecar`: the pdd sidecar publishes and serves NIXL metadata; `etcd`: "
         "NIXL's native etcd exchange; `engine`: the engine's own side channel only.",
     )
-    etcdEndpoints: Annotated[list[Annotated[str, Field(max_length=253)]], Field(max_length=8)] = Field(
-        default_factory=list,
-        json_schema_extra=cel(
-            "self.all(e, e.matches('^https?://[^ ]+$'))",
-            "spec.kvTransfer.metadataExchange.etcdEndpoints: use http(s)://host:port URLs",
-        ),
+    etcdEndpoints: Annotated[list[Annotated[str, Field(max_length=253)]], Field(max_length=8)] = (
+        Field(
+            default_factory=list,
+            json_schema_extra=cel(
+                "self.all(e, e.matches('^https?://[^ ]+$'))",
+                "spec.kvTransfer.metadataExchange.etcdEndpoints: use http(s)://host:port URLs",
+            ),
+        )
     )
 
 
@@ -369,7 +421,9 @@ class DraSpec(Model):
 class TopologySpec(Model):
     """Where the two roles go: one slice (all prefill + decode pods) per topology domain."""
 
-    levels: Annotated[list[Annotated[str, Field(max_length=316, pattern=LABEL_KEY_PATTERN)]], Field(max_length=8)] = Field(
+    levels: Annotated[
+        list[Annotated[str, Field(max_length=316, pattern=LABEL_KEY_PATTERN)]], Field(max_length=8)
+    ] = Field(
         default_factory=lambda: [
             "nvidia.com/gpu.clique",
             "topology.kubernetes.io/rack",
@@ -507,11 +561,23 @@ class PDDeploymentStatus(Model):
 
 PRINTER_COLUMNS = [
     {"name": "Model", "type": "string", "jsonPath": ".spec.model.name", "priority": 1},
-    {"name": "Prefill", "type": "string", "jsonPath": ".status.prefillReplicas",
-     "description": "prefill ready/desired"},
-    {"name": "Decode", "type": "string", "jsonPath": ".status.decodeReplicas",
-     "description": "decode ready/desired"},
-    {"name": "Ready", "type": "string", "jsonPath": '.status.conditions[?(@.type=="Ready")].status'},
+    {
+        "name": "Prefill",
+        "type": "string",
+        "jsonPath": ".status.prefillReplicas",
+        "description": "prefill ready/desired",
+    },
+    {
+        "name": "Decode",
+        "type": "string",
+        "jsonPath": ".status.decodeReplicas",
+        "description": "decode ready/desired",
+    },
+    {
+        "name": "Ready",
+        "type": "string",
+        "jsonPath": '.status.conditions[?(@.type=="Ready")].status',
+    },
     {"name": "Transfer", "type": "string", "jsonPath": ".status.transfer.path", "priority": 1},
     {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"},
 ]

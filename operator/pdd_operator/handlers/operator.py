@@ -12,12 +12,12 @@ from typing import Any
 
 import kopf
 
+from pdd_operator.api import names
 from pdd_operator.api import v1alpha1 as api
 from pdd_operator.handlers.runtime import OperatorRuntime, runtime_settings
 from pdd_operator.handlers.view import CHILD_INDEX_PREFIX, IndexView
 from pdd_operator.kube.resources import CHILD_KINDS
 from pdd_operator.planning.compact import compact_node, compact_pod
-from pdd_operator.rendering import names
 from pdd_operator.status.observe import owner_key, summarize_child, summarize_pod
 
 log = logging.getLogger(__name__)
@@ -60,8 +60,13 @@ def _child_indexer(plural: str) -> Any:
 
 
 for _kind in CHILD_KINDS:
-    kopf.index(_kind.group, _kind.version, _kind.plural, labels=MANAGED,
-               id=f"{CHILD_INDEX_PREFIX}{_kind.plural}")(_child_indexer(_kind.plural))
+    kopf.index(
+        _kind.group,
+        _kind.version,
+        _kind.plural,
+        labels=MANAGED,
+        id=f"{CHILD_INDEX_PREFIX}{_kind.plural}",
+    )(_child_indexer(_kind.plural))
 
 
 @kopf.index("v1", "pods", labels=MANAGED)
@@ -96,8 +101,9 @@ def _child_event_handler() -> Any:
 
 
 for _kind in CHILD_KINDS:
-    kopf.on.event(_kind.group, _kind.version, _kind.plural, labels=MANAGED,
-                  id=f"on_{_kind.plural}")(_child_event_handler())
+    kopf.on.event(
+        _kind.group, _kind.version, _kind.plural, labels=MANAGED, id=f"on_{_kind.plural}"
+    )(_child_event_handler())
 
 
 @kopf.on.event("v1", "pods", labels=MANAGED)
@@ -121,4 +127,3 @@ def _plain(body: kopf.Body) -> dict[str, Any]:
         "spec": body.get("spec", {}),
         "status": body.get("status", {}),
     }
-

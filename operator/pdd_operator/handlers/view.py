@@ -7,9 +7,9 @@ from typing import Any
 
 import kopf
 
+from pdd_operator.api import names
 from pdd_operator.planning.node_facts import node_facts
 from pdd_operator.planning.placement import NodeFacts
-from pdd_operator.rendering import names
 from pdd_operator.status.observe import ChildKey, ChildSummary, PodSummary
 
 Key = tuple[str, str]

@@ -66,7 +66,11 @@ class KubeApi:
     def delete(self, kind: Kind, namespace: str, name: str) -> None:
         body = {"propagationPolicy": "Background"}
         try:
-            _retry(lambda: self._call("DELETE", kind.path(namespace, name), body, [], "application/json"))
+            _retry(
+                lambda: self._call(
+                    "DELETE", kind.path(namespace, name), body, [], "application/json"
+                )
+            )
         except ApiException as err:
             if err.status != 404:
                 raise
@@ -106,6 +110,7 @@ class KubeApi:
             raise ApiException(http_resp=response)
         data = json.loads(response.data or b"{}")
         return data if isinstance(data, dict) else {}
+
 
 def _retry(
     call: Callable[[], T],

@@ -16,7 +16,10 @@ DEPLOYMENT_LABEL = "pdd.dev/deployment"
 def compact_node(node: Mapping[str, Any]) -> dict[str, Any]:
     status = node.get("status", {})
     return {
-        "metadata": {"name": node["metadata"]["name"], "labels": dict(node["metadata"].get("labels") or {})},
+        "metadata": {
+            "name": node["metadata"]["name"],
+            "labels": dict(node["metadata"].get("labels") or {}),
+        },
         "spec": {"unschedulable": bool(node.get("spec", {}).get("unschedulable", False))},
         "status": {
             "allocatable": {GPU: (status.get("allocatable") or {}).get(GPU, "0")},
@@ -42,20 +45,32 @@ def compact_pod(pod: Mapping[str, Any]) -> dict[str, Any] | None:
     labels = pod.get("metadata", {}).get("labels") or {}
     return {
         "metadata": {"labels": {k: v for k, v in labels.items() if k == DEPLOYMENT_LABEL}},
-        "spec": {"nodeName": spec.get("nodeName"), "containers": containers, "initContainers": inits},
+        "spec": {
+            "nodeName": spec.get("nodeName"),
+            "containers": containers,
+            "initContainers": inits,
+            "overhead": {GPU: overhead}
+            if (overhead := (spec.get("overhead") or {}).get(GPU))
+            else {},
+        },
         "status": {"phase": phase},
     }
 
 
 def _gpu_only(container: Mapping[str, Any]) -> dict[str, Any]:
+    """GPU requests/limits, and restartPolicy: a sidecar init container (Always) holds its
+    GPUs for the pod's lifetime, so it counts like an app container."""
     resources = container.get("resources") or {}
-    return {
+    out: dict[str, Any] = {
         "resources": {
             part: {GPU: values[GPU]}
             for part in ("requests", "limits")
             if GPU in (values := resources.get(part) or {})
         }
     }
+    if container.get("restartPolicy"):
+        out["restartPolicy"] = container["restartPolicy"]
+    return out
 
 
 def _has_gpu(container: Mapping[str, Any]) -> bool:

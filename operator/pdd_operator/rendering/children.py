@@ -6,8 +6,8 @@ import hashlib
 import json
 from typing import Any
 
+from pdd_operator.api import names
 from pdd_operator.api.v1alpha1 import API_VERSION, KIND, PDDeployment
-from pdd_operator.rendering import names
 from pdd_operator.rendering.context import RenderContext
 from pdd_operator.rendering.disruption import render_disruption_budgets
 from pdd_operator.rendering.dra import render_claim_templates
@@ -35,7 +35,9 @@ def child_key(obj: dict[str, Any]) -> ChildKey:
 
 
 def applied_hash(obj: dict[str, Any]) -> str:
-    return str(obj.get("metadata", {}).get("annotations", {}).get(names.ANNOTATION_APPLIED_HASH, ""))
+    return str(
+        obj.get("metadata", {}).get("annotations", {}).get(names.ANNOTATION_APPLIED_HASH, "")
+    )
 
 
 def owner_reference(pdd: PDDeployment) -> dict[str, Any]:
@@ -57,7 +59,13 @@ def _fingerprinted(obj: dict[str, Any]) -> dict[str, Any]:
     """
     digest = hashlib.sha256(json.dumps(obj, sort_keys=True).encode()).hexdigest()[:16]
     meta = obj["metadata"]
-    return {**obj, "metadata": {**meta, "annotations": {**meta.get("annotations", {}), names.ANNOTATION_APPLIED_HASH: digest}}}
+    return {
+        **obj,
+        "metadata": {
+            **meta,
+            "annotations": {**meta.get("annotations", {}), names.ANNOTATION_APPLIED_HASH: digest},
+        },
+    }
 
 
 def _owned(pdd: PDDeployment, obj: dict[str, Any]) -> dict[str, Any]:

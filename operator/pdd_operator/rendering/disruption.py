@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from pdd_operator.api import names
 from pdd_operator.api.v1alpha1 import PDDeployment
-from pdd_operator.rendering import names
 from pdd_operator.rendering.roles import child_metadata, role_spec
 
 

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from pdd_operator.api import names
 from pdd_operator.api.v1alpha1 import PDDeployment
-from pdd_operator.rendering import names
 from pdd_operator.rendering.roles import child_metadata, role_spec
 
 PCIE_ROOT_ATTRIBUTE = "resource.kubernetes.io/pcieRoot"
@@ -35,4 +35,3 @@ def render_claim_template(pdd: PDDeployment, role: str) -> dict[str, Any]:
         "metadata": child_metadata(pdd, names.claim_template_name(pdd.name, role), role),
         "spec": {"spec": {"devices": {"requests": requests, "constraints": constraints}}},
     }
-

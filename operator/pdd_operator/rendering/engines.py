@@ -17,9 +17,7 @@ ENV_FILE = "/pdd/env/transfer.env"
 
 # Sources the env file the preflight container wrote (UCX_NET_DEVICES for the GPUs this pod
 # really got), then execs the engine with its arguments untouched ("$0" "$@").
-SOURCE_ENV_AND_EXEC = (
-    f'set -a; if [ -f {ENV_FILE} ]; then . {ENV_FILE}; fi; set +a; exec "$0" "$@"'
-)
+SOURCE_ENV_AND_EXEC = f'set -a; if [ -f {ENV_FILE} ]; then . {ENV_FILE}; fi; set +a; exec "$0" "$@"'
 
 
 @dataclass(frozen=True)
@@ -57,36 +55,59 @@ def _vllm(spec: PDDeploymentSpec, role: str) -> EngineCommand:
     }
     args = [
         spec.model.name,
-        "--host", "0.0.0.0",
-        "--port", str(spec.engine.port),
-        "--tensor-parallel-size", str(role_spec.gpusPerInstance),
-        "--kv-transfer-config", json.dumps(kv_config, separators=(",", ":")),
+        "--host",
+        "0.0.0.0",
+        "--port",
+        str(spec.engine.port),
+        "--tensor-parallel-size",
+        str(role_spec.gpusPerInstance),
+        "--kv-transfer-config",
+        json.dumps(kv_config, separators=(",", ":")),
     ]
     if spec.model.servedName:
         args += ["--served-model-name", spec.model.servedName]
-    env = [
-        {"name": "VLLM_NIXL_SIDE_CHANNEL_HOST", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}},
+    env: list[dict[str, Any]] = [
+        {
+            "name": "VLLM_NIXL_SIDE_CHANNEL_HOST",
+            "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}},
+        },
         {"name": "VLLM_NIXL_SIDE_CHANNEL_PORT", "value": str(spec.kvTransfer.sideChannelPort)},
     ]
-    ports = [{"name": "side-channel", "containerPort": spec.kvTransfer.sideChannelPort, "protocol": "TCP"}]
+    ports = [
+        {
+            "name": "side-channel",
+            "containerPort": spec.kvTransfer.sideChannelPort,
+            "protocol": "TCP",
+        }
+    ]
     return EngineCommand(["vllm", "serve"], args, env, ports)
 
 
 def _sglang(spec: PDDeploymentSpec, role: str) -> EngineCommand:
     role_spec = spec.prefill if role == "prefill" else spec.decode
     args = [
-        "-m", "sglang.launch_server",
-        "--model-path", spec.model.name,
-        "--host", "0.0.0.0",
-        "--port", str(spec.engine.port),
-        "--tp", str(role_spec.gpusPerInstance),
-        "--disaggregation-mode", role,
-        "--disaggregation-transfer-backend", "nixl",
-        "--disaggregation-bootstrap-port", str(spec.kvTransfer.bootstrapPort),
+        "-m",
+        "sglang.launch_server",
+        "--model-path",
+        spec.model.name,
+        "--host",
+        "0.0.0.0",
+        "--port",
+        str(spec.engine.port),
+        "--tp",
+        str(role_spec.gpusPerInstance),
+        "--disaggregation-mode",
+        role,
+        "--disaggregation-transfer-backend",
+        "nixl",
+        "--disaggregation-bootstrap-port",
+        str(spec.kvTransfer.bootstrapPort),
     ]
     if spec.model.servedName:
         args += ["--served-model-name", spec.model.servedName]
-    ports = [{"name": "bootstrap", "containerPort": spec.kvTransfer.bootstrapPort, "protocol": "TCP"}]
+    ports = [
+        {"name": "bootstrap", "containerPort": spec.kvTransfer.bootstrapPort, "protocol": "TCP"}
+    ]
     return EngineCommand(["python3"], args, [], ports)
 
 

@@ -16,7 +16,7 @@ def merge_template(base: dict[str, Any], patch: dict[str, Any]) -> dict[str, Any
         current = merged.get(key)
         if isinstance(current, dict) and isinstance(value, dict):
             merged[key] = merge_template(current, value)
-        elif _named_list(current) and _named_list(value):
+        elif isinstance(current, list) and _named_list(current) and _named_list(value):
             merged[key] = _merge_by_name(current, value)
         else:
             merged[key] = copy.deepcopy(value)
@@ -32,7 +32,9 @@ def _merge_by_name(base: list[dict[str, Any]], patch: list[dict[str, Any]]) -> l
     order = [item["name"] for item in base]
     for item in patch:
         name = item["name"]
-        by_name[name] = merge_template(by_name[name], item) if name in by_name else copy.deepcopy(item)
+        by_name[name] = (
+            merge_template(by_name[name], item) if name in by_name else copy.deepcopy(item)
+        )
         if name not in order:
             order.append(name)
     return [by_name[name] for name in order]

@@ -1,4 +1,5 @@
-"""Render a prefill or decode role: a StatefulSet (stable pod identities) and its headless Service."""
+"""Render a prefill or decode role: a StatefulSet (stable pod identities) and its headless
+Service."""
 
 from __future__ import annotations
 
@@ -6,9 +7,10 @@ import hashlib
 import json
 from typing import Any
 
+from pdd_operator.api import names
 from pdd_operator.api.v1alpha1 import PDDeployment, PDDeploymentSpec, RoleSpec
-from pdd_operator.rendering import names, sidecar, transfer
 from pdd_operator.planning.placement import Placement
+from pdd_operator.rendering import sidecar, transfer
 from pdd_operator.rendering.context import RenderContext
 from pdd_operator.rendering.engines import engine_command, wrap_with_env_file
 from pdd_operator.rendering.merge import merge_template
@@ -81,7 +83,10 @@ def render_pod_template(pdd: PDDeployment, role: str, ctx: RenderContext) -> dic
         "enableServiceLinks": False,
         "terminationGracePeriodSeconds": 60,
         "initContainers": [_preflight_container(pdd, role, ctx)],
-        "containers": [_engine_container(pdd, role, ctx), *sidecar.sidecar_containers(pdd, role, ctx)],
+        "containers": [
+            _engine_container(pdd, role, ctx),
+            *sidecar.sidecar_containers(pdd, role, ctx),
+        ],
         "volumes": _volumes(spec) + sidecar.sidecar_volumes(pdd),
     }
     account = sidecar.service_account(pdd)
@@ -89,7 +94,10 @@ def render_pod_template(pdd: PDDeployment, role: str, ctx: RenderContext) -> dic
         pod_spec["serviceAccountName"] = account
     if spec.topology.dra.enabled:
         pod_spec["resourceClaims"] = [
-            {"name": "gpu-nic", "resourceClaimTemplateName": names.claim_template_name(pdd.name, role)}
+            {
+                "name": "gpu-nic",
+                "resourceClaimTemplateName": names.claim_template_name(pdd.name, role),
+            }
         ]
     affinity = render_affinity(ctx.placement)
     if affinity:
@@ -123,7 +131,9 @@ def render_affinity(placement: Placement) -> dict[str, Any]:
         for key, values in placement.node_requirements
     ]
     if placement.domain:
-        expressions.insert(0, {"key": placement.level, "operator": "In", "values": [placement.domain]})
+        expressions.insert(
+            0, {"key": placement.level, "operator": "In", "values": [placement.domain]}
+        )
     if placement.mode == "required":
         return {
             "nodeAffinity": {
@@ -163,7 +173,7 @@ def _engine_container(pdd: PDDeployment, role: str, ctx: RenderContext) -> dict[
     rspec = role_spec(spec, role)
     engine = engine_command(spec, role)
     command, args = wrap_with_env_file(engine.command, engine.args)
-    env = [
+    env: list[dict[str, Any]] = [
         {"name": "PDD_ROLE", "value": role},
         {"name": "PDD_DEPLOYMENT", "value": names.instance_id(pdd.name)},
         {"name": "POD_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}},
@@ -222,7 +232,10 @@ def _preflight_container(pdd: PDDeployment, role: str, ctx: RenderContext) -> di
         "command": ["pdd-sidecar", "preflight", "--env-file", "/pdd/env/transfer.env"],
         "env": [{"name": "PDD_ROLE", "value": role}, *transfer.transfer_env(spec)],
         "resources": gpu_resources(spec, role),
-        "volumeMounts": [{"name": ENV_VOLUME, "mountPath": "/pdd/env"}],
+        "volumeMounts": [
+            {"name": ENV_VOLUME, "mountPath": "/pdd/env"},
+            {"name": SHM_VOLUME, "mountPath": "/dev/shm"},
+        ],
         "terminationMessagePolicy": "FallbackToLogsOnError",
         "securityContext": {
             "allowPrivilegeEscalation": False,
@@ -234,7 +247,10 @@ def _preflight_container(pdd: PDDeployment, role: str, ctx: RenderContext) -> di
 
 def _volumes(spec: PDDeploymentSpec) -> list[dict[str, Any]]:
     return [
-        {"name": SHM_VOLUME, "emptyDir": {"medium": "Memory", "sizeLimit": spec.kvTransfer.sharedMemorySize}},
+        {
+            "name": SHM_VOLUME,
+            "emptyDir": {"medium": "Memory", "sizeLimit": spec.kvTransfer.sharedMemorySize},
+        },
         {"name": ENV_VOLUME, "emptyDir": {"medium": "Memory", "sizeLimit": "1Mi"}},
     ]
 
@@ -265,4 +281,3 @@ def _dedupe_env(env: list[dict[str, Any]]) -> list[dict[str, Any]]:
     for item in env:
         by_name[item["name"]] = item
     return list(by_name.values())
-

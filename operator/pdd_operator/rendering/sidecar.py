@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from pdd_operator.api import names
 from pdd_operator.api.v1alpha1 import PDDeployment, PDDeploymentSpec
-from pdd_operator.rendering import names
 from pdd_operator.rendering.context import RenderContext
 
 TOKEN_VOLUME = "sidecar-token"
@@ -56,14 +56,22 @@ def sidecar_containers(pdd: PDDeployment, role: str, ctx: RenderContext) -> list
             "image": ctx.settings.sidecar_image,
             "imagePullPolicy": "IfNotPresent",
             "command": [
-                "pdd-sidecar", "serve",
-                "--port", str(port),
-                "--role", role,
-                "--deployment", names.instance_id(pdd.name),
-                "--namespace", pdd.namespace,
-                "--token-file", f"{TOKEN_DIR}/{TOKEN_KEY}",
-                "--exchange", spec.kvTransfer.metadataExchange.mode,
-                "--peer-source", "k8s",
+                "pdd-sidecar",
+                "serve",
+                "--port",
+                str(port),
+                "--role",
+                role,
+                "--deployment",
+                names.instance_id(pdd.name),
+                "--namespace",
+                pdd.namespace,
+                "--token-file",
+                f"{TOKEN_DIR}/{TOKEN_KEY}",
+                "--exchange",
+                spec.kvTransfer.metadataExchange.mode,
+                "--peer-source",
+                "k8s",
             ],
             "env": [
                 {"name": "POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
@@ -72,8 +80,14 @@ def sidecar_containers(pdd: PDDeployment, role: str, ctx: RenderContext) -> list
                 *engine_env(pdd, port),
             ],
             "ports": [{"name": "sidecar", "containerPort": port, "protocol": "TCP"}],
-            "readinessProbe": {"httpGet": {"path": "/healthz", "port": "sidecar"}, "periodSeconds": 10},
-            "resources": {"requests": {"cpu": "50m", "memory": "64Mi"}, "limits": {"memory": "256Mi"}},
+            "readinessProbe": {
+                "httpGet": {"path": "/healthz", "port": "sidecar"},
+                "periodSeconds": 10,
+            },
+            "resources": {
+                "requests": {"cpu": "50m", "memory": "64Mi"},
+                "limits": {"memory": "256Mi"},
+            },
             "volumeMounts": [
                 {"name": TOKEN_VOLUME, "mountPath": TOKEN_DIR, "readOnly": True},
                 {"name": "pdd-env", "mountPath": "/pdd/env", "readOnly": True},
@@ -107,7 +121,12 @@ def render_sidecar_access(pdd: PDDeployment, ctx: RenderContext) -> list[dict[st
     account = names.sidecar_account_name(pdd.name)
     meta = _meta(pdd, account)
     return [
-        {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": meta, "automountServiceAccountToken": True},
+        {
+            "apiVersion": "v1",
+            "kind": "ServiceAccount",
+            "metadata": meta,
+            "automountServiceAccountToken": True,
+        },
         {
             "apiVersion": "rbac.authorization.k8s.io/v1",
             "kind": "Role",
@@ -153,7 +172,10 @@ def render_network_policy(pdd: PDDeployment, ctx: RenderContext) -> dict[str, An
             "policyTypes": ["Ingress"],
             "ingress": [
                 # Sidecar and KV side channel: the deployment's own pods only.
-                {"from": same_deployment, "ports": [{"port": p, "protocol": "TCP"} for p in private_ports]},
+                {
+                    "from": same_deployment,
+                    "ports": [{"port": p, "protocol": "TCP"} for p in private_ports],
+                },
                 # The engine's HTTP port stays open to the router and clients.
                 {"ports": [{"port": spec.engine.port, "protocol": "TCP"}]},
             ],

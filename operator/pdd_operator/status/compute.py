@@ -77,14 +77,25 @@ def compute_status(pdd: PDDeployment, observed: Observed, now: str) -> PDDeploym
     ready, ready_reason, ready_msg = _readiness(observed, roles)
     progressing, prog_reason, prog_msg = _progress(observed, roles)
     degraded, deg_reason, deg_msg = _degradation(observed)
-    stalled = degraded and any(p.blocking for p in observed.pod_problems) or bool(observed.apply_error)
+    stalled = (degraded and any(p.blocking for p in observed.pod_problems)) or bool(
+        observed.apply_error
+    )
     conditions = [
         set_condition(previous, "Ready", ready, ready_reason, ready_msg, gen, now),
         set_condition(previous, "Progressing", progressing, prog_reason, prog_msg, gen, now),
         set_condition(previous, "Degraded", degraded, deg_reason, deg_msg, gen, now),
-        set_condition(previous, "Reconciling", progressing and not stalled, prog_reason, prog_msg, gen, now),
-        set_condition(previous, "Stalled", stalled, deg_reason if stalled else "NotStalled",
-                      deg_msg if stalled else "", gen, now),
+        set_condition(
+            previous, "Reconciling", progressing and not stalled, prog_reason, prog_msg, gen, now
+        ),
+        set_condition(
+            previous,
+            "Stalled",
+            stalled,
+            deg_reason if stalled else "NotStalled",
+            deg_msg if stalled else "",
+            gen,
+            now,
+        ),
         *_placement_condition(previous, observed, gen, now),
         *_transfer_condition(previous, observed, gen, now),
     ]
@@ -118,7 +129,11 @@ def _readiness(observed: Observed, roles: dict[str, RoleStatus]) -> tuple[bool, 
     missing = [r for r, s in roles.items() if s.desired and s.ready < s.desired]
     if missing:
         return False, "ReplicasNotReady", summary
-    stale = [r for r in roles if r in observed.workloads and not observed.workloads[r].settled and roles[r].desired]
+    stale = [
+        r
+        for r in roles
+        if r in observed.workloads and not observed.workloads[r].settled and roles[r].desired
+    ]
     if stale:
         return False, "RolloutInProgress", summary
     return True, "AllReplicasReady", summary
@@ -131,11 +146,17 @@ def _progress(observed: Observed, roles: dict[str, RoleStatus]) -> tuple[bool, s
         if status.desired != status.ready
         or status.updated != status.desired
         or not observed.workloads.get(role, WorkloadState(exists=status.desired == 0)).exists
-        or (role in observed.workloads and not observed.workloads[role].settled and status.desired > 0)
+        or (
+            role in observed.workloads
+            and not observed.workloads[role].settled
+            and status.desired > 0
+        )
     ]
     if not converging:
         return False, "Complete", _summary(roles)
-    reason = "RollingOut" if any(roles[r].updated < roles[r].desired for r in converging) else "Scaling"
+    reason = (
+        "RollingOut" if any(roles[r].updated < roles[r].desired for r in converging) else "Scaling"
+    )
     return True, reason, _summary(roles)
 
 
@@ -156,7 +177,9 @@ def _placement_condition(
     result = observed.placement
     if result is None:
         return []
-    return [set_condition(previous, "Placed", result.placed, result.reason, result.message, gen, now)]
+    return [
+        set_condition(previous, "Placed", result.placed, result.reason, result.message, gen, now)
+    ]
 
 
 def _transfer_condition(
@@ -168,8 +191,13 @@ def _transfer_condition(
     transfer = observed.transfer or TransferStatus()
     return [
         set_condition(
-            previous, "KVTransferVerified", observed.transfer_ok, observed.transfer_reason,
-            transfer.message, gen, now,
+            previous,
+            "KVTransferVerified",
+            observed.transfer_ok,
+            observed.transfer_reason,
+            transfer.message,
+            gen,
+            now,
         )
     ]
 
@@ -187,5 +215,9 @@ def _placement_status(pdd: PDDeployment, observed: Observed) -> PlacementStatus:
 
 
 def _summary(roles: dict[str, RoleStatus]) -> str:
-    parts = [f"{role} {s.ready}/{s.desired} ready" for role, s in roles.items() if s.desired or role != "router"]
+    parts = [
+        f"{role} {s.ready}/{s.desired} ready"
+        for role, s in roles.items()
+        if s.desired or role != "router"
+    ]
     return ", ".join(parts)

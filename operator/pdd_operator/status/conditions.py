@@ -22,7 +22,7 @@ def set_condition(
     changed = old is None or old.status != value
     return Condition(
         type=type_,
-        status=value,  # type: ignore[arg-type]
+        status=value,
         reason=reason,
         message=message,
         observedGeneration=generation,

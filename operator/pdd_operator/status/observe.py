@@ -10,7 +10,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from pdd_operator.rendering import names
+from pdd_operator.api import names
 from pdd_operator.status.compute import PodProblem, WorkloadState
 
 ChildKey = tuple[str, str, str]  # (apiVersion, kind, name)
@@ -83,7 +83,8 @@ def summarize_pod(body: Mapping[str, Any]) -> PodSummary:
     spec = body.get("spec", {})
     role = labels.get(names.LABEL_ROLE, "")
     ready = any(
-        c.get("type") == "Ready" and c.get("status") == "True" for c in status.get("conditions") or []
+        c.get("type") == "Ready" and c.get("status") == "True"
+        for c in status.get("conditions") or []
     )
     return PodSummary(
         name=meta["name"],
@@ -108,11 +109,24 @@ def pod_problem(pod: str, role: str, status: Mapping[str, Any]) -> PodProblem | 
             return PodProblem(pod, role, "PreflightFailed", message, blocking=True)
     for container in status.get("containerStatuses") or []:
         waiting = (container.get("state") or {}).get("waiting") or {}
-        if waiting.get("reason") in ("CrashLoopBackOff", "ImagePullBackOff", "ErrImagePull",
-                                     "CreateContainerConfigError", "InvalidImageName"):
+        if waiting.get("reason") in (
+            "CrashLoopBackOff",
+            "ImagePullBackOff",
+            "ErrImagePull",
+            "CreateContainerConfigError",
+            "InvalidImageName",
+        ):
             msg = waiting.get("message") or waiting["reason"]
-            return PodProblem(pod, role, waiting["reason"], f"container {container.get('name')}: {msg}")
+            return PodProblem(
+                pod, role, waiting["reason"], f"container {container.get('name')}: {msg}"
+            )
     for cond in status.get("conditions") or []:
-        if cond.get("type") == "PodScheduled" and cond.get("status") == "False" and cond.get("reason") == "Unschedulable":
-            return PodProblem(pod, role, "Unschedulable", cond.get("message") or "cannot be scheduled")
+        if (
+            cond.get("type") == "PodScheduled"
+            and cond.get("status") == "False"
+            and cond.get("reason") == "Unschedulable"
+        ):
+            return PodProblem(
+                pod, role, "Unschedulable", cond.get("message") or "cannot be scheduled"
+            )
     return None

@@ -1,0 +1,62 @@
+"""Node topology: GPUs, RDMA NICs, PCIe distances and GPUDirect RDMA facts (a pure layer: it
+reads files given to it and imports no Kubernetes client)."""
+
+from pdd_operator.topology.annotation import (
+    GPUDIRECT_LABEL,
+    RDMA_NICS_LABEL,
+    TOPOLOGY_ANNOTATION,
+    TOPOLOGY_VERSION_LABEL,
+    TopologyAnnotationError,
+    from_annotation,
+    node_annotations,
+    node_labels,
+    to_annotation,
+)
+from pdd_operator.topology.model import (
+    DISTANCE_CLASSES,
+    SCHEMA_VERSION,
+    DistanceClass,
+    Gpu,
+    GpuDirectMode,
+    GpuNicPair,
+    NodeTopology,
+    RdmaNic,
+    RdmaPort,
+)
+from pdd_operator.topology.nics import (
+    PortChoice,
+    choose_ports,
+    gpudirect_mode,
+    link_limit_gbytes_per_s,
+    select_nics,
+    ucx_net_devices,
+)
+from pdd_operator.topology.scan import scan
+
+__all__ = [
+    "DISTANCE_CLASSES",
+    "GPUDIRECT_LABEL",
+    "RDMA_NICS_LABEL",
+    "SCHEMA_VERSION",
+    "TOPOLOGY_ANNOTATION",
+    "TOPOLOGY_VERSION_LABEL",
+    "DistanceClass",
+    "Gpu",
+    "GpuDirectMode",
+    "GpuNicPair",
+    "NodeTopology",
+    "PortChoice",
+    "RdmaNic",
+    "RdmaPort",
+    "TopologyAnnotationError",
+    "choose_ports",
+    "from_annotation",
+    "gpudirect_mode",
+    "link_limit_gbytes_per_s",
+    "node_annotations",
+    "node_labels",
+    "scan",
+    "select_nics",
+    "to_annotation",
+    "ucx_net_devices",
+]

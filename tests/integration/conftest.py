@@ -1,0 +1,114 @@
+"""The integration tier: one real control plane (etcd, kube-apiserver, kube-controller-manager,
+kube-scheduler) and one node simulator per test session; a fresh namespace per test."""
+
+from __future__ import annotations
+
+import re
+import secrets
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from kubernetes import client, config
+from kubernetes.client.exceptions import ApiException
+
+from pdd_localcluster import LocalControlPlane, NodeSimulator, gpu_fleet
+
+INTEGRATION_DIR = Path(__file__).parent
+_BANNER = pytest.StashKey[str]()
+
+# The default fleet: two NVLink cliques of four 8-GPU nodes, each clique over two racks.
+FLEET_CLIQUES = 2
+FLEET_NODES_PER_CLIQUE = 4
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    # The hook sees every collected item of the session, not only this directory's.
+    for item in items:
+        if INTEGRATION_DIR in item.path.parents:
+            item.add_marker(pytest.mark.integration)
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    banner = terminalreporter.config.stash.get(_BANNER, None)
+    if banner:
+        terminalreporter.write_sep("-", "local control plane")
+        terminalreporter.write_line(banner)
+
+
+def _print_now(config: pytest.Config, line: str) -> None:
+    """Writes past pytest's output capture, which holds fixture output until a test fails."""
+    reporter = config.pluginmanager.get_plugin("terminalreporter")
+    capture = config.pluginmanager.get_plugin("capturemanager")
+    if reporter is None or capture is None:
+        return
+    with capture.global_and_fixture_disabled():
+        reporter.ensure_newline()
+        reporter.write_line(line)
+
+
+@pytest.fixture(scope="session")
+def control_plane(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[LocalControlPlane]:
+    state = tmp_path_factory.mktemp("controlplane")
+    with LocalControlPlane(state) as cp:
+        banner = (
+            f"kube-apiserver {cp.version}, etcd {cp.etcd_version} at {cp.server}, "
+            f"started in {cp.start_seconds:.1f}s; logs in {state / 'logs'}"
+        )
+        request.config.stash[_BANNER] = banner
+        _print_now(request.config, f"local control plane: {banner}")
+        yield cp
+
+
+@pytest.fixture(scope="session")
+def kubeconfig(control_plane: LocalControlPlane) -> Path:
+    return control_plane.kubeconfig
+
+
+@pytest.fixture(scope="session")
+def api_client(kubeconfig: Path) -> Iterator[client.ApiClient]:
+    api = config.new_client_from_config(config_file=str(kubeconfig))
+    yield api
+    api.close()
+
+
+@pytest.fixture(scope="session")
+def node_sim(control_plane: LocalControlPlane) -> Iterator[NodeSimulator]:
+    fleet = gpu_fleet(FLEET_CLIQUES, FLEET_NODES_PER_CLIQUE, racks_per_clique=2, zone="zone-a")
+    with NodeSimulator(control_plane.kubeconfig, fleet) as sim:
+        yield sim
+
+
+@pytest.fixture
+def namespace(request: pytest.FixtureRequest, api_client: client.ApiClient) -> Iterator[str]:
+    """A fresh namespace named after the test; deleted afterwards (not waited for: the
+    namespace controller and the simulator finish that in the background)."""
+    core = client.CoreV1Api(api_client)
+    slug = re.sub(r"[^a-z0-9]+", "-", request.node.name.lower()).strip("-")[:40].rstrip("-")
+    name = f"t-{slug}-{secrets.token_hex(3)}"
+    core.create_namespace({"metadata": {"name": name}})
+    _wait_default_service_account(core, name)
+    yield name
+    try:
+        core.delete_namespace(name)
+    except ApiException as e:
+        if e.status != 404:
+            raise
+
+
+def _wait_default_service_account(core: client.CoreV1Api, ns: str, timeout: float = 30) -> None:
+    """Pods are refused until the ServiceAccount controller has made `default`."""
+    deadline = time.monotonic() + timeout
+    delay = 0.02
+    while True:
+        try:
+            core.read_namespaced_service_account("default", ns)
+            return
+        except ApiException as e:
+            if e.status != 404 or time.monotonic() > deadline:
+                raise
+        time.sleep(delay)
+        delay = min(delay * 2, 0.5)

@@ -1,0 +1,273 @@
+"""Invalid PDDeployments are refused by the real API server (CEL and schema in the generated
+CRD) with a message that names the field and says what to do."""
+
+from __future__ import annotations
+
+import copy
+import json
+from typing import Any
+
+import pytest
+from kubernetes import client
+from kubernetes.client.exceptions import ApiException
+
+from helpers.operator_proc import install_crd
+
+GROUP, VERSION, PLURAL = "pdd.dev", "v1alpha1", "pddeployments"
+
+VALID: dict[str, Any] = {
+    "model": {"name": "meta-llama/Llama-3.1-8B"},
+    "engine": {"image": "vllm/vllm-openai:v0.11.0"},
+    "router": {"image": "ghcr.io/llm-d/router:v1"},
+}
+RDMA = {"resourceName": "rdma/hca"}
+
+# (case id, spec fields to set (dotted path -> value), substrings the message must contain)
+INVALID: list[tuple[str, dict[str, Any], list[str]]] = [
+    ("negative replicas", {"prefill.replicas": -1}, ["spec.prefill.replicas", "between 0 and 512"]),
+    ("absurd replicas", {"decode.replicas": 100000}, ["spec.decode.replicas", "between 0 and 512"]),
+    (
+        "zero gpus",
+        {"prefill.gpusPerInstance": 0},
+        ["spec.prefill.gpusPerInstance", "between 1 and 8"],
+    ),
+    ("too many gpus", {"decode.gpusPerInstance": 16}, ["spec.decode.gpusPerInstance", "one node"]),
+    ("unknown engine", {"engine.type": "trtllm"}, ["spec.engine.type", "vllm", "sglang", "custom"]),
+    (
+        "malformed image",
+        {"engine.image": "Not An Image!"},
+        ["spec.engine.image", "image reference"],
+    ),
+    (
+        "bad digest",
+        {"engine.image": "vllm/vllm-openai@sha256:abc"},
+        ["spec.engine.image", "sha256"],
+    ),
+    ("uppercase repo", {"engine.image": "VLLM/engine:1"}, ["spec.engine.image", "lowercase"]),
+    ("port zero", {"engine.port": 0}, ["spec.engine.port", "between 1 and 65535"]),
+    ("port too big", {"engine.port": 70000}, ["spec.engine.port", "between 1 and 65535"]),
+    (
+        "router without image",
+        {"router": {"enabled": True}},
+        ["spec.router.image is required", "enabled to false"],
+    ),
+    (
+        "negative router replicas",
+        {"router.replicas": -1},
+        ["spec.router.replicas", "between 0 and 64"],
+    ),
+    (
+        "unknown ucx transport",
+        {"kvTransfer.ucx.transports": ["rc_x", "infiniband"]},
+        ["spec.kvTransfer.ucx.transports", "unknown UCX transport"],
+    ),
+    (
+        "auto mixed with tokens",
+        {"kvTransfer.ucx.transports": ["auto", "tcp"]},
+        ["'auto' stands alone"],
+    ),
+    ("empty transports", {"kvTransfer.ucx.transports": []}, ["spec.kvTransfer.ucx.transports"]),
+    (
+        "dmabuf over tcp only",
+        {
+            "kvTransfer.gpuDirect": "dmabuf",
+            "kvTransfer.rdma": RDMA,
+            "kvTransfer.ucx.transports": ["tcp", "cuda_copy"],
+        },
+        ["spec.kvTransfer.gpuDirect", "no RDMA transport", "rc_x"],
+    ),
+    (
+        "dmabuf without a NIC",
+        {"kvTransfer.gpuDirect": "dmabuf"},
+        ["spec.kvTransfer.rdma.resourceName"],
+    ),
+    ("unknown gpudirect mode", {"kvTransfer.gpuDirect": "always"}, ["spec.kvTransfer.gpuDirect"]),
+    (
+        "explicit nics without map",
+        {"kvTransfer.nicSelection.mode": "explicit"},
+        ["spec.kvTransfer.nicSelection.map"],
+    ),
+    (
+        "malformed nic list",
+        {"kvTransfer.nicSelection": {"mode": "explicit", "map": [{"gpu": 0, "devices": "mlx5_0"}]}},
+        ["nicSelection.map[].devices", "mlx5_3:1"],
+    ),
+    (
+        "nic map gpu out of range",
+        {
+            "kvTransfer.nicSelection": {
+                "mode": "explicit",
+                "map": [{"gpu": 99, "devices": "mlx5_0:1"}],
+            }
+        },
+        ["nicSelection.map[].gpu"],
+    ),
+    (
+        "unparsable shm size",
+        {"kvTransfer.sharedMemorySize": "lots"},
+        ["spec.kvTransfer.sharedMemorySize", "quantity"],
+    ),
+    (
+        "unparsable cpu request",
+        {"prefill.resources": {"requests": {"cpu": "two"}}},
+        ["resources.requests", "quantity"],
+    ),
+    (
+        "rdma resource without domain",
+        {"kvTransfer.rdma": {"resourceName": "rdma"}},
+        ["spec.kvTransfer.rdma.resourceName", "extended resource"],
+    ),
+    (
+        "zero rdma devices",
+        {"kvTransfer.rdma": {"resourceName": "rdma/hca", "count": 0}},
+        ["spec.kvTransfer.rdma.count"],
+    ),
+    (
+        "etcd mode without endpoints",
+        {"kvTransfer.metadataExchange.mode": "etcd"},
+        ["etcdEndpoints"],
+    ),
+    (
+        "etcd endpoint without scheme",
+        {"kvTransfer.metadataExchange": {"mode": "etcd", "etcdEndpoints": ["etcd:2379"]}},
+        ["etcdEndpoints", "http(s)://"],
+    ),
+    (
+        "custom engine without side channel",
+        {"engine.type": "custom", "kvTransfer.metadataExchange.mode": "engine"},
+        ["metadataExchange.mode", "sidecar or etcd"],
+    ),
+    (
+        "no instances at all",
+        {"prefill.replicas": 0, "decode.replicas": 0},
+        ["at least one instance"],
+    ),
+    (
+        "dra and device plugin nic",
+        {"topology.dra.enabled": True, "kvTransfer.rdma": RDMA},
+        ["spec.topology.dra.enabled", "remove spec.kvTransfer.rdma.resourceName"],
+    ),
+    (
+        "non-ucx extra env",
+        {"kvTransfer.ucx.extraEnv": [{"name": "LD_PRELOAD", "value": "x"}]},
+        ["extraEnv[].name", "UCX_"],
+    ),
+    (
+        "privileged side channel port",
+        {"kvTransfer.sideChannelPort": 80},
+        ["spec.kvTransfer.sideChannelPort"],
+    ),
+    ("fraction above one", {"kvTransfer.verification.minFraction": 1.5}, ["minFraction"]),
+    (
+        "probe interval too short",
+        {"kvTransfer.verification.intervalSeconds": 10},
+        ["intervalSeconds", ">= 60"],
+    ),
+    ("empty model", {"model.name": ""}, ["spec.model.name"]),
+    ("unknown placement", {"topology.placement": "always"}, ["spec.topology.placement"]),
+    ("bad topology level", {"topology.levels": ["Not A Label!"]}, ["spec.topology.levels"]),
+    (
+        "env value and valueFrom",
+        {
+            "engine.env": [
+                {
+                    "name": "A",
+                    "value": "1",
+                    "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}},
+                }
+            ]
+        },
+        ["value or valueFrom"],
+    ),
+    ("unknown field", {"prefil": {"replicas": 1}}, ["unknown field", "spec.prefil"]),
+]
+
+
+def spec_with(changes: dict[str, Any]) -> dict[str, Any]:
+    spec = copy.deepcopy(VALID)
+    for path, value in changes.items():
+        node = spec
+        *parents, leaf = path.split(".")
+        for part in parents:
+            node = node.setdefault(part, {})
+        node[leaf] = value
+    return spec
+
+
+def create(
+    api_client: client.ApiClient, namespace: str, spec: dict[str, Any], name: str = "bad"
+) -> None:
+    body = {
+        "apiVersion": f"{GROUP}/{VERSION}",
+        "kind": "PDDeployment",
+        "metadata": {"name": name},
+        "spec": spec,
+    }
+    client.CustomObjectsApi(api_client).create_namespaced_custom_object(
+        GROUP, VERSION, namespace, PLURAL, body, dry_run="All", field_validation="Strict"
+    )
+
+
+@pytest.fixture(scope="module")
+def crd(api_client: client.ApiClient) -> None:
+    install_crd(api_client)
+
+
+@pytest.mark.parametrize(
+    "changes,expected", [(c, e) for _, c, e in INVALID], ids=[i for i, _, _ in INVALID]
+)
+def test_invalid_spec_is_refused_with_a_message_naming_the_field(
+    crd: None,
+    api_client: client.ApiClient,
+    namespace: str,
+    changes: dict[str, Any],
+    expected: list[str],
+) -> None:
+    with pytest.raises(ApiException) as raised:
+        create(api_client, namespace, spec_with(changes))
+    assert raised.value.status in (400, 422)
+    message = json.loads(raised.value.body)["message"]
+    for fragment in expected:
+        assert fragment in message, message
+
+
+def test_the_valid_base_and_the_example_are_accepted(
+    crd: None, api_client: client.ApiClient, namespace: str
+) -> None:
+    import yaml
+
+    from helpers.operator_proc import ROOT
+
+    create(api_client, namespace, spec_with({}))
+    example = yaml.safe_load((ROOT / "examples" / "vllm-2p4d.yaml").read_text())
+    create(api_client, namespace, example["spec"], name=example["metadata"]["name"])
+
+
+def test_defaults_are_filled_in_by_the_api_server(
+    crd: None, api_client: client.ApiClient, namespace: str
+) -> None:
+    body = {
+        "apiVersion": f"{GROUP}/{VERSION}",
+        "kind": "PDDeployment",
+        "metadata": {"name": "defaults"},
+        "spec": VALID,
+    }
+    created = client.CustomObjectsApi(api_client).create_namespaced_custom_object(
+        GROUP, VERSION, namespace, PLURAL, body, dry_run="All"
+    )
+    spec = created["spec"]
+    assert spec["engine"]["type"] == "vllm"
+    assert spec["prefill"]["replicas"] == 1
+    assert spec["kvTransfer"]["ucx"]["transports"] == ["auto"]
+    assert spec["kvTransfer"]["sharedMemorySize"] == "16Gi"
+    assert spec["topology"]["levels"][0] == "nvidia.com/gpu.clique"
+
+
+def test_a_253_character_name_is_accepted_and_derives_valid_child_names(
+    crd: None, api_client: client.ApiClient, namespace: str
+) -> None:
+    from pdd_operator.api import names
+
+    long_name = "a" * 120 + "." + "b" * 132
+    create(api_client, namespace, spec_with({}), name=long_name)
+    assert len(names.role_name(long_name, "prefill")) <= 52
