@@ -105,9 +105,13 @@ def up_background(state_dir: Path, args: argparse.Namespace) -> int:
     with log_path.open("ab") as log:
         # A session of its own: the cluster outlives this shell and `down` signals the group.
         child = subprocess.Popen(
-            cmd, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-            env=env, start_new_session=True,
-        )  # fmt: skip
+            cmd,
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            env=env,
+            start_new_session=True,
+        )
     _pid_file(state_dir).write_text(str(child.pid))
     delay = 0.05
     # The first `up` on a machine may build the binaries first, so there is no fixed timeout;

@@ -42,6 +42,9 @@ DEFAULT_CONTROLLERS: tuple[str, ...] = (
     "replicaset-controller",
     "statefulset-controller",
     "endpointslice-controller",
+    # Creates a pod's ResourceClaims from its ResourceClaimTemplates (DRA) and removes them
+    # with the pod; kube-scheduler then allocates devices from the ResourceSlices.
+    "resourceclaim-controller",
 )
 
 # `apiserver_request_total` spells the verb after the HTTP method except for server-side apply.
@@ -133,6 +136,8 @@ class LocalControlPlane:
         self.version = ""
         self.etcd_version = ""
         self.start_seconds = 0.0
+        # Seconds from the start until etcd, the apiserver and the controllers were ready.
+        self.start_phases: dict[str, float] = {}
 
     # ----------------------------------------------------------------- public surface
 
@@ -222,11 +227,6 @@ class LocalControlPlane:
             watch=self._components.get("kube-controller-manager"),
         )
 
-    def _runs_controller(self, name: str, alias: str) -> bool:
-        if "kube-controller-manager" not in self._components:
-            return False
-        return any(c in (name, alias, "*") for c in self.controllers)
-
     def stop_apiserver(self, graceful: bool = True) -> None:
         """Stops only the apiserver (fault tests); etcd and the controllers keep running.
         Graceful: SIGTERM, then SIGKILL after 2 s (it holds open watches until its clients
@@ -239,8 +239,7 @@ class LocalControlPlane:
 
     def start_apiserver(self, timeout: float | None = None) -> None:
         """Starts the apiserver again with the same port, tokens and certificates."""
-        apiserver = self._components["kube-apiserver"]
-        apiserver.start()
+        self._components["kube-apiserver"].start()
         procs.write_pid_file(self._pid_file, list(self._components.values()))
         self._wait_apiserver(time.monotonic() + (timeout or self.start_timeout))
 
@@ -272,6 +271,7 @@ class LocalControlPlane:
         return self.state_dir / "pids.json"
 
     def _start_once(self) -> None:
+        t0 = time.monotonic()
         bin_dir = self._bin_dir or resolve_bin_dir()
         self._prepare_state_dir()
         self._certs = ensure_certs(self.state_dir / "certs")
@@ -279,23 +279,24 @@ class LocalControlPlane:
         self._make_users()
         self._ports = {"etcd": free_port(), "etcd-peer": free_port(), "apiserver": free_port()}
         self._components = {}
-        deadline = time.monotonic() + self.start_timeout
+        deadline = t0 + self.start_timeout
 
-        etcd = self._add("etcd", self._etcd_argv(bin_dir))
-        etcd.start()
+        etcd = self._launch("etcd", self._etcd_argv(bin_dir))
         self._wait_for("etcd /health", self._etcd_healthy, deadline, watch=etcd)
-        self._add("kube-apiserver", self._apiserver_argv(bin_dir)).start()
+        self.start_phases = {"etcd": time.monotonic() - t0}
+        self._launch("kube-apiserver", self._apiserver_argv(bin_dir))
         self._wait_apiserver(deadline)
+        self.start_phases["kube-apiserver"] = time.monotonic() - t0
         self._write_kubeconfig(self.kubeconfig, ADMIN_USER)
         # The controllers wait only briefly for the apiserver, so they start once it is ready.
         if self._want_kcm:
             self._ports["kube-controller-manager"] = free_port()
-            self._add("kube-controller-manager", self._kcm_argv(bin_dir)).start()
+            self._launch("kube-controller-manager", self._kcm_argv(bin_dir))
         if self._want_scheduler:
             self._ports["kube-scheduler"] = free_port()
-            self._add("kube-scheduler", self._scheduler_argv(bin_dir)).start()
-        procs.write_pid_file(self._pid_file, list(self._components.values()))
+            self._launch("kube-scheduler", self._scheduler_argv(bin_dir))
         self.wait_ready(max(1.0, deadline - time.monotonic()))
+        self.start_phases["controllers"] = time.monotonic() - t0
         self.version = json.loads(self._api_get("/version")[1])["gitVersion"]
         self.etcd_version = self._etcd_version()
 
@@ -327,9 +328,12 @@ class LocalControlPlane:
         token_file.write_text("\n".join(lines) + "\n")
         token_file.chmod(0o600)
 
-    def _add(self, name: str, argv: list[str]) -> procs.Component:
+    def _launch(self, name: str, argv: list[str]) -> procs.Component:
         comp = procs.Component(name, argv, self.log_path(name), self.state_dir)
         self._components[name] = comp
+        comp.start()
+        # Recorded at once, so `down` finds it even if this process dies mid-start.
+        procs.write_pid_file(self._pid_file, list(self._components.values()))
         return comp
 
     def _etcd_argv(self, bin_dir: Path) -> list[str]:
@@ -444,6 +448,11 @@ class LocalControlPlane:
             deadline,
             watch=self._components["kube-apiserver"],
         )
+
+    def _runs_controller(self, name: str, alias: str) -> bool:
+        if "kube-controller-manager" not in self._components:
+            return False
+        return any(c in (name, alias, "*") for c in self.controllers)
 
     def _wait_component_healthz(self, name: str, deadline: float) -> None:
         url = f"https://127.0.0.1:{self._ports[name]}/healthz"

@@ -2,8 +2,8 @@
 
 It registers Nodes (capacity, GFD/NFD labels, Ready), watches the pods bound to them and
 writes the status a kubelet would report (Running and Ready, with a pod IP from
-198.18.0.0/15), and
-force-deletes pods that are being deleted, since no kubelet will confirm their end.
+198.18.0.0/15), and force-deletes pods that are being deleted, since no kubelet will confirm
+their end.
 
 One thread watches (list, then watch from its resourceVersion, re-list on 410 Gone); a pool
 of worker threads writes. Work is keyed by pod UID so a pod has at most one write in flight.
@@ -186,21 +186,28 @@ class NodeSimulator:
             body={"status": {"conditions": [cond]}},
             content_type=STRATEGIC_MERGE_PATCH,
         )
-        node = self._call("GET", f"/api/v1/nodes/{name}")
-        taints = taints_for_readiness(node.get("spec", {}).get("taints") or [], ready)
-        self._call(
-            "PATCH",
-            f"/api/v1/nodes/{name}",
-            body={
-                "metadata": {"resourceVersion": node["metadata"]["resourceVersion"]},
-                "spec": {"taints": taints},
-            },
-            content_type=MERGE_PATCH,
-        )
+        self._set_not_ready_taint(name, ready)
         with self._lock:
             self._node_ready[name] = ready
         for pod in self._pods_on(name):
             self._on_pod(pod)
+
+    def _set_not_ready_taint(self, name: str, ready: bool) -> None:
+        # Taints have no merge key, so the whole list is replaced; the resourceVersion makes
+        # that safe against a concurrent writer (retried on conflict).
+        for _ in range(5):
+            node = self._call("GET", f"/api/v1/nodes/{name}")
+            taints = taints_for_readiness(node.get("spec", {}).get("taints") or [], ready)
+            body = {
+                "metadata": {"resourceVersion": node["metadata"]["resourceVersion"]},
+                "spec": {"taints": taints},
+            }
+            try:
+                self._call("PATCH", f"/api/v1/nodes/{name}", body=body, content_type=MERGE_PATCH)
+                return
+            except _Conflict:
+                continue
+        raise RuntimeError(f"node {name}: taints kept changing under us")
 
     def _register_node(self, node: SimNode) -> None:
         obj = node_object(node, self._node_ips[node.name], now_rfc3339())
@@ -285,7 +292,11 @@ class NodeSimulator:
         """Follows pod events from `rv` until stopped; returns only by raising _Gone or on
         an error, reopening the watch whenever the apiserver ends it."""
         while not self._stop.is_set():
-            query = {**BOUND_PODS, "resourceVersion": rv, "timeoutSeconds": WATCH_TIMEOUT_S}
+            query: dict[str, str | int] = {
+                **BOUND_PODS,
+                "resourceVersion": rv,
+                "timeoutSeconds": WATCH_TIMEOUT_S,
+            }
             try:
                 resp = self._kube.open_watch("/api/v1/pods", query, WATCH_TIMEOUT_S + 30)
             except ApiException as e:

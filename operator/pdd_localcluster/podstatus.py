@@ -42,10 +42,46 @@ def desired_status(pod: Json, plan: PodPlan, now: str) -> Json:
     spec = pod.get("spec", {})
     status = pod.get("status", {})
     start = status.get("startTime") or now
-    failure = plan.init_failure
+    inits, mains = _container_statuses(pod, plan.init_failure, start, now)
+    init_failed = plan.init_failure is not None and bool(inits)
+    containers_ready = all(s["ready"] for s in mains)
+    gates_ready = _readiness_gates_true(spec, status)
+    conditions = _conditions(
+        status.get("conditions") or [],
+        initialized=not init_failed,
+        containers_ready=containers_ready,
+        ready=containers_ready and gates_ready and plan.node_ready,
+        not_ready_reason=(
+            "NodeNotReady"
+            if not plan.node_ready
+            else "ContainersNotReady"
+            if not containers_ready
+            else "ReadinessGatesNotReady"
+        ),
+        waiting_inits=[s["name"] for s in inits] if init_failed else [],
+        now=now,
+    )
+    return {
+        "phase": "Pending" if init_failed else "Running",
+        "conditions": conditions,
+        "hostIP": plan.host_ip,
+        "hostIPs": [{"ip": plan.host_ip}],
+        "podIP": plan.pod_ip,
+        "podIPs": [{"ip": plan.pod_ip}],
+        "startTime": start,
+        "initContainerStatuses": inits,
+        "containerStatuses": mains,
+    }
+
+
+def _container_statuses(
+    pod: Json, failure: InitFailure | None, start: str, now: str
+) -> tuple[list[Json], list[Json]]:
+    """(init container statuses, container statuses). A failure hits the first init
+    container, or the first container when the pod has no init containers."""
+    spec = pod.get("spec", {})
     inits = spec.get("initContainers") or []
     fail_init = failure is not None and bool(inits)
-    fail_main = failure is not None and not inits
     init_statuses = [
         _init_status(c, pod, i == 0 and fail_init, failure, start, now) for i, c in enumerate(inits)
     ]
@@ -59,36 +95,14 @@ def desired_status(pod: Json, plan: PodPlan, now: str) -> Json:
             c,
             pod,
             started=not fail_init,
-            failed=(i == 0 and fail_main),
+            failed=(i == 0 and failure is not None and not inits),
             failure=failure,
             start=start,
             now=now,
         )
         for i, c in enumerate(spec.get("containers") or [])
     ]
-    containers_ready = all(s["ready"] for s in main_statuses)
-    gates_ok = _readiness_gates_true(spec, status)
-    ready = containers_ready and gates_ok and plan.node_ready
-    conditions = _conditions(
-        status.get("conditions") or [],
-        initialized=not fail_init,
-        containers_ready=containers_ready,
-        ready=ready,
-        not_ready_reason="NodeNotReady" if not plan.node_ready else "ContainersNotReady",
-        waiting_inits=[c["name"] for c in inits] if fail_init else [],
-        now=now,
-    )
-    return {
-        "phase": "Pending" if fail_init else "Running",
-        "conditions": conditions,
-        "hostIP": plan.host_ip,
-        "hostIPs": [{"ip": plan.host_ip}],
-        "podIP": plan.pod_ip,
-        "podIPs": [{"ip": plan.pod_ip}],
-        "startTime": start,
-        "initContainerStatuses": init_statuses,
-        "containerStatuses": main_statuses,
-    }
+    return init_statuses, main_statuses
 
 
 def status_matches(pod: Json, plan: PodPlan) -> bool:

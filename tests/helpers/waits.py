@@ -24,3 +24,16 @@ def wait_for(
             last = err
         time.sleep(interval)
     raise AssertionError(f"timed out after {timeout}s waiting for {what or check}: last={last!r}")
+
+
+def wait_namespaces_gone(api_client: object, timeout: float = 60) -> None:
+    """Wait until no namespace is Terminating: the namespace controller's deletions are writes
+    too, and a test that counts writes must not see another test's clean-up."""
+    from kubernetes import client
+
+    core = client.CoreV1Api(api_client)
+    wait_for(
+        lambda: not [n for n in core.list_namespace().items if n.status.phase == "Terminating"],
+        timeout,
+        what="terminating namespaces to be gone",
+    )

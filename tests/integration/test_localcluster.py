@@ -13,10 +13,9 @@ import pytest
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
-from helpers.waits import wait_for
+from helpers.waits import wait_for, wait_namespaces_gone
 from pdd_localcluster import LocalControlPlane, NodeSimulator, SimNode
 from pdd_localcluster.nodes import SIMULATED_RANGE
-
 
 
 def gpu_statefulset(name: str, replicas: int, gpus: int = 8) -> dict[str, Any]:
@@ -153,6 +152,37 @@ def test_statefulset_is_scheduled_onto_simulated_nodes_and_becomes_ready(
         assert main.ready and main.started and main.state.running is not None
 
 
+def test_endpointslices_carry_the_simulated_pod_ips(
+    api_client: client.ApiClient,
+    apps: client.AppsV1Api,
+    core: client.CoreV1Api,
+    node_sim: NodeSimulator,
+    namespace: str,
+) -> None:
+    apps.create_namespaced_stateful_set(namespace, gpu_statefulset("engine", 2))
+    service = {
+        "metadata": {"name": "engine"},
+        "spec": {"clusterIP": "None", "selector": {"app": "engine"}, "ports": [{"port": 8000}]},
+    }
+    core.create_namespaced_service(namespace, service)
+    wait_for(lambda: ready_replicas(apps, namespace, "engine") == 2, 30, what="2 ready replicas")
+    pod_ips = {p.status.pod_ip for p in pods(core, namespace)}
+    discovery = client.DiscoveryV1Api(api_client)
+
+    def ready_addresses() -> set[str]:
+        slices = discovery.list_namespaced_endpoint_slice(namespace).items
+        return {
+            addr
+            for s in slices
+            for ep in s.endpoints or []
+            if ep.conditions.ready
+            for addr in ep.addresses
+        }
+
+    # The EndpointSlice controller refuses loopback addresses; these must pass its checks.
+    wait_for(lambda: ready_addresses() == pod_ips, 30, what="EndpointSlices with the pod IPs")
+
+
 def test_pod_asking_more_gpus_than_a_node_has_stays_pending(
     core: client.CoreV1Api, node_sim: NodeSimulator, namespace: str
 ) -> None:
@@ -203,6 +233,7 @@ def test_mutating_requests_counts_writes_not_reads(
 ) -> None:
     # PodTemplates: no controller here writes them, so only this test moves the counter.
     resource = {"podtemplates"}
+    wait_namespaces_gone(core.api_client)  # their clean-up deletes podtemplates too
     before = control_plane.mutating_requests(resource)
     template = {"metadata": {"name": "t"}, "template": {"spec": {"containers": []}}}
     template["template"]["spec"]["containers"] = [{"name": "c", "image": "busybox:1.36"}]

@@ -3,16 +3,14 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
-import pytest
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
-from helpers.operator_proc import OperatorProcess, install_crd
-from helpers.waits import wait_for
+from helpers.operator_fixture import operator  # noqa: F401  (fixture)
+from helpers.operator_proc import OperatorProcess
+from helpers.waits import wait_for, wait_namespaces_gone
 
 GROUP, VERSION, PLURAL = "pdd.dev", "v1alpha1", "pddeployments"
 # Resources whose writes count against the no-op resync (the operator writes only these).
@@ -30,21 +28,6 @@ OPERATOR_RESOURCES = {
     "events",
     "resourceclaimtemplates",
 }
-
-
-@pytest.fixture(scope="module")
-def operator(
-    control_plane: Any,
-    kubeconfig: Path,
-    api_client: client.ApiClient,
-    node_sim: Any,
-    tmp_path_factory: pytest.TempPathFactory,
-) -> Iterator[OperatorProcess]:
-    install_crd(api_client)
-    log = tmp_path_factory.mktemp("operator") / "operator.log"
-    proc = OperatorProcess(kubeconfig, log, resync_seconds=2.0).start()
-    yield proc
-    proc.kill()
 
 
 def pdd_body(name: str, **spec: Any) -> dict[str, Any]:
@@ -223,6 +206,7 @@ def test_resync_of_an_unchanged_deployment_writes_nothing(
         GROUP, VERSION, namespace, PLURAL, pdd_body("steady")
     )
     wait_ready(api_client, namespace, "steady")
+    wait_namespaces_gone(api_client)  # other tests' clean-up writes are not ours
     time.sleep(3)  # let the last status write and child events settle
     reconciles_before = operator.metric("pdd_operator_reconciles_total")
     before = {r: control_plane.mutating_requests({r}) for r in OPERATOR_RESOURCES}

@@ -32,7 +32,9 @@ def login(**kwargs: Any) -> kopf.ConnectionInfo | None:
 @kopf.on.startup()
 async def startup(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> None:
     config = runtime_settings()
-    settings.posting.enabled = False  # handler logs must not become Event writes
+    # Explicit events (condition transitions) are posted; handler log lines never become
+    # Event writes, or an unchanged resync would write.
+    settings.posting.level = logging.CRITICAL + 10
     settings.watching.server_timeout = 600
     settings.watching.client_timeout = 660
     settings.batching.worker_limit = config.worker_limit
@@ -123,6 +125,8 @@ async def _reconcile(memo: kopf.Memo, key: tuple[str, str], kwargs: dict[str, An
 def _plain(body: kopf.Body) -> dict[str, Any]:
     """A detached copy: kopf reuses the body object across events."""
     return {
+        "apiVersion": api.API_VERSION,
+        "kind": api.KIND,
         "metadata": dict(body.get("metadata", {})),
         "spec": body.get("spec", {}),
         "status": body.get("status", {}),
