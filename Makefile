@@ -42,9 +42,11 @@ generate: venv
 check-generated: venv
 	$(PY) -m pdd_operator.cli generate --check
 
+LINT_PATHS := $(wildcard operator tests bench hack)
+
 lint: venv
-	$(VENV)/bin/ruff check operator tests bench hack
-	$(VENV)/bin/ruff format --check operator tests bench hack
+	$(VENV)/bin/ruff check $(LINT_PATHS)
+	$(VENV)/bin/ruff format --check $(LINT_PATHS)
 	$(VENV)/bin/mypy --strict operator/pdd_operator/api operator/pdd_operator/planning operator/pdd_operator/rendering operator/pdd_operator/status operator/pdd_operator/topology
 	$(VENV)/bin/lint-imports
 
