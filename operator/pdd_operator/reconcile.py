@@ -29,7 +29,7 @@ from pdd_operator.rendering.roles import engine_revision
 from pdd_operator.rendering.sidecar import render_token_secret, sidecar_enabled
 from pdd_operator.status.compute import Observed, compute_status
 from pdd_operator.status.conditions import find
-from pdd_operator.status.observe import ChildKey, ChildSummary, PodSummary
+from pdd_operator.status.observe import ChildKey, ChildSummary, PodSummary, pod_problems
 
 log = logging.getLogger(__name__)
 
@@ -43,6 +43,7 @@ class ClusterView(Protocol):
     def children(self, key: Key) -> Mapping[ChildKey, ChildSummary]: ...
     def pods(self, key: Key) -> Sequence[PodSummary]: ...
     def node_facts(self, instance_id: str) -> Sequence[NodeFacts]: ...
+    def node_ready(self, name: str) -> bool | None: ...
 
 
 EventSink = Callable[[Mapping[str, Any], str, str, str], None]  # body, type, reason, message
@@ -188,7 +189,7 @@ class Reconciler:
             workloads=workloads,
             wanted=wanted,
             revision=engine_revision(pdd.spec),
-            pod_problems=[p.problem for p in pods if p.problem is not None],
+            pod_problems=pod_problems(pods, self.view.node_ready),
             placement=placement,
             apply_error=apply_error,
         )

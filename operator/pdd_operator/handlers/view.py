@@ -44,6 +44,13 @@ class IndexView:
     def pods(self, key: Key) -> Sequence[PodSummary]:
         return _values(self.indexes["pod_index"], key)
 
+    def node_ready(self, name: str) -> bool | None:
+        nodes = _values(self.indexes["node_index"], name)
+        if not nodes:
+            return None
+        conditions = nodes[0]["status"]["conditions"]
+        return any(c["type"] == "Ready" and c["status"] == "True" for c in conditions)
+
     def node_facts(self, instance_id: str) -> Sequence[NodeFacts]:
         nodes = [node for store in self.indexes["node_index"].values() for node in store]
         pods = [pod for store in self.indexes["gpu_pod_index"].values() for pod in store]

@@ -6,7 +6,7 @@ the no-op check need, nothing more.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -96,6 +96,27 @@ def summarize_pod(body: Mapping[str, Any]) -> PodSummary:
         revision=labels.get(names.LABEL_REVISION, ""),
         problem=pod_problem(meta["name"], role, status),
     )
+
+
+def pod_problems(
+    pods: Sequence[PodSummary], node_ready: Callable[[str], bool | None]
+) -> list[PodProblem]:
+    """Problems of the pods themselves, plus pods that sit on a node that went NotReady."""
+    problems = []
+    for pod in pods:
+        if pod.problem is not None:
+            problems.append(pod.problem)
+        elif pod.node and not pod.ready and node_ready(pod.node) is False:
+            problems.append(
+                PodProblem(
+                    pod.name,
+                    pod.role,
+                    "NodeNotReady",
+                    f"node {pod.node} is NotReady; the pod is replaced once the node is "
+                    "removed or its pods are evicted (check the node's kubelet and network)",
+                )
+            )
+    return problems
 
 
 def pod_problem(pod: str, role: str, status: Mapping[str, Any]) -> PodProblem | None:
