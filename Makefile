@@ -78,8 +78,9 @@ cluster-down:
 bench: venv binaries
 	$(PY) bench/run.py --scale $(or $(SCALE),full) --out bench/results
 
-e2e-kind: venv
-	$(PYTEST) tests/e2e -q -s
+# Needs a Docker engine; the test skips with the reason printed where there is none.
+e2e-kind: venv binaries
+	PDD_E2E_KIND=1 $(PYTEST) tests/e2e -q -s -rs
 
 clean: cluster-down
 	rm -rf .tmp

@@ -30,6 +30,7 @@ from pdd_operator.rendering.sidecar import render_token_secret, sidecar_enabled
 from pdd_operator.status.compute import Observed, compute_status
 from pdd_operator.status.conditions import find
 from pdd_operator.status.observe import ChildKey, ChildSummary, PodSummary, pod_problems
+from pdd_operator.status.rollout import rollout_partitions
 
 log = logging.getLogger(__name__)
 
@@ -108,9 +109,15 @@ class Reconciler:
 
     async def _converge(self, pdd: PDDeployment, body: Mapping[str, Any]) -> None:
         placement = self._plan(pdd)
-        ctx = RenderContext(settings=self.settings, placement=placement.placement)
-        desired = render_children(pdd, ctx)
         observed = self.view.children((pdd.namespace, pdd.name))
+        partitions = rollout_partitions(
+            engine_revision(pdd.spec),
+            {"prefill": pdd.spec.prefill.replicas, "decode": pdd.spec.decode.replicas},
+            observed,
+            self.view.pods((pdd.namespace, pdd.name)),
+        )
+        ctx = RenderContext(self.settings, placement.placement, partitions)
+        desired = render_children(pdd, ctx)
         apply_error = await self._sync_children(pdd, desired, observed)
         if not apply_error:
             apply_error = await self._ensure_token(pdd)

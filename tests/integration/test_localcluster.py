@@ -214,7 +214,7 @@ def test_scale_down_force_deletes_the_pod(
     wait_for(lambda: remaining() == ["engine-0"], 20, what="engine-1 gone")
     # Without a kubelet the pod would sit Terminating for its 30 s grace period.
     assert time.monotonic() - started < 20
-    assert ready_replicas(apps, namespace, "engine") == 1
+    wait_for(lambda: ready_replicas(apps, namespace, "engine") == 1, 30, what="1 ready replica")
 
 
 def test_deleting_the_owner_garbage_collects_its_pods(

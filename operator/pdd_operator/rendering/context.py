@@ -18,3 +18,5 @@ class OperatorSettings:
 class RenderContext:
     settings: OperatorSettings = field(default_factory=OperatorSettings)
     placement: Placement = field(default_factory=Placement)
+    # StatefulSet partition per role during a coordinated rollout (absent: 0, roll freely).
+    partitions: dict[str, int] = field(default_factory=dict)

@@ -68,7 +68,10 @@ def render_role_statefulset(pdd: PDDeployment, role: str, ctx: RenderContext) ->
             "replicas": rspec.replicas,
             "serviceName": names.role_name(pdd.name, role),
             "podManagementPolicy": "Parallel",
-            "updateStrategy": {"type": "RollingUpdate", "rollingUpdate": {"partition": 0}},
+            "updateStrategy": {
+                "type": "RollingUpdate",
+                "rollingUpdate": {"partition": ctx.partitions.get(role, 0)},
+            },
             "selector": {"matchLabels": names.selector_labels(pdd.name, role)},
             "template": render_pod_template(pdd, role, ctx),
         },

@@ -154,10 +154,12 @@ def _progress(observed: Observed, roles: dict[str, RoleStatus]) -> tuple[bool, s
     ]
     if not converging:
         return False, "Complete", _summary(roles)
-    reason = (
-        "RollingOut" if any(roles[r].updated < roles[r].desired for r in converging) else "Scaling"
-    )
-    return True, reason, _summary(roles)
+    if any(roles[r].updated < roles[r].desired for r in converging):
+        updated = ", ".join(
+            f"{role} {s.updated}/{s.desired} updated" for role, s in roles.items() if s.desired
+        )
+        return True, "RollingOut", f"rolling out revision {observed.revision}: {updated}"
+    return True, "Scaling", _summary(roles)
 
 
 def _degradation(observed: Observed) -> tuple[bool, str, str]:

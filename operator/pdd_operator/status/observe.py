@@ -22,6 +22,8 @@ class ChildSummary:
     applied_hash: str
     role: str
     workload: WorkloadState | None = None
+    template_revision: str = ""  # pdd.dev/revision of a StatefulSet's pod template
+    partition: int = 0
 
 
 @dataclass(frozen=True)
@@ -51,7 +53,17 @@ def summarize_child(body: Mapping[str, Any]) -> ChildSummary:
     key = (body["apiVersion"], body["kind"], meta["name"])
     applied = meta.get("annotations", {}).get(names.ANNOTATION_APPLIED_HASH, "")
     workload = _workload(body) if body["kind"] in ("StatefulSet", "Deployment") else None
-    return ChildSummary(key, applied, role, workload)
+    spec = body.get("spec", {})
+    template_labels = spec.get("template", {}).get("metadata", {}).get("labels", {})
+    partition = spec.get("updateStrategy", {}).get("rollingUpdate", {}).get("partition", 0)
+    return ChildSummary(
+        key,
+        applied,
+        role,
+        workload,
+        template_revision=template_labels.get(names.LABEL_REVISION, ""),
+        partition=int(partition or 0),
+    )
 
 
 def _workload(body: Mapping[str, Any]) -> WorkloadState:

@@ -1,0 +1,84 @@
+{{/* Names are cut at 63 characters: the DNS label limit of Kubernetes names. */}}
+{{- define "pdd-operator.name" -}}
+{{- default .Chart.Name .Values.nameOverride | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{- define "pdd-operator.fullname" -}}
+{{- if .Values.fullnameOverride }}
+{{- .Values.fullnameOverride | trunc 63 | trimSuffix "-" }}
+{{- else }}
+{{- $name := default .Chart.Name .Values.nameOverride }}
+{{- if contains $name .Release.Name }}
+{{- .Release.Name | trunc 63 | trimSuffix "-" }}
+{{- else }}
+{{- printf "%s-%s" .Release.Name $name | trunc 63 | trimSuffix "-" }}
+{{- end }}
+{{- end }}
+{{- end }}
+
+{{/* The agent's objects: the full name with a suffix that still fits in 63 characters. */}}
+{{- define "pdd-operator.agentName" -}}
+{{- printf "%s-topology-agent" (include "pdd-operator.fullname" . | trunc 48 | trimSuffix "-") }}
+{{- end }}
+
+{{- define "pdd-operator.chart" -}}
+{{- printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{/* Labels every object carries besides its selector labels. */}}
+{{- define "pdd-operator.metaLabels" -}}
+helm.sh/chart: {{ include "pdd-operator.chart" . }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+app.kubernetes.io/part-of: pdd
+{{- end }}
+
+{{- define "pdd-operator.labels" -}}
+app.kubernetes.io/name: {{ include "pdd-operator.name" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+{{ include "pdd-operator.metaLabels" . }}
+{{- end }}
+
+{{/* Selector labels never change across upgrades (a Deployment's selector is immutable). */}}
+{{- define "pdd-operator.selectorLabels" -}}
+app.kubernetes.io/name: {{ include "pdd-operator.name" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+app.kubernetes.io/component: operator
+{{- end }}
+
+{{- define "pdd-operator.agentSelectorLabels" -}}
+app.kubernetes.io/name: {{ include "pdd-operator.name" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+app.kubernetes.io/component: topology-agent
+{{- end }}
+
+{{- define "pdd-operator.serviceAccountName" -}}
+{{- if .Values.serviceAccount.create }}
+{{- default (include "pdd-operator.fullname" .) .Values.serviceAccount.name }}
+{{- else }}
+{{- required "serviceAccount.name is required when serviceAccount.create is false" .Values.serviceAccount.name }}
+{{- end }}
+{{- end }}
+
+{{/* repository:tag or repository@digest; the tag defaults to the chart's appVersion. */}}
+{{- define "pdd-operator.imageRef" -}}
+{{- if .image.digest }}
+{{- printf "%s@%s" .image.repository .image.digest }}
+{{- else }}
+{{- printf "%s:%s" .image.repository (default .appVersion .image.tag) }}
+{{- end }}
+{{- end }}
+
+{{- define "pdd-operator.image" -}}
+{{- include "pdd-operator.imageRef" (dict "image" .Values.image "appVersion" .Chart.AppVersion) }}
+{{- end }}
+
+{{- define "pdd-operator.sidecarImage" -}}
+{{- include "pdd-operator.imageRef" (dict "image" .Values.sidecarImage "appVersion" .Chart.AppVersion) }}
+{{- end }}
+
+{{/* True when the ServiceMonitor is wanted and the cluster can take it. */}}
+{{- define "pdd-operator.serviceMonitorEnabled" -}}
+{{- $sm := .Values.metrics.serviceMonitor }}
+{{- if and $sm.enabled (or $sm.skipCapabilityCheck (.Capabilities.APIVersions.Has "monitoring.coreos.com/v1/ServiceMonitor")) }}true{{ end }}
+{{- end }}

@@ -1,0 +1,218 @@
+"""The chart without a cluster: `helm lint` of several value sets, values.schema.json refusing
+wrong values by name, and what `helm template` renders (RBAC tightness, hardening, toggles)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+import yaml
+
+from .support import CHART, ROOT, Helm, kinds
+
+# Value sets every test here renders; the cluster tests apply the same ones.
+VALUE_SETS: dict[str, list[str]] = {
+    "default": [],
+    "agent-disabled": ["--set", "agent.enabled=false"],
+    "servicemonitor": [
+        "--set",
+        "metrics.serviceMonitor.enabled=true",
+        "--set",
+        "metrics.serviceMonitor.labels.release=prometheus",
+    ],
+    "watch-namespaces": ["--set", "watchNamespaces={team-a,team-b}", "--set", "logLevel=debug"],
+    "custom-image": [
+        "--set",
+        "image.repository=registry.example.com/pdd/operator",
+        "--set",
+        "image.digest=sha256:" + "a" * 64,
+        "--set",
+        "imagePullSecrets[0].name=regcred",
+        "--set",
+        "resyncSeconds=60",
+    ],
+}
+
+# Each wrong value and the field the error must name (a user fixes what the message names).
+REJECTED: list[tuple[list[str], str]] = [
+    (["--set", "logLevel=verbose"], "/logLevel"),
+    (["--set", "resyncSeconds=often"], "/resyncSeconds"),
+    (["--set", "image.pullPolicy=Sometimes"], "/image/pullPolicy"),
+    (["--set", "metrics.port=70000"], "/metrics/port"),
+    (["--set", "watchNamespaces={Team_A}"], "/watchNamespaces/0"),
+    (["--set", "agent.enabled=yes"], "/agent/enabled"),
+    (["--set", "image.digest=sha256:short"], "/image/digest"),
+    (["--set", "replicas=2"], "replicas"),  # unknown key: a typo must not pass silently
+]
+
+
+def by_kind(docs: list[dict[str, Any]], kind: str) -> list[dict[str, Any]]:
+    return [d for d in docs if d["kind"] == kind]
+
+
+def one(docs: list[dict[str, Any]], kind: str) -> dict[str, Any]:
+    found = by_kind(docs, kind)
+    assert len(found) == 1, (kind, kinds(docs))
+    return found[0]
+
+
+@pytest.mark.parametrize("values", VALUE_SETS.values(), ids=VALUE_SETS.keys())
+def test_lint_passes(helm: Helm, values: list[str]) -> None:
+    result = helm.run("lint", "--strict", str(CHART), *values)
+    assert "0 chart(s) failed" in result.stdout
+
+
+@pytest.mark.parametrize(("values", "field"), REJECTED, ids=[f for _, f in REJECTED])
+def test_schema_rejects_wrong_values_by_name(helm: Helm, values: list[str], field: str) -> None:
+    lint = helm.run("lint", str(CHART), *values, check=False)
+    assert lint.returncode != 0
+    assert field in lint.stdout + lint.stderr, lint.stdout
+    # install/template validate the same schema: nothing is rendered from bad values.
+    template = helm.run("template", "x", str(CHART), *values, check=False)
+    assert template.returncode != 0
+    assert field in template.stderr
+
+
+def test_metrics_and_liveness_ports_must_differ(helm: Helm) -> None:
+    # A rule across two fields: the template refuses it (JSON schema cannot compare values).
+    result = helm.run("template", "x", str(CHART), "--set", "metrics.port=8080", check=False)
+    assert result.returncode != 0
+    assert "metrics.port and livenessProbe.port must differ" in result.stderr
+
+
+def test_default_render(helm: Helm) -> None:
+    docs = helm.template("--skip-tests")
+    assert sorted(kinds(docs)) == sorted(
+        [
+            "ServiceAccount",
+            "ServiceAccount",
+            "ClusterRole",
+            "ClusterRole",
+            "ClusterRoleBinding",
+            "ClusterRoleBinding",
+            "Service",
+            "DaemonSet",
+            "Deployment",
+        ]
+    )
+    assert all(d["metadata"].get("namespace") in (None, "pdd-system") for d in docs)
+    deployment = one(docs, "Deployment")
+    # One active reconciler, and never two during an upgrade.
+    assert deployment["spec"]["replicas"] == 1
+    assert deployment["spec"]["strategy"] == {"type": "Recreate"}
+    pod = deployment["spec"]["template"]["spec"]
+    assert pod["serviceAccountName"] == "pdd-operator"
+    assert pod["securityContext"]["runAsNonRoot"] is True
+    assert pod["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}
+    (container,) = pod["containers"]
+    assert container["image"] == "ghcr.io/pdd-dev/pdd-operator:0.1.0"
+    assert container["args"][0] == "run"
+    assert "--sidecar-image=ghcr.io/pdd-dev/pdd-sidecar:0.1.0" in container["args"]
+    assert not any(a.startswith("--namespace") for a in container["args"])
+    ctx = container["securityContext"]
+    assert ctx["readOnlyRootFilesystem"] is True
+    assert ctx["allowPrivilegeEscalation"] is False
+    assert ctx["capabilities"] == {"drop": ["ALL"]}
+    # kopf's liveness endpoint is where the probe looks.
+    ports = {p["name"]: p["containerPort"] for p in container["ports"]}
+    assert f"--liveness=http://0.0.0.0:{ports['health']}/healthz" in container["args"]
+    assert f"--metrics-port={ports['metrics']}" in container["args"]
+    assert container["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "health"}
+    # A read-only root filesystem needs a writable /tmp.
+    assert {"name": "tmp", "mountPath": "/tmp"} in container["volumeMounts"]
+    assert {"name": "tmp", "emptyDir": {"sizeLimit": "64Mi"}} in pod["volumes"]
+    service = one(docs, "Service")
+    selector = deployment["spec"]["selector"]["matchLabels"]
+    assert service["spec"]["selector"] == selector
+    assert service["spec"]["ports"][0]["port"] == ports["metrics"]
+
+
+def test_agent_daemonset(helm: Helm) -> None:
+    docs = helm.template("--skip-tests")
+    daemonset = one(docs, "DaemonSet")
+    pod = daemonset["spec"]["template"]["spec"]
+    assert pod["nodeSelector"] == {"nvidia.com/gpu.present": "true"}
+    (container,) = pod["containers"]
+    assert container["image"] == "ghcr.io/pdd-dev/pdd-sidecar:0.1.0"
+    assert container["args"][0] == "agent"
+    assert container["env"][0]["valueFrom"]["fieldRef"]["fieldPath"] == "spec.nodeName"
+    mounts = {m["mountPath"]: m for m in container["volumeMounts"]}
+    assert mounts["/host/sys"]["readOnly"] and mounts["/host/proc"]["readOnly"]
+    host_paths = {v["hostPath"]["path"] for v in pod["volumes"]}
+    assert host_paths == {"/sys", "/proc"}
+    agent_role = next(
+        r for r in by_kind(docs, "ClusterRole") if "topology-agent" in r["metadata"]["name"]
+    )
+    assert agent_role["rules"] == [
+        {"apiGroups": [""], "resources": ["nodes"], "verbs": ["get", "patch"]}
+    ]
+    assert pod["serviceAccountName"] == agent_role["metadata"]["name"]
+
+
+def test_agent_disabled_renders_no_agent(helm: Helm) -> None:
+    docs = helm.template("--skip-tests", *VALUE_SETS["agent-disabled"])
+    assert "DaemonSet" not in kinds(docs)
+    assert not [d for d in docs if "topology-agent" in d["metadata"]["name"]]
+
+
+def test_servicemonitor_only_where_the_cluster_serves_it(helm: Helm) -> None:
+    values = VALUE_SETS["servicemonitor"]
+    assert "ServiceMonitor" not in kinds(helm.template(*values))
+    with_api = helm.template(*values, "--api-versions", "monitoring.coreos.com/v1/ServiceMonitor")
+    monitor = one(with_api, "ServiceMonitor")
+    assert monitor["metadata"]["labels"]["release"] == "prometheus"
+    assert monitor["spec"]["endpoints"][0]["port"] == "metrics"
+    service = one(with_api, "Service")
+    for key, value in monitor["spec"]["selector"]["matchLabels"].items():
+        assert service["metadata"]["labels"][key] == value
+    forced = helm.template(*values, "--set", "metrics.serviceMonitor.skipCapabilityCheck=true")
+    assert "ServiceMonitor" in kinds(forced)
+
+
+def test_watch_namespaces_grants_namespaced_rules_per_namespace(helm: Helm) -> None:
+    docs = helm.template("--skip-tests", *VALUE_SETS["watch-namespaces"])
+    roles = {r["metadata"]["namespace"]: r for r in by_kind(docs, "Role")}
+    bindings = {b["metadata"]["namespace"]: b for b in by_kind(docs, "RoleBinding")}
+    assert set(roles) == set(bindings) == {"team-a", "team-b"}
+    cluster_role = next(
+        r for r in by_kind(docs, "ClusterRole") if r["metadata"]["name"] == "pdd-operator"
+    )
+    cluster_resources = {res for rule in cluster_role["rules"] for res in rule["resources"]}
+    assert cluster_resources == {"nodes", "customresourcedefinitions", "namespaces"}
+    assert "pddeployments" in {
+        res for rule in roles["team-a"]["rules"] for res in rule["resources"]
+    }
+    args = one(docs, "Deployment")["spec"]["template"]["spec"]["containers"][0]["args"]
+    assert "--namespace=team-a" in args and "--namespace=team-b" in args
+    assert "--verbose" in args
+
+
+@pytest.mark.parametrize("values", VALUE_SETS.values(), ids=VALUE_SETS.keys())
+def test_rbac_never_reads_secrets_nor_uses_wildcards(helm: Helm, values: list[str]) -> None:
+    docs = helm.template(*values)
+    rules = [rule for d in docs if d["kind"] in ("Role", "ClusterRole") for rule in d["rules"]]
+    assert rules
+    for rule in rules:
+        assert "*" not in rule["verbs"] + rule["resources"] + rule["apiGroups"], rule
+        if "secrets" in rule["resources"]:
+            assert rule["verbs"] == ["create"], rule
+        # Escalation verbs would let the operator grant itself anything.
+        assert not {"escalate", "bind", "impersonate"} & set(rule["verbs"]), rule
+
+
+def test_chart_crds_are_the_generated_ones() -> None:
+    chart_crds = sorted(p.name for p in (CHART / "crds").iterdir())
+    assert chart_crds == sorted(p.name for p in (ROOT / "crds").iterdir())
+    for name in chart_crds:
+        assert (CHART / "crds" / name).read_text() == (ROOT / "crds" / name).read_text()
+        assert yaml.safe_load((CHART / "crds" / name).read_text())["kind"] == (
+            "CustomResourceDefinition"
+        )
+
+
+def test_helm_test_pod_is_hardened(helm: Helm) -> None:
+    docs = helm.template("--show-only", "templates/tests/test-metrics.yaml")
+    pod = one(docs, "Pod")
+    assert pod["metadata"]["annotations"]["helm.sh/hook"] == "test"
+    assert pod["spec"]["containers"][0]["securityContext"]["readOnlyRootFilesystem"] is True
+    assert "pdd-operator-metrics.pdd-system.svc:8081" in pod["spec"]["containers"][0]["command"][2]

@@ -1,0 +1,241 @@
+"""`manifests/` on the real API server, and the operator's RBAC proven both ways.
+
+Sufficient: after `kubectl apply -k manifests/` (server-side apply of the same files), the real
+operator process, authenticated with a TokenRequest token of the `pdd-system/pdd-operator`
+ServiceAccount (what its pod gets), reconciles a PDDeployment: StatefulSets, Services, the
+router, the sidecars' Role/RoleBinding (RBAC refuses to grant what the granter lacks), the token
+Secret (create only) and the status write, with no request refused.
+
+Tight: with the same token, reading Secrets is refused (403) cluster-wide and in a namespace,
+and an access review lists what else it must not do.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from kubernetes import client, config
+from kubernetes.client.exceptions import ApiException
+from kubernetes.dynamic import DynamicClient
+
+from helpers.operator_proc import OperatorProcess
+from helpers.waits import wait_for
+from pdd_localcluster import LocalControlPlane
+
+from .support import (
+    apply,
+    ensure_namespace,
+    exists,
+    manifest_documents,
+    service_account_kubeconfig,
+    wait_crd_established,
+)
+
+OPERATOR_NS, OPERATOR_SA, AGENT_SA = "pdd-system", "pdd-operator", "pdd-operator-topology-agent"
+APP_NS = "rbac-proof"
+GROUP, VERSION, PLURAL = "pdd.dev", "v1alpha1", "pddeployments"
+
+
+@pytest.fixture(scope="module")
+def applied_manifests(api_client: client.ApiClient, dynamic: DynamicClient) -> list[dict[str, Any]]:
+    docs = manifest_documents()
+    for doc in docs:
+        apply(dynamic, doc)
+        if doc["kind"] == "CustomResourceDefinition":
+            wait_crd_established(api_client, doc["metadata"]["name"])
+    return docs
+
+
+@pytest.fixture(scope="module")
+def operator_kubeconfig(
+    applied_manifests: list[dict[str, Any]],
+    control_plane: LocalControlPlane,
+    api_client: client.ApiClient,
+    tmp_path_factory: pytest.TempPathFactory,
+) -> Path:
+    path = tmp_path_factory.mktemp("operator-sa") / "kubeconfig"
+    return service_account_kubeconfig(control_plane, api_client, OPERATOR_NS, OPERATOR_SA, path)
+
+
+@pytest.fixture(scope="module")
+def operator_api(operator_kubeconfig: Path) -> Iterator[client.ApiClient]:
+    api = config.new_client_from_config(config_file=str(operator_kubeconfig))
+    yield api
+    api.close()
+
+
+@pytest.fixture(scope="module")
+def operator(
+    operator_kubeconfig: Path, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[OperatorProcess]:
+    log = tmp_path_factory.mktemp("operator") / "operator.log"
+    proc = OperatorProcess(operator_kubeconfig, log, resync_seconds=5.0).start()
+    yield proc
+    proc.kill()
+
+
+def test_every_manifest_object_is_stored(
+    applied_manifests: list[dict[str, Any]], dynamic: DynamicClient
+) -> None:
+    kinds = {d["kind"] for d in applied_manifests}
+    assert {"Namespace", "CustomResourceDefinition", "Deployment", "DaemonSet"} <= kinds
+    for doc in applied_manifests:
+        assert exists(dynamic, doc), f"{doc['kind']}/{doc['metadata']['name']}"
+
+
+def test_operator_with_its_service_account_reconciles(
+    operator: OperatorProcess, api_client: client.ApiClient
+) -> None:
+    ensure_namespace(api_client, APP_NS)
+    client.CustomObjectsApi(api_client).create_namespaced_custom_object(
+        GROUP, VERSION, APP_NS, PLURAL, small_pddeployment("llama")
+    )
+    # One reconcile pass applies every child, creates the token Secret, then writes status:
+    # once status says generation 1 was observed, the pass is complete.
+    try:
+        wait_for(
+            lambda: observed_generation(api_client, "llama") == 1,
+            timeout=60,
+            what="status.observedGeneration of rbac-proof/llama",
+        )
+    except AssertionError as err:
+        pytest.fail(f"{err}\noperator log:\n{operator.tail()}")
+    apps, core = client.AppsV1Api(api_client), client.CoreV1Api(api_client)
+    for role in ("prefill", "decode"):
+        sts = apps.read_namespaced_stateful_set(f"llama-{role}", APP_NS)
+        assert sts.metadata.owner_references[0].kind == "PDDeployment"
+    apps.read_namespaced_deployment("llama-router", APP_NS)
+    core.read_namespaced_service("llama-prefill", APP_NS)
+    # Granting endpointslices to the sidecars needs the operator to hold them itself.
+    roles = client.RbacAuthorizationV1Api(api_client).list_namespaced_role(APP_NS).items
+    assert any("endpointslices" in rule.resources for role in roles for rule in role.rules)
+    # The token Secret: created (create is all the operator may do with Secrets).
+    secrets = core.list_namespaced_secret(APP_NS).items
+    assert [s for s in secrets if s.metadata.owner_references], "no token Secret created"
+    # Condition transitions become Events (kopf posts them in the background).
+    wait_for(
+        lambda: [
+            e
+            for e in core.list_namespaced_event(APP_NS).items
+            if e.involved_object.kind == "PDDeployment" and e.involved_object.name == "llama"
+        ],
+        timeout=30,
+        what="an Event about rbac-proof/llama",
+    )
+    assert "Forbidden" not in operator.tail(200_000), operator.tail()
+
+
+def test_operator_identity_cannot_read_secrets(
+    operator_api: client.ApiClient, api_client: client.ApiClient
+) -> None:
+    ensure_namespace(api_client, APP_NS)
+    core = client.CoreV1Api(operator_api)
+    refused = [
+        lambda: core.list_secret_for_all_namespaces(),
+        lambda: core.list_namespaced_secret(APP_NS),
+        lambda: core.read_namespaced_secret("any-secret", APP_NS),
+        lambda: core.list_namespaced_secret(OPERATOR_NS),
+    ]
+    for call in refused:
+        with pytest.raises(ApiException) as err:
+            call()
+        assert err.value.status == 403, err.value
+    # Sanity: the same credentials work for what the operator is granted.
+    assert core.list_node().items is not None
+
+
+OPERATOR_USER = f"system:serviceaccount:{OPERATOR_NS}:{OPERATOR_SA}"
+AGENT_USER = f"system:serviceaccount:{OPERATOR_NS}:{AGENT_SA}"
+# (user, verb, group, resource, subresource, namespace, allowed)
+ACCESS = [
+    (OPERATOR_USER, "create", "", "secrets", "", APP_NS, True),
+    (OPERATOR_USER, "patch", GROUP, PLURAL, "status", APP_NS, True),
+    (OPERATOR_USER, "patch", "apps", "statefulsets", "", APP_NS, True),
+    (OPERATOR_USER, "create", "rbac.authorization.k8s.io", "rolebindings", "", APP_NS, True),
+    (OPERATOR_USER, "watch", "", "nodes", "", "", True),
+    (OPERATOR_USER, "get", "", "secrets", "", APP_NS, False),
+    (OPERATOR_USER, "list", "", "secrets", "", "", False),
+    (OPERATOR_USER, "watch", "", "secrets", "", APP_NS, False),
+    (OPERATOR_USER, "update", "", "secrets", "", APP_NS, False),
+    (OPERATOR_USER, "patch", GROUP, PLURAL, "", APP_NS, False),  # spec belongs to GitOps
+    (OPERATOR_USER, "delete", GROUP, PLURAL, "", APP_NS, False),
+    (OPERATOR_USER, "create", "", "pods", "", APP_NS, False),
+    (OPERATOR_USER, "exec", "", "pods", "exec", APP_NS, False),
+    (OPERATOR_USER, "patch", "", "nodes", "", "", False),
+    (OPERATOR_USER, "list", "", "configmaps", "", APP_NS, False),
+    (OPERATOR_USER, "create", "rbac.authorization.k8s.io", "clusterrolebindings", "", "", False),
+    (OPERATOR_USER, "escalate", "rbac.authorization.k8s.io", "roles", "", APP_NS, False),
+    (OPERATOR_USER, "bind", "rbac.authorization.k8s.io", "clusterroles", "", "", False),
+    (OPERATOR_USER, "impersonate", "", "users", "", "", False),
+    (OPERATOR_USER, "delete", "apiextensions.k8s.io", "customresourcedefinitions", "", "", False),
+    (AGENT_USER, "get", "", "nodes", "", "", True),
+    (AGENT_USER, "patch", "", "nodes", "", "", True),
+    (AGENT_USER, "list", "", "nodes", "", "", False),
+    (AGENT_USER, "delete", "", "nodes", "", "", False),
+    (AGENT_USER, "get", "", "secrets", "", APP_NS, False),
+    (AGENT_USER, "list", "", "pods", "", "", False),
+]
+
+
+@pytest.mark.parametrize(
+    ("user", "verb", "group", "resource", "subresource", "namespace", "allowed"),
+    ACCESS,
+    ids=[f"{u.rsplit(':', 1)[1]}-{v}-{r}{'/' + s if s else ''}" for u, v, _, r, s, _, _ in ACCESS],
+)
+def test_access_review(
+    applied_manifests: list[dict[str, Any]],
+    api_client: client.ApiClient,
+    user: str,
+    verb: str,
+    group: str,
+    resource: str,
+    subresource: str,
+    namespace: str,
+    allowed: bool,
+) -> None:
+    review = client.AuthorizationV1Api(api_client).create_subject_access_review(
+        {
+            "spec": {
+                "user": user,
+                "groups": [
+                    "system:serviceaccounts",
+                    f"system:serviceaccounts:{OPERATOR_NS}",
+                    "system:authenticated",
+                ],
+                "resourceAttributes": {
+                    "verb": verb,
+                    "group": group,
+                    "resource": resource,
+                    "subresource": subresource,
+                    "namespace": namespace,
+                },
+            }
+        }
+    )
+    assert review.status.allowed is allowed, review.status.reason
+
+
+def small_pddeployment(name: str) -> dict[str, Any]:
+    return {
+        "apiVersion": f"{GROUP}/{VERSION}",
+        "kind": "PDDeployment",
+        "metadata": {"name": name},
+        "spec": {
+            "model": {"name": "meta-llama/Llama-3.1-8B"},
+            "engine": {"image": "vllm/vllm-openai:v0.11.0"},
+            "router": {"image": "ghcr.io/llm-d/router:v1"},
+            "prefill": {"replicas": 1, "gpusPerInstance": 1},
+            "decode": {"replicas": 1, "gpusPerInstance": 1},
+            "topology": {"placement": "none"},
+        },
+    }
+
+
+def observed_generation(api: client.ApiClient, name: str) -> int:
+    body = client.CustomObjectsApi(api).get_namespaced_custom_object(
+        GROUP, VERSION, APP_NS, PLURAL, name
+    )
+    return int(body.get("status", {}).get("observedGeneration", 0))

@@ -1,0 +1,118 @@
+"""A coordinated rollout walked step by step on the real control plane, invariants checked at
+every observation: the roles move in lockstep, decode first, one pod at a time."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from kubernetes import client
+
+from helpers.operator_fixture import operator  # noqa: F401  (fixture)
+from helpers.operator_proc import OperatorProcess
+from helpers.waits import wait_for
+
+GROUP, VERSION, PLURAL = "pdd.dev", "v1alpha1", "pddeployments"
+PREFILL, DECODE = 2, 3
+
+
+def pdd_spec(image: str) -> dict[str, Any]:
+    return {
+        "model": {"name": "m"},
+        "engine": {"image": image},
+        "router": {"enabled": False},
+        "prefill": {"replicas": PREFILL, "gpusPerInstance": 1},
+        "decode": {"replicas": DECODE, "gpusPerInstance": 1},
+        "topology": {"placement": "none"},
+    }
+
+
+def status(api: client.ApiClient, ns: str) -> dict[str, Any]:
+    obj = client.CustomObjectsApi(api).get_namespaced_custom_object(
+        GROUP, VERSION, ns, PLURAL, "roll"
+    )
+    return obj
+
+
+def ready_at(api: client.ApiClient, ns: str, image: str) -> bool:
+    obj = status(api, ns)
+    conds = {c["type"]: c for c in obj.get("status", {}).get("conditions", [])}
+    return (
+        obj["spec"]["engine"]["image"] == image
+        and obj.get("status", {}).get("observedGeneration") == obj["metadata"]["generation"]
+        and conds.get("Ready", {}).get("status") == "True"
+    )
+
+
+def observe(core: client.CoreV1Api, ns: str) -> list[tuple[str, str, bool]]:
+    pods = core.list_namespaced_pod(ns, label_selector="pdd.dev/deployment=roll").items
+    return [
+        (
+            p.metadata.labels["pdd.dev/role"],
+            p.metadata.labels["pdd.dev/revision"],
+            any(c.type == "Ready" and c.status == "True" for c in p.status.conditions or []),
+        )
+        for p in pods
+        if not p.metadata.deletion_timestamp
+    ]
+
+
+def test_engine_upgrade_rolls_prefill_and_decode_in_lockstep(
+    operator: OperatorProcess, api_client: client.ApiClient, namespace: str
+) -> None:
+    objects = client.CustomObjectsApi(api_client)
+    body = {"apiVersion": f"{GROUP}/{VERSION}", "kind": "PDDeployment",
+            "metadata": {"name": "roll"}, "spec": pdd_spec("vllm/vllm-openai:v0.11.0")}  # fmt: skip
+    objects.create_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, body)
+    wait_for(
+        lambda: ready_at(api_client, namespace, "vllm/vllm-openai:v0.11.0"), 90, what="v1 Ready"
+    )
+    old = status(api_client, namespace)["status"]["prefill"]["revision"]
+    pdbs = client.PolicyV1Api(api_client).list_namespaced_pod_disruption_budget(namespace).items
+    assert {p.metadata.name for p in pdbs} == {"roll-prefill", "roll-decode"}
+    assert all(p.spec.max_unavailable == 1 for p in pdbs)
+
+    new_image = "vllm/vllm-openai:v0.12.0"
+    objects.patch_namespaced_custom_object(
+        GROUP, VERSION, namespace, PLURAL, "roll", {"spec": {"engine": {"image": new_image}}}
+    )
+    core = client.CoreV1Api(api_client)
+    progressing_messages: set[str] = set()
+    new_counts: list[tuple[int, int]] = []
+    deadline = time.time() + 180
+    while not ready_at(api_client, namespace, new_image):
+        assert time.time() < deadline, f"rollout did not finish; saw {new_counts}"
+        pods = observe(core, namespace)
+        revisions = {rev for _, rev, _ in pods}
+        assert len(revisions) <= 2, f"more than two revisions at once: {revisions}"
+        new = revisions - {old}
+        if new:
+            (rev,) = new
+            new_prefill_ready = sum(1 for r, v, ok in pods if r == "prefill" and v == rev and ok)
+            new_decode_ready = sum(1 for r, v, ok in pods if r == "decode" and v == rev and ok)
+            new_prefill = sum(1 for r, v, _ in pods if r == "prefill" and v == rev)
+            new_decode = sum(1 for r, v, _ in pods if r == "decode" and v == rev)
+            # A new prefill pod always has a new decode pod to hand its KV blocks to.
+            assert not new_prefill_ready or new_decode_ready, pods
+            # Lockstep: the shares of updated pods stay within one pod of each other.
+            assert abs(new_prefill / PREFILL - new_decode / DECODE) <= 1 / PREFILL + 1e-9, pods
+            if not new_counts or new_counts[-1] != (new_prefill, new_decode):
+                new_counts.append((new_prefill, new_decode))
+        for role in ("prefill", "decode"):
+            unready = sum(1 for r, _, ok in pods if r == role and not ok)
+            total = PREFILL if role == "prefill" else DECODE
+            missing = total - sum(1 for r, _, _ in pods if r == role)
+            assert unready + missing <= 1, f"{role}: more than one instance out of service: {pods}"
+        conds = {
+            c["type"]: c
+            for c in status(api_client, namespace).get("status", {}).get("conditions", [])
+        }
+        if conds.get("Progressing", {}).get("reason") == "RollingOut":
+            progressing_messages.add(conds["Progressing"]["message"])
+        time.sleep(0.1)
+
+    final = observe(core, namespace)
+    assert len({rev for _, rev, _ in final}) == 1 and final[0][1] != old
+    assert len(final) == PREFILL + DECODE
+    assert new_counts[0] == (0, 1), f"decode must lead: {new_counts}"
+    assert any("updated" in m for m in progressing_messages), progressing_messages

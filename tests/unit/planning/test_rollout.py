@@ -1,0 +1,63 @@
+"""Walk whole rollouts through the pure planner and check the invariants at every step."""
+
+from __future__ import annotations
+
+import itertools
+
+import pytest
+
+from pdd_operator.planning.rollout import RoleRollout, next_partitions, starting_partitions
+
+
+def simulate(prefill: int, decode: int) -> list[dict[str, int]]:
+    """Pods become Ready at once after each step; returns the partitions of every step."""
+    partitions = starting_partitions({"prefill": prefill, "decode": decode})
+    replicas = {"prefill": prefill, "decode": decode}
+    steps = [dict(partitions)]
+    for _ in range(100):
+        roles = {
+            r: RoleRollout(
+                replicas[r], partitions[r], replicas[r] - partitions[r], replicas[r] - partitions[r]
+            )
+            for r in replicas
+        }
+        nxt = next_partitions(roles)
+        if nxt == partitions:
+            break
+        partitions = nxt
+        steps.append(dict(partitions))
+    return steps
+
+
+@pytest.mark.parametrize("prefill,decode", [(1, 1), (2, 4), (4, 2), (3, 8), (1, 0), (0, 3)])
+def test_rollout_finishes_one_pod_at_a_time_decode_first(prefill: int, decode: int) -> None:
+    steps = simulate(prefill, decode)
+    assert steps[-1] == {"prefill": 0, "decode": 0}
+    assert len(steps) == prefill + decode + 1
+    for before, after in itertools.pairwise(steps):
+        moved = sum(before[r] - after[r] for r in before)
+        assert moved == 1  # one pod per step
+    if prefill and decode:
+        assert steps[1]["decode"] == decode - 1  # decode leads
+
+
+@pytest.mark.parametrize("prefill,decode", [(2, 4), (4, 2), (3, 8)])
+def test_no_new_prefill_pod_without_a_new_decode_pod(prefill: int, decode: int) -> None:
+    for step in simulate(prefill, decode):
+        new_prefill, new_decode = prefill - step["prefill"], decode - step["decode"]
+        if new_prefill:
+            assert new_decode >= 1
+        # the roles stay within one pod-step of each other's share
+        assert (
+            abs(new_prefill / prefill - new_decode / decode) <= max(1 / prefill, 1 / decode) + 1e-9
+        )
+
+
+def test_waits_while_an_updated_pod_is_not_ready() -> None:
+    roles = {"prefill": RoleRollout(2, 2, 0, 0), "decode": RoleRollout(4, 3, 0, 1)}
+    assert next_partitions(roles) == {"prefill": 2, "decode": 3}
+
+
+def test_partition_is_clamped_to_replicas_after_a_scale_down() -> None:
+    roles = {"prefill": RoleRollout(1, 2, 0, 0), "decode": RoleRollout(1, 1, 0, 0)}
+    assert next_partitions(roles) == {"prefill": 1, "decode": 0}
