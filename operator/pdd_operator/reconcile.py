@@ -31,6 +31,7 @@ from pdd_operator.status.compute import Observed, compute_status
 from pdd_operator.status.conditions import find
 from pdd_operator.status.observe import ChildKey, ChildSummary, PodSummary, pod_problems
 from pdd_operator.status.rollout import rollout_partitions
+from pdd_operator.status.transfer import probe_due, prober, transfer_outcome
 
 log = logging.getLogger(__name__)
 
@@ -121,8 +122,29 @@ class Reconciler:
         apply_error = await self._sync_children(pdd, desired, observed)
         if not apply_error:
             apply_error = await self._ensure_token(pdd)
-        status = compute_status(pdd, self._observed(pdd, desired, placement, apply_error), _now())
+        now = _now()
+        status = compute_status(pdd, self._observed(pdd, desired, placement, apply_error), now)
+        status = await self._request_probe_if_due(pdd, status, now)
         await self._write_status(pdd, body, status)
+
+    async def _request_probe_if_due(
+        self, pdd: PDDeployment, status: PDDeploymentStatus, now: str
+    ) -> PDDeploymentStatus:
+        probe_pod = prober(self.view.pods((pdd.namespace, pdd.name)), pdd.name)
+        ready = any(c.type == "Ready" and c.status == "True" for c in status.conditions)
+        if probe_pod is None or not probe_due(pdd, ready, probe_pod, now):
+            return status
+        try:
+            annotations = {names.ANNOTATION_PROBE_REQUEST: now}
+            await asyncio.to_thread(
+                self.kube.annotate_pod, pdd.namespace, probe_pod.name, annotations
+            )
+        except Exception as err:  # the next reconcile asks again
+            log.warning("could not request a transfer probe from %s: %s", probe_pod.name, err)
+            return status
+        self._count_write("probe-request", "Pod")
+        transfer = status.transfer.model_copy(update={"requestedAt": now})
+        return status.model_copy(update={"transfer": transfer})
 
     def _plan(self, pdd: PDDeployment) -> PlacementResult:
         facts = (
@@ -155,8 +177,9 @@ class Reconciler:
                     )
                     self._count_write("delete", kind)
         except Exception as err:  # surfaced as a condition + event, not a trace
-            log.warning("applying children of %s/%s failed: %s", pdd.namespace, pdd.name, err)
-            return f"could not apply children: {api_error_message(err)}"
+            message = api_error_message(err)
+            log.warning("applying children of %s/%s failed: %s", pdd.namespace, pdd.name, message)
+            return f"could not apply children: {message}"
         return ""
 
     async def _ensure_token(self, pdd: PDDeployment) -> str:
@@ -187,6 +210,7 @@ class Reconciler:
             if summary.workload is not None and summary.role
         }
         pods = self.view.pods(key)
+        outcome = transfer_outcome(pdd, prober(pods, pdd.name))
         wanted = {
             "prefill": pdd.spec.prefill.replicas,
             "decode": pdd.spec.decode.replicas,
@@ -198,6 +222,9 @@ class Reconciler:
             revision=engine_revision(pdd.spec),
             pod_problems=pod_problems(pods, self.view.node_ready),
             placement=placement,
+            transfer=outcome.status if outcome else None,
+            transfer_ok=outcome.ok if outcome else None,
+            transfer_reason=outcome.reason if outcome else "",
             apply_error=apply_error,
         )
 

@@ -19,6 +19,15 @@ LABEL_ROLE = "pdd.dev/role"
 LABEL_REVISION = "pdd.dev/revision"
 ANNOTATION_OWNER_NAME = "pdd.dev/deployment-name"
 ANNOTATION_APPLIED_HASH = "pdd.dev/applied-hash"
+# The operator asks the prober pod (prefill ordinal 0) for a transfer probe by stamping a
+# request id on it; that pod's sidecar answers with the result on the same pod.
+ANNOTATION_PROBE_REQUEST = "pdd.dev/probe-request"
+ANNOTATION_PROBE_RESULT = "pdd.dev/probe-result"
+
+
+def prober_pod_name(name: str) -> str:
+    return f"{role_name(name, 'prefill')}-0"
+
 
 ROLES = ("prefill", "decode")
 

@@ -543,6 +543,7 @@ class TransferStatus(Model):
     verified: bool = False
     message: str = ""
     lastProbeTime: str = ""
+    requestedAt: str = Field(default="", description="When the operator last asked for a probe.")
 
 
 class PDDeploymentStatus(Model):

@@ -85,6 +85,11 @@ class KubeApi:
             if err.status != 404:  # deleted meanwhile: nothing to report on
                 raise
 
+    def annotate_pod(self, namespace: str, name: str, annotations: dict[str, str]) -> None:
+        path = f"/api/v1/namespaces/{namespace}/pods/{name}"
+        body = {"metadata": {"annotations": annotations}}
+        _retry(lambda: self._call("PATCH", path, body, [], "application/merge-patch+json"))
+
     def get(self, kind: Kind, namespace: str | None, name: str) -> dict[str, Any] | None:
         try:
             return self._call("GET", kind.path(namespace, name), None, [], "application/json")

@@ -88,7 +88,7 @@ def render_pod_template(pdd: PDDeployment, role: str, ctx: RenderContext) -> dic
         "initContainers": [_preflight_container(pdd, role, ctx)],
         "containers": [
             _engine_container(pdd, role, ctx),
-            *sidecar.sidecar_containers(pdd, role, ctx),
+            *sidecar.sidecar_containers(pdd, role, ctx, engine_revision(spec)),
         ],
         "volumes": _volumes(spec) + sidecar.sidecar_volumes(pdd),
     }

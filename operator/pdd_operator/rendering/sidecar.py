@@ -45,7 +45,9 @@ def etcd_namespace(pdd: PDDeployment) -> str:
     return f"/pdd/{pdd.namespace}/{names.instance_id(pdd.name)}"
 
 
-def sidecar_containers(pdd: PDDeployment, role: str, ctx: RenderContext) -> list[dict[str, Any]]:
+def sidecar_containers(
+    pdd: PDDeployment, role: str, ctx: RenderContext, revision: str
+) -> list[dict[str, Any]]:
     spec = pdd.spec
     if not sidecar_enabled(spec):
         return []
@@ -77,6 +79,8 @@ def sidecar_containers(pdd: PDDeployment, role: str, ctx: RenderContext) -> list
                 {"name": "POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
                 {"name": "POD_UID", "valueFrom": {"fieldRef": {"fieldPath": "metadata.uid"}}},
                 {"name": "POD_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}},
+                {"name": "PDD_PROBER_POD", "value": names.prober_pod_name(pdd.name)},
+                {"name": "PDD_REVISION", "value": revision},
                 *engine_env(pdd, port),
             ],
             "ports": [{"name": "sidecar", "containerPort": port, "protocol": "TCP"}],
@@ -136,7 +140,14 @@ def render_sidecar_access(pdd: PDDeployment, ctx: RenderContext) -> list[dict[st
                     "apiGroups": ["discovery.k8s.io"],
                     "resources": ["endpointslices"],
                     "verbs": ["get", "list", "watch"],
-                }
+                },
+                # The prober pod reads its probe requests and writes results on itself only.
+                {
+                    "apiGroups": [""],
+                    "resources": ["pods"],
+                    "verbs": ["get", "list", "watch", "patch"],
+                    "resourceNames": [names.prober_pod_name(pdd.name)],
+                },
             ],
         },
         {

@@ -6,6 +6,7 @@ the no-op check need, nothing more.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -36,6 +37,8 @@ class PodSummary:
     ready: bool
     revision: str
     problem: PodProblem | None
+    probe_request: str = ""
+    probe_result: Mapping[str, Any] | None = None
 
 
 def owner_key(body: Mapping[str, Any]) -> tuple[str, str] | None:
@@ -91,6 +94,7 @@ def _workload(body: Mapping[str, Any]) -> WorkloadState:
 def summarize_pod(body: Mapping[str, Any]) -> PodSummary:
     meta = body["metadata"]
     labels = meta.get("labels", {})
+    annotations = meta.get("annotations") or {}
     status = body.get("status", {})
     spec = body.get("spec", {})
     role = labels.get(names.LABEL_ROLE, "")
@@ -107,7 +111,20 @@ def summarize_pod(body: Mapping[str, Any]) -> PodSummary:
         ready=ready,
         revision=labels.get(names.LABEL_REVISION, ""),
         problem=pod_problem(meta["name"], role, status),
+        probe_request=annotations.get(names.ANNOTATION_PROBE_REQUEST, ""),
+        probe_result=_json_object(annotations.get(names.ANNOTATION_PROBE_RESULT, "")),
     )
+
+
+def _json_object(text: str) -> Mapping[str, Any] | None:
+    """A probe result written by a sidecar; anything unparsable counts as no result."""
+    if not text:
+        return None
+    try:
+        value = json.loads(text)
+    except ValueError:
+        return None
+    return value if isinstance(value, dict) else None
 
 
 def pod_problems(

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import time
 from typing import Any
 
 import pytest
@@ -188,12 +187,10 @@ def test_labels_are_copied_not_shared() -> None:
     assert fact.labels == {"a": "1"}
 
 
-def test_thousands_of_nodes_and_pods_are_linear() -> None:
+def test_thousands_of_nodes_and_pods() -> None:
+    # Correctness at fleet size; speed is measured by `make bench`, not asserted here.
     nodes = [raw_node(f"n{i}") for i in range(5000)]
     pods = [raw_pod(f"n{i % 5000}", [gpu(limit="1")]) for i in range(60000)]
-    start = time.perf_counter()
     result = node_facts(nodes, pods, OWN)
-    elapsed = time.perf_counter() - start
     assert len(result) == 5000
     assert {f.used_gpus for f in result} == {12}
-    assert elapsed < 2.0, f"5000 nodes and 60000 pods took {elapsed:.2f}s"

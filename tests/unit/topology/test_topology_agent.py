@@ -7,7 +7,7 @@ from collections.abc import Mapping
 from typing import Any
 
 import pytest
-from topology_helpers import scan_fixture
+from helpers.topology import scan_fixture
 
 from pdd_operator.topology.annotation import node_annotations, node_labels, to_annotation
 from pdd_operator.topology.model import NodeTopology

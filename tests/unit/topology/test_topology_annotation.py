@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from topology_helpers import scan_fixture
+from helpers.topology import scan_fixture
 
 from pdd_operator.topology.annotation import (
     GPUDIRECT_LABEL,

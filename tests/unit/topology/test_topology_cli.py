@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from topology_helpers import FIXTURES
+from helpers.topology import FIXTURES
 
 from pdd_operator.topology.annotation import from_annotation
 from pdd_operator.topology.cli import scan_main

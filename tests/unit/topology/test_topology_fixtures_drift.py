@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from topology_helpers import FIXTURES
+from helpers.topology import FIXTURES
 
 
 def snapshot(root: Path) -> dict[str, str]:

@@ -7,7 +7,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from topology_helpers import FIXTURES, scan_fixture
+from helpers.topology import FIXTURES, scan_fixture
 
 from pdd_sidecar import preflight
 from pdd_sidecar.preflight import (

@@ -6,7 +6,7 @@ import os
 from pathlib import Path
 
 import pytest
-from topology_helpers import scan_fixture
+from helpers.topology import scan_fixture
 
 from pdd_operator.topology.model import NodeTopology
 from pdd_operator.topology.scan import scan

@@ -6,7 +6,7 @@ from pathlib import Path
 from pdd_operator.topology.model import NodeTopology
 from pdd_operator.topology.scan import scan
 
-FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "topology"
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "topology"
 
 
 @cache

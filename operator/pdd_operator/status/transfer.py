@@ -1,0 +1,87 @@
+"""KV-transfer verification (pure): when to ask for a probe, and what its result means.
+
+The operator never talks to pods. It stamps a request id on the prober pod (prefill ordinal 0)
+when the deployment has just become Ready and again every `verification.intervalSeconds`; that
+pod's sidecar runs the NIXL probe against a decode peer and writes the result back onto its own
+pod, where the operator's pod watch picks it up.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from pdd_operator.api import names
+from pdd_operator.api.v1alpha1 import PDDeployment, TransferStatus
+from pdd_operator.status.observe import PodSummary
+from pdd_sidecar.probe_result import classify_probe
+
+# What the KV path should reach when the result does not say (GB/s, DESIGN.md's table):
+# the intended path is GPU->GPU over a 400 Gb/s NIC; NVLink when the probe found cuda_ipc.
+DEFAULT_EXPECTED_GBPS = {"nvlink": 400.0}
+DEFAULT_RDMA_GBPS = 50.0
+
+
+@dataclass(frozen=True)
+class TransferOutcome:
+    status: TransferStatus
+    ok: bool | None  # None: no result yet
+    reason: str
+
+
+def probe_due(pdd: PDDeployment, ready: bool, prober: PodSummary | None, now: str) -> bool:
+    """Ask for a probe once the deployment is Ready, then every interval; never twice for
+    the same pending request."""
+    verification = pdd.spec.kvTransfer.verification
+    if not verification.enabled or not ready or prober is None or not prober.ready:
+        return False
+    last = pdd.status.transfer.requestedAt
+    if not last:
+        return True
+    if verification.intervalSeconds == 0:
+        return False
+    return _seconds_between(last, now) >= verification.intervalSeconds
+
+
+def transfer_outcome(pdd: PDDeployment, prober: PodSummary | None) -> TransferOutcome | None:
+    """The status.transfer and KVTransferVerified verdict from the latest answered probe."""
+    if prober is None or prober.probe_result is None:
+        return None
+    result = prober.probe_result
+    requested = pdd.status.transfer.requestedAt
+    if requested and result.get("request_id") not in (None, requested, prober.probe_request):
+        return None  # an answer to an older request: wait for the current one
+    expected = expected_gbps(result)
+    ok, reason, message = classify_probe(
+        result, expected, pdd.spec.kvTransfer.verification.minFraction
+    )
+    status = TransferStatus(
+        path=str(result.get("path", "")),
+        transport=str(result.get("transport", "")),
+        measuredGBps=round(float(result.get("gbps") or 0.0), 3),
+        expectedGBps=expected,
+        verified=ok,
+        message=message,
+        lastProbeTime=str(result.get("started_at", "")),
+        requestedAt=requested,
+    )
+    return TransferOutcome(status, ok, reason)
+
+
+def expected_gbps(result: Mapping[str, Any]) -> float:
+    given = result.get("expected_gbps")
+    if isinstance(given, int | float) and given > 0:
+        return float(given)
+    return DEFAULT_EXPECTED_GBPS.get(str(result.get("transport", "")), DEFAULT_RDMA_GBPS)
+
+
+def prober(pods: Sequence[PodSummary], pdd_name: str) -> PodSummary | None:
+    wanted = names.prober_pod_name(pdd_name)
+    return next((p for p in pods if p.name == wanted), None)
+
+
+def _seconds_between(earlier: str, later: str) -> float:
+    fmt = "%Y-%m-%dT%H:%M:%SZ"
+    return (datetime.strptime(later, fmt) - datetime.strptime(earlier, fmt)).total_seconds()
