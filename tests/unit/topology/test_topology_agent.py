@@ -7,8 +7,8 @@ from collections.abc import Mapping
 from typing import Any
 
 import pytest
-from helpers.topology import scan_fixture
 
+from helpers.topology import scan_fixture
 from pdd_operator.topology.annotation import node_annotations, node_labels, to_annotation
 from pdd_operator.topology.model import NodeTopology
 from pdd_sidecar.agent import (

@@ -5,8 +5,8 @@ from __future__ import annotations
 import json
 
 import pytest
-from helpers.topology import scan_fixture
 
+from helpers.topology import scan_fixture
 from pdd_operator.topology.annotation import (
     GPUDIRECT_LABEL,
     RDMA_NICS_LABEL,

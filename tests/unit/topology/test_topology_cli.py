@@ -5,8 +5,8 @@ from __future__ import annotations
 import json
 
 import pytest
-from helpers.topology import FIXTURES
 
+from helpers.topology import FIXTURES
 from pdd_operator.topology.annotation import from_annotation
 from pdd_operator.topology.cli import scan_main
 from pdd_operator.topology.model import NodeTopology

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import pytest
-from helpers.topology import scan_fixture
 
+from helpers.topology import scan_fixture
 from pdd_operator.topology.gpudirect import GpuDirectFacts, decide_gpudirect
 from pdd_operator.topology.model import (
     DistanceClass,

@@ -7,8 +7,8 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from helpers.topology import FIXTURES, scan_fixture
 
+from helpers.topology import FIXTURES, scan_fixture
 from pdd_sidecar import preflight
 from pdd_sidecar.preflight import (
     TERMINATION_MESSAGE_LIMIT,

@@ -6,8 +6,8 @@ import os
 from pathlib import Path
 
 import pytest
-from helpers.topology import scan_fixture
 
+from helpers.topology import scan_fixture
 from pdd_operator.topology.model import NodeTopology
 from pdd_operator.topology.scan import scan
 
