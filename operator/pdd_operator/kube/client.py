@@ -40,12 +40,14 @@ class KubeApi:
         self.api = api_client
         self.field_manager = field_manager
 
-    def apply(self, obj: dict[str, Any]) -> dict[str, Any]:
+    def apply(self, obj: dict[str, Any], dry_run: bool = False) -> dict[str, Any]:
         """Server-side apply under our one field manager (force: we own these fields)."""
         kind = kind_of(obj["apiVersion"], obj["kind"])
         meta = obj["metadata"]
         path = kind.path(meta.get("namespace"), meta["name"])
         query = [("fieldManager", self.field_manager), ("force", "true")]
+        if dry_run:
+            query.append(("dryRun", "All"))
         return _retry(lambda: self._call("PATCH", path, obj, query, "application/apply-patch+yaml"))
 
     def create_if_absent(self, obj: dict[str, Any]) -> bool:
