@@ -1,0 +1,5 @@
+import sys
+
+from pdd_sidecar.cli import main
+
+sys.exit(main())

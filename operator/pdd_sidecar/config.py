@@ -1,0 +1,71 @@
+"""Who this sidecar is and how it is set up (filled from flags and the downward API)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+ROLES = ("prefill", "decode")
+DEFAULT_PORT = 8790
+DEFAULT_TOKEN_FILE = "/var/run/pdd/token/token"
+
+
+def other_role(role: str) -> str:
+    return "decode" if role == "prefill" else "prefill"
+
+
+def url_host(host: str) -> str:
+    """IPv6 pod IPs need brackets in a URL."""
+    return f"[{host}]" if ":" in host and not host.startswith("[") else host
+
+
+@dataclass(frozen=True)
+class Identity:
+    """This pod, as the downward API describes it."""
+
+    deployment: str
+    namespace: str
+    role: str
+    pod_name: str
+    pod_uid: str
+    pod_ip: str
+
+    def to_json(self) -> dict[str, str]:
+        return {
+            "deployment": self.deployment,
+            "namespace": self.namespace,
+            "role": self.role,
+            "pod": self.pod_name,
+            "pod_uid": self.pod_uid,
+            "pod_ip": self.pod_ip,
+        }
+
+
+@dataclass(frozen=True)
+class EtcdSettings:
+    """NIXL's native etcd exchange, as the engine is configured for it."""
+
+    endpoints: tuple[str, ...]
+    namespace: str  # NIXL_ETCD_NAMESPACE; NIXL's default is "/nixl/agents/"
+
+
+@dataclass(frozen=True)
+class SidecarConfig:
+    identity: Identity
+    token: str = field(repr=False)
+    exchange: str = "sidecar"  # "sidecar" | "etcd"
+    host: str = "0.0.0.0"
+    port: int = DEFAULT_PORT
+    unix_socket: str | None = None
+    etcd: EtcdSettings | None = None
+    side_channel: str = "none"  # "vllm" | "sglang" | "none"
+    side_channel_ports: tuple[int, ...] = ()
+    # A peer sidecar that has not answered for this long stops being served (its engine's
+    # writes would fail anyway); the K8s source drops a deleted pod at once.
+    peer_grace_s: float = 15.0
+    poll_timeout_s: float = 20.0  # long-poll length between sidecars
+    resync_s: float = 10.0  # re-list the peer source at least this often
+    reachability_interval_s: float = 10.0
+    connect_timeout_s: float = 2.0
+    # This pod answers the operator's probe requests (pdd.dev/probe-request on itself).
+    prober: bool = False
+    probe_poll_s: float = 5.0

@@ -1,0 +1,265 @@
+"""The NIXL transfer probe: what to move, and running it between two local processes.
+
+A probe is a target process (registers memory, publishes its metadata, checks what arrived)
+and an initiator process (WRITEs a KV-sized block mix into it, times it, reads from UCX which
+transport carried it). Both are ``pdd_sidecar.probe_worker``; this module builds their specs
+and merges their answers into a ``ProbeResult``. ``run_local_probe`` runs both on this machine
+(CLI ``probe loopback``, the benchmark, the tests); the sidecar runs the two halves in two pods
+(``pdd_sidecar.probe_service``).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import select
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from pdd_sidecar.probe_result import ProbeResult, classify_probe
+
+__all__ = [
+    "DEFAULT_BLOCK_SIZES",
+    "ProbeResult",
+    "ProbeSpec",
+    "Slot",
+    "block_plan",
+    "classify_probe",
+    "merge_results",
+    "run_local_probe",
+    "worker_command",
+    "worker_env",
+]
+
+KIB, MIB, GIB = 1 << 10, 1 << 20, 1 << 30
+DEFAULT_BLOCK_SIZES = (256 * KIB, 1 * MIB, 4 * MIB, 16 * MIB)
+MEMORY_KINDS = ("auto", "DRAM", "VRAM")
+MAX_BYTES_PER_SIZE = 4 * GIB  # a probe must never take a GPU's memory from the engine
+_PACKAGE_ROOT = str(Path(__file__).resolve().parent.parent)
+# Workers prefix their JSON lines with this; UCX and NIXL may print other lines to stdout.
+MARKER = "@@pdd-probe "
+VERIFY_TAG = b"pdd-probe-verify:"
+
+
+@dataclass
+class ProbeSpec:
+    """What to move: for each block size, ``bytes_per_size`` worth of blocks (at least one).
+    Memory: the largest slot on the initiator, the sum of all slots on the target."""
+
+    # "auto": GPU memory when the worker process has torch with CUDA, else host memory.
+    src_mem: str = "auto"
+    dst_mem: str = "auto"
+    block_sizes: list[int] = field(default_factory=lambda: list(DEFAULT_BLOCK_SIZES))
+    bytes_per_size: int = 32 * MIB
+    iterations: int = 3
+    src_device: int = 0
+    dst_device: int = 0
+    timeout_s: float = 120.0
+    seed: int = 1
+
+    def validate(self) -> None:
+        for mem in (self.src_mem, self.dst_mem):
+            if mem not in MEMORY_KINDS:
+                raise ValueError(f"memory kind must be one of {MEMORY_KINDS}, not {mem!r}")
+        if not self.block_sizes or any(s <= 0 for s in self.block_sizes):
+            raise ValueError("block_sizes must be positive")
+        if not 0 < self.bytes_per_size <= MAX_BYTES_PER_SIZE:
+            raise ValueError(f"bytes_per_size must be in (0, {MAX_BYTES_PER_SIZE}]")
+        if max(self.block_sizes) > MAX_BYTES_PER_SIZE:
+            raise ValueError(f"block sizes must be at most {MAX_BYTES_PER_SIZE}")
+        if self.iterations < 1 or self.timeout_s <= 0:
+            raise ValueError("iterations and timeout_s must be positive")
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> ProbeSpec:
+        known = set(cls.__dataclass_fields__)
+        unknown = set(data) - known
+        if unknown:
+            raise ValueError(f"unknown probe fields: {sorted(unknown)}")
+        spec = cls(**dict(data))
+        spec.validate()
+        return spec
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    def target_spec(self, agent_name: str) -> dict[str, Any]:
+        return {
+            "agent_name": agent_name,
+            "mem": self.dst_mem,
+            "device": self.dst_device,
+            "region_bytes": region_bytes(block_plan(self.block_sizes, self.bytes_per_size)),
+            "timeout_s": self.timeout_s,
+        }
+
+    def initiator_spec(self, agent_name: str, target: Mapping[str, Any]) -> dict[str, Any]:
+        return {
+            "agent_name": agent_name,
+            "mem": self.src_mem,
+            "device": self.src_device,
+            "block_sizes": list(self.block_sizes),
+            "bytes_per_size": self.bytes_per_size,
+            "iterations": self.iterations,
+            "seed": self.seed,
+            "timeout_s": self.timeout_s,
+            "target": dict(target),
+        }
+
+
+@dataclass(frozen=True)
+class Slot:
+    """Where the blocks of one size live in the target region."""
+
+    block_size: int
+    count: int
+    offset: int
+
+    @property
+    def nbytes(self) -> int:
+        return self.block_size * self.count
+
+
+def block_plan(block_sizes: Sequence[int], bytes_per_size: int) -> list[Slot]:
+    """One slot per block size, back to back, each ``bytes_per_size`` rounded down to whole
+    blocks (at least one)."""
+    slots, offset = [], 0
+    for size in block_sizes:
+        count = max(1, bytes_per_size // size)
+        slots.append(Slot(size, count, offset))
+        offset += size * count
+    return slots
+
+
+def region_bytes(plan: Sequence[Slot]) -> int:
+    return sum(slot.nbytes for slot in plan)
+
+
+def new_agent_name(role: str) -> str:
+    return f"pdd-probe-{role}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+
+
+def worker_command(role: str) -> list[str]:
+    return [sys.executable, "-m", "pdd_sidecar.probe_worker", role]
+
+
+def worker_env(
+    extra_paths: Sequence[str] = (), base: Mapping[str, str] | None = None
+) -> dict[str, str]:
+    """The caller's environment (UCX_* included: the probe must see what the engine sees) with
+    this package importable."""
+    env = dict(os.environ if base is None else base)
+    paths = [
+        _PACKAGE_ROOT,
+        *extra_paths,
+        *filter(None, env.get("PYTHONPATH", "").split(os.pathsep)),
+    ]
+    env["PYTHONPATH"] = os.pathsep.join(dict.fromkeys(paths))
+    return env
+
+
+def merge_results(initiator: Mapping[str, Any], target: Mapping[str, Any] | None) -> ProbeResult:
+    """The initiator measured; only the target can say whether the bytes arrived intact."""
+    result = ProbeResult.from_dict(initiator)
+    if target is None:
+        result.verified = False
+        result.error = result.error or "the target never reported what it received"
+        return result
+    result.verified = bool(target.get("verified")) and not result.error
+    if not result.error and target.get("error") and target.get("error") != "digest mismatch":
+        result.error = f"target: {target['error']}"
+    return result
+
+
+def run_local_probe(
+    spec: ProbeSpec,
+    extra_paths: Sequence[str] = (),
+    env: Mapping[str, str] | None = None,
+) -> ProbeResult:
+    """Target and initiator as two processes on this machine; always returns a result."""
+    spec.validate()
+    child_env = worker_env(extra_paths, env)
+    deadline = time.monotonic() + spec.timeout_s + 30
+    with _Worker("target", child_env) as target, _Worker("initiator", child_env) as initiator:
+        try:
+            target.send(spec.target_spec(new_agent_name("target")))
+            ready = target.read_event("ready", deadline)
+            ready.pop("event", None)
+            initiator.send(spec.initiator_spec(new_agent_name("initiator"), ready))
+            measured = initiator.read_event("result", deadline)
+            verdict = target.read_event("verified", deadline) if not measured.get("error") else None
+        except (TimeoutError, RuntimeError) as exc:
+            return ProbeResult(
+                path=f"{spec.src_mem}->{spec.dst_mem}",
+                block_sizes=list(spec.block_sizes),
+                error=f"{exc}; {target.stderr_tail()} {initiator.stderr_tail()}".strip(),
+            )
+    return merge_results(measured, verdict)
+
+
+class _Worker:
+    """One probe worker subprocess speaking JSON lines; killed on exit from the block."""
+
+    def __init__(self, role: str, env: Mapping[str, str]) -> None:
+        self.role = role
+        self._buffer = b""
+        self._stderr = tempfile.TemporaryFile()  # noqa: SIM115 - closed in __exit__
+        self._proc = subprocess.Popen(
+            worker_command(role),
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=self._stderr,
+            env=dict(env),
+        )
+
+    def __enter__(self) -> _Worker:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self._proc.poll() is None:
+            self._proc.kill()
+        self._proc.wait(timeout=10)
+        for stream in (self._proc.stdin, self._proc.stdout):
+            if stream:
+                stream.close()
+        self._stderr.close()
+
+    def send(self, document: Mapping[str, Any]) -> None:
+        assert self._proc.stdin is not None
+        self._proc.stdin.write(json.dumps(document).encode() + b"\n")
+        self._proc.stdin.flush()
+
+    def read_event(self, event: str, deadline: float) -> dict[str, Any]:
+        while True:
+            text = self._readline(deadline).decode(errors="replace")
+            if text.startswith(MARKER):
+                document: dict[str, Any] = json.loads(text[len(MARKER) :])
+                if document.get("event") == event:
+                    return document
+
+    def _readline(self, deadline: float) -> bytes:
+        """A line from the worker's stdout, without blocking past the deadline."""
+        assert self._proc.stdout is not None
+        fd = self._proc.stdout.fileno()
+        while b"\n" not in self._buffer:
+            remaining = deadline - time.monotonic()
+            readable, _, _ = select.select([fd], [], [], max(remaining, 0))
+            if not readable:
+                raise TimeoutError(f"the probe {self.role} did not answer in time")
+            chunk = os.read(fd, 1 << 16)
+            if not chunk:
+                raise RuntimeError(f"probe {self.role} exited (rc={self._proc.wait()})")
+            self._buffer += chunk
+        line, _, self._buffer = self._buffer.partition(b"\n")
+        return line
+
+    def stderr_tail(self, limit: int = 800) -> str:
+        self._stderr.seek(0)
+        tail = self._stderr.read().decode(errors="replace")[-limit:].strip()
+        return f"[{self.role} stderr: {tail}]" if tail else ""

@@ -1,0 +1,116 @@
+"""The transfer probe's result and the verdict the operator derives from it.
+
+Standard library only and free of I/O, so the operator's pure status layer can import
+``classify_probe`` without pulling in aiohttp, NIXL or a Kubernetes client.
+
+Bandwidth is in GB/s (10^9 bytes per second) everywhere, the unit of the link budgets in
+DESIGN.md ("400 GB/s NVLink", "50 GB/s per 400 Gb/s NIC").
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, field, fields
+from typing import Any
+
+# Condition reasons (CamelCase, Kubernetes API conventions).
+REASON_VERIFIED = "TransferVerified"
+REASON_FAILED = "ProbeFailed"
+REASON_CORRUPT = "DataMismatch"
+REASON_TCP = "TCPFallback"
+REASON_SLOW = "BelowExpectedBandwidth"
+
+_TCP_HINT = "check the RDMA resource, memlock, UCX_NET_DEVICES"
+_SLOW_HINTS = {
+    "rdma": "check the NIC is the one nearest the GPU (UCX_NET_DEVICES), GPUDirect RDMA "
+    "(open kernel module / nvidia-peermem) and the link speed",
+    "shm": "host shared memory is bounded by CPU memory bandwidth; for GPU memory check that "
+    "UCX_TLS lists cuda_ipc or an RDMA transport",
+    "cuda_copy": "the data was staged through host memory: check UCX_TLS lists cuda_ipc/rc and "
+    "that GPUDirect RDMA is available",
+    "nvlink": "check the NVLink topology (nvidia-smi topo -m) and that both GPUs are in one "
+    "NVLink domain",
+}
+
+
+@dataclass
+class BlockResult:
+    """Timing of the transfers of one block size (all blocks of that size in one request)."""
+
+    block_size: int
+    blocks: int
+    bytes: int
+    seconds: float
+    gbps: float
+
+
+@dataclass
+class ProbeResult:
+    """What one probe run measured. ``to_dict`` gives the documented JSON document."""
+
+    path: str = ""
+    transport: str = "unknown"
+    gbps: float = 0.0
+    bytes: int = 0
+    blocks: int = 0
+    block_sizes: list[int] = field(default_factory=list)
+    verified: bool = False
+    ucx_tls: str = ""
+    ucx_net_devices: str = ""
+    started_at: str = ""
+    duration_s: float = 0.0
+    error: str | None = None
+    # Beyond the contract: what a human debugging a slow path wants next.
+    transports: list[str] = field(default_factory=list)
+    lanes: list[str] = field(default_factory=list)
+    devices: list[str] = field(default_factory=list)
+    per_block_size: list[BlockResult] = field(default_factory=list)
+    iterations: int = 0
+    src_role: str = ""
+    dst_role: str = ""
+    peer: str = ""
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> ProbeResult:
+        known = {f.name for f in fields(cls)}
+        values = {k: v for k, v in data.items() if k in known}
+        values["per_block_size"] = [BlockResult(**b) for b in data.get("per_block_size") or []]
+        return cls(**values)
+
+
+def classify_probe(
+    result: ProbeResult | Mapping[str, Any], expected_link_gbps: float, min_fraction: float
+) -> tuple[bool, str, str]:
+    """Turn a probe result into ``(ok, reason, message)`` for the ``KVTransferVerified``
+    condition. The message names the measured path and, when it fails, the usual fixes."""
+    r = result if isinstance(result, ProbeResult) else ProbeResult.from_dict(result)
+    floor = expected_link_gbps * min_fraction
+    where = r.path or "the KV path"
+    if r.error:
+        return False, REASON_FAILED, f"transfer probe failed on {where}: {r.error}"
+    measured = f"{r.gbps:.1f} GB/s"
+    if not r.verified:
+        message = (
+            f"{r.transport}: {measured} but the bytes that arrived did not match what was sent: "
+            "check the memory registration and the NIXL/UCX versions on both sides"
+        )
+        return False, REASON_CORRUPT, message
+    expected = f"expected ≥ {floor:g} GB/s{_over(r)}"
+    if r.gbps < floor and r.transport == "tcp":
+        return False, REASON_TCP, f"tcp fallback: {measured}, {expected}: {_TCP_HINT}"
+    if r.gbps < floor:
+        hint = _SLOW_HINTS.get(r.transport, _TCP_HINT)
+        return False, REASON_SLOW, f"{r.transport}: {measured}, {expected}: {hint}"
+    message = f"{r.transport}: {measured} on {where} (expected ≥ {floor:g} GB/s), bytes verified"
+    return True, REASON_VERIFIED, message
+
+
+def _over(r: ProbeResult) -> str:
+    """`` over mlx5_3:1`` from the NICs UCX was pinned to (what the operator intended)."""
+    devices = r.ucx_net_devices.strip()
+    if devices and devices != "all":
+        return f" over {devices}"
+    return ""

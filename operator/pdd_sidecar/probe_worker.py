@@ -1,0 +1,349 @@
+"""The two NIXL processes of the transfer probe: a target that registers memory and checks
+what arrived, and an initiator that WRITEs a KV-like block mix into it and times it.
+
+Each runs in its own process (``python -m pdd_sidecar.probe_worker target|initiator``) so that
+the UCX environment is read fresh, exactly as the engine's would be, and so that NIXL's blocking
+calls never run inside the sidecar's event loop. A process reads one JSON document (its spec) on
+stdin, because agent metadata is secret and must not appear in ``ps`` output, and answers with
+JSON lines on stdout prefixed by ``MARKER``; anything else on stdout (UCX, NIXL) is ignored by
+the reader.
+
+The target region holds one slot per block size (``probe.block_plan``). Blocks land in a
+permuted order, as paged KV blocks do, so NIXL cannot merge them into one large copy; the
+initiator sends the digest of the layout it expects and the target compares it with what is in
+its memory.
+"""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import hashlib
+import importlib
+import json
+import os
+import shutil
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from pdd_sidecar.probe import MARKER, VERIFY_TAG, Slot, block_plan, region_bytes
+
+# Spin on a transfer this long before backing off: sleeping while a 50 GB/s transfer of a few
+# milliseconds completes would add the oversleep to the measurement.
+_POLL_SPIN_S = 0.05
+
+
+@dataclass
+class Buffer:
+    """A registered-able memory region in host (numpy) or GPU (torch) memory."""
+
+    mem: str  # "DRAM" | "VRAM"
+    addr: int
+    nbytes: int
+    device: int
+    _keep: Any  # the array/tensor that owns the memory
+
+    def write(self, data: np.ndarray) -> None:
+        if self.mem == "DRAM":
+            self._keep[:] = data
+        else:
+            import torch
+
+            self._keep.copy_(torch.from_numpy(data))
+
+    def host_copy(self) -> np.ndarray:
+        if self.mem == "DRAM":
+            return np.asarray(self._keep)
+        return np.asarray(self._keep.cpu().numpy())
+
+
+def resolve_memory_kind(mem: str) -> str:
+    """``auto``: VRAM when torch sees a GPU here (KV caches live there), else DRAM."""
+    if mem != "auto":
+        return mem
+    try:
+        import torch
+    except ImportError:
+        return "DRAM"
+    return "VRAM" if torch.cuda.is_available() else "DRAM"
+
+
+def allocate(mem: str, nbytes: int, device: int = 0) -> Buffer:
+    """Zeroed memory of the given kind. VRAM needs torch with CUDA in this process."""
+    mem = resolve_memory_kind(mem)
+    if mem == "DRAM":
+        array = np.zeros(nbytes, dtype=np.uint8)
+        return Buffer("DRAM", array.ctypes.data, nbytes, 0, array)
+    if mem == "VRAM":
+        import torch
+
+        tensor = torch.zeros(nbytes, dtype=torch.uint8, device=f"cuda:{device}")
+        return Buffer("VRAM", tensor.data_ptr(), nbytes, device, tensor)
+    raise ValueError(f"unknown memory kind {mem!r} (DRAM or VRAM)")
+
+
+def permutation(count: int, seed: int) -> np.ndarray:
+    """Where local block i lands remotely: a fixed shuffle, like a paged KV block table."""
+    return np.random.default_rng(seed).permutation(count)
+
+
+def pattern(nbytes: int, seed: int) -> np.ndarray:
+    """Reproducible random bytes (writable: torch.from_numpy warns on read-only arrays)."""
+    return np.frombuffer(bytearray(np.random.default_rng(seed).bytes(nbytes)), dtype=np.uint8)
+
+
+def expected_digest(src: np.ndarray, plan: list[Slot], seed: int) -> str:
+    """Digest of the target region after every slot was written once."""
+    digest = hashlib.blake2b(digest_size=16)
+    for k, slot in enumerate(plan):
+        inverse = np.argsort(permutation(slot.count, seed + k))
+        size = slot.block_size
+        for j in range(slot.count):
+            i = int(inverse[j])
+            digest.update(src[i * size : (i + 1) * size].data)
+    return digest.hexdigest()
+
+
+def region_digest(buf: Buffer, nbytes: int) -> str:
+    return hashlib.blake2b(buf.host_copy()[:nbytes].data, digest_size=16).hexdigest()
+
+
+def emit(event: str, **fields: Any) -> None:
+    sys.stdout.write(MARKER + json.dumps({"event": event, **fields}) + "\n")
+    sys.stdout.flush()
+
+
+def _nixl_api() -> Any:
+    """``nixl._api``, or a backend wheel's own module when the ``nixl`` meta package is absent
+    or picks a CUDA major version whose wheel is not installed."""
+    try:
+        return importlib.import_module("nixl._api")
+    except ImportError:
+        for backend in ("nixl_cu13", "nixl_cu12"):
+            with contextlib.suppress(ImportError):
+                return importlib.import_module(f"{backend}._api")
+        raise
+
+
+def _agent(name: str) -> Any:
+    api = _nixl_api()
+    return api.nixl_agent(name, api.nixl_agent_config(enable_prog_thread=True, backends=["UCX"]))
+
+
+def _register(agent: Any, buf: Buffer) -> Any:
+    return agent.register_memory([(buf.addr, buf.nbytes, buf.device, "")], buf.mem)
+
+
+def _wait(done: Callable[[], bool], deadline: float, what: str) -> None:
+    """Poll ``done`` with a short spin, then exponential backoff up to 1 ms, until deadline."""
+    start = time.perf_counter()
+    delay = 0.0
+    while not done():
+        now = time.perf_counter()
+        if now > deadline:
+            raise TimeoutError(f"timed out waiting for {what}")
+        if now - start > _POLL_SPIN_S:
+            delay = min(max(delay * 2, 50e-6), 1e-3)
+            time.sleep(delay)
+
+
+def run_target(spec: dict[str, Any]) -> int:
+    """Register a zeroed region, publish it, then compare what arrives with the digest sent."""
+    deadline = time.perf_counter() + float(spec.get("timeout_s", 120))
+    # Memory first: GPU memory needs a CUDA context before UCX looks for cuda transports.
+    buf = allocate(spec["mem"], int(spec["region_bytes"]), int(spec.get("device", 0)))
+    agent = _agent(spec["agent_name"])
+    _register(agent, buf)
+    emit(
+        "ready",
+        agent=spec["agent_name"],
+        metadata_b64=base64.b64encode(agent.get_agent_metadata()).decode(),
+        addr=buf.addr,
+        nbytes=buf.nbytes,
+        device=buf.device,
+        mem=buf.mem,
+    )
+    received: list[bytes] = []
+
+    def verify_notif_arrived() -> bool:
+        for messages in agent.get_new_notifs().values():
+            received.extend(m for m in messages if m.startswith(VERIFY_TAG))
+        return bool(received)
+
+    try:
+        _wait(verify_notif_arrived, deadline, "the initiator's verify notification")
+    except TimeoutError as exc:
+        emit("verified", verified=False, error=str(exc))
+        return 1
+    expected = received[0][len(VERIFY_TAG) :].decode()
+    nbytes, _, digest = expected.partition(":")
+    actual = region_digest(buf, int(nbytes))
+    ok = actual == digest
+    emit("verified", verified=ok, error=None if ok else "digest mismatch")
+    return 0
+
+
+def run_initiator(spec: dict[str, Any]) -> int:
+    """WRITE every block size into the target, timing only the posted transfers."""
+    started = time.time()
+    t0 = time.perf_counter()
+    try:
+        result = _initiate(spec)
+    except Exception as exc:  # reported as data: the caller turns it into a condition
+        result = {"error": f"{type(exc).__name__}: {exc}"}
+    result["started_at"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(started))
+    result["duration_s"] = round(time.perf_counter() - t0, 3)
+    emit("result", **result)
+    return 0 if not result.get("error") else 1
+
+
+def _initiate(spec: dict[str, Any]) -> dict[str, Any]:
+    from pdd_sidecar.ucx_info import report_for_transfer
+
+    target = spec["target"]
+    plan = block_plan([int(s) for s in spec["block_sizes"]], int(spec["bytes_per_size"]))
+    iterations = int(spec.get("iterations", 3))
+    seed = int(spec.get("seed", 1))
+    deadline = time.perf_counter() + float(spec.get("timeout_s", 120))
+
+    src_bytes = max(slot.nbytes for slot in plan)
+    src = allocate(spec["mem"], src_bytes, int(spec.get("device", 0)))
+    data = pattern(src_bytes, seed)
+    src.write(data)
+    agent = _agent(spec["agent_name"])
+    _register(agent, src)
+    remote = agent.add_remote_agent(base64.b64decode(target["metadata_b64"]))
+    agent.make_connection(remote)
+
+    timings = []
+    for k, slot in enumerate(plan):
+        seconds = _timed_writes(agent, remote, src, target, slot, seed + k, iterations, deadline)
+        moved = slot.nbytes * iterations
+        timings.append(
+            {
+                "block_size": slot.block_size,
+                "blocks": slot.count,
+                "bytes": moved,
+                "seconds": seconds,
+                "gbps": round(moved / seconds / 1e9, 3),
+            }
+        )
+    digest = expected_digest(data, plan, seed)
+    agent.send_notif(remote, VERIFY_TAG + f"{region_bytes(plan)}:{digest}".encode())
+
+    sizes = [slot.block_size for slot in plan]
+    report = report_for_transfer(_read_ucx_log(), sizes)
+    total_bytes = sum(t["bytes"] for t in timings)
+    total_s = sum(t["seconds"] for t in timings)
+    return {
+        "path": f"{src.mem}->{target['mem']}",
+        "transport": report.transport,
+        "transports": list(report.transports),
+        "lanes": list(report.lanes),
+        "devices": list(report.devices),
+        "gbps": round(total_bytes / total_s / 1e9, 3),
+        "bytes": total_bytes,
+        "blocks": sum(slot.count for slot in plan) * iterations,
+        "block_sizes": sizes,
+        "iterations": iterations,
+        "per_block_size": timings,
+        "ucx_tls": os.environ.get("UCX_TLS", ""),
+        "ucx_net_devices": os.environ.get("UCX_NET_DEVICES", ""),
+        "error": None,
+    }
+
+
+def _timed_writes(
+    agent: Any,
+    remote: str,
+    src: Buffer,
+    target: dict[str, Any],
+    slot: Slot,
+    seed: int,
+    iterations: int,
+    deadline: float,
+) -> float:
+    """All blocks of one size in one request with many descriptors; one untimed warm-up."""
+    size, count = slot.block_size, slot.count
+    perm = permutation(count, seed)
+    base = int(target["addr"]) + slot.offset
+    local = np.array(
+        [(src.addr + i * size, size, src.device) for i in range(count)], dtype=np.uint64
+    )
+    remote_descs = np.array(
+        [(base + int(perm[i]) * size, size, int(target["device"])) for i in range(count)],
+        dtype=np.uint64,
+    )
+    local_side = agent.prep_xfer_dlist("NIXL_INIT_AGENT", local, src.mem)
+    remote_side = agent.prep_xfer_dlist(remote, remote_descs, target["mem"])
+    indices = np.arange(count, dtype=np.int32)
+    handle = agent.make_prepped_xfer("WRITE", local_side, indices, remote_side, indices)
+    try:
+        _post_and_wait(agent, handle, deadline)  # warm-up: rkey unpack, lane wire-up
+        start = time.perf_counter()
+        for _ in range(iterations):
+            _post_and_wait(agent, handle, deadline)
+        return time.perf_counter() - start
+    finally:
+        handle.release()
+        local_side.release()
+        remote_side.release()
+
+
+def _post_and_wait(agent: Any, handle: Any, deadline: float) -> None:
+    state = agent.transfer(handle)
+    if state == "ERR":
+        raise RuntimeError("NIXL refused to post the transfer")
+
+    def finished() -> bool:
+        current = agent.check_xfer_state(handle)
+        if current == "ERR":
+            raise RuntimeError("NIXL reported a transfer error")
+        return bool(current == "DONE")
+
+    if state != "DONE":
+        _wait(finished, deadline, "the transfer")
+
+
+def _read_ucx_log() -> str:
+    path = os.environ.get("UCX_LOG_FILE", "")
+    if not path or not os.path.exists(path):
+        return ""
+    with open(path, encoding="utf-8", errors="replace") as fh:
+        return fh.read()
+
+
+def _prepare_ucx_env(role: str) -> str:
+    """UCX reads its environment when NIXL creates the backend, i.e. after this runs.
+
+    The initiator asks UCX for its protocol tables (the only reliable record of the transport
+    used) in a private log file; the target sends UCX's log to a file too, so nothing can fill
+    the stdout pipe its parent stops reading after the ready line.
+    """
+    log_dir = tempfile.mkdtemp(prefix="pdd-probe-")
+    os.environ["UCX_LOG_FILE"] = os.path.join(log_dir, "ucx.log")
+    os.environ["UCX_PROTO_INFO"] = "y" if role == "initiator" else "n"
+    return log_dir
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = sys.argv[1:] if argv is None else argv
+    if len(args) != 1 or args[0] not in ("target", "initiator"):
+        sys.stderr.write("usage: python -m pdd_sidecar.probe_worker target|initiator < spec.json\n")
+        return 2
+    spec = json.loads(sys.stdin.readline())
+    log_dir = _prepare_ucx_env(args[0])
+    try:
+        return run_target(spec) if args[0] == "target" else run_initiator(spec)
+    finally:
+        shutil.rmtree(log_dir, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,115 @@
+"""Probes the operator asks for: the prober pod's sidecar answers annotations on its own pod.
+
+The operator never talks to pods. When it wants the KV path verified it stamps
+``pdd.dev/probe-request: <id>`` on the prober pod (prefill ordinal 0, ``PDD_PROBER_POD``); this
+sidecar notices, runs the transfer probe from its pod to a decode peer, and writes the result,
+with ``request_id``, as JSON into ``pdd.dev/probe-result`` on the same pod, where the operator's
+pod watch reads it (``pdd_operator.status.transfer``). RBAC: get and patch on that one pod.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+from collections.abc import Awaitable, Callable, Mapping
+from typing import Any
+
+from pdd_sidecar.probe_result import ProbeResult
+
+log = logging.getLogger(__name__)
+
+ANNOTATION_PROBE_REQUEST = "pdd.dev/probe-request"
+ANNOTATION_PROBE_RESULT = "pdd.dev/probe-result"
+
+
+def pending_request(annotations: Mapping[str, str], attempted: str | None) -> str | None:
+    """The request id to answer now, if any: stamped, not yet answered, not already tried."""
+    request = annotations.get(ANNOTATION_PROBE_REQUEST, "")
+    if not request or request == attempted:
+        return None
+    try:
+        answered = json.loads(annotations.get(ANNOTATION_PROBE_RESULT, "") or "{}")
+    except ValueError:
+        answered = {}
+    if isinstance(answered, dict) and answered.get("request_id") == request:
+        return None
+    return request
+
+
+def result_annotation(result: ProbeResult, request_id: str) -> dict[str, str]:
+    document = {**result.to_dict(), "request_id": request_id}
+    return {ANNOTATION_PROBE_RESULT: json.dumps(document, separators=(",", ":"))}
+
+
+class PodAnnotations:
+    """Get/patch one pod's annotations with the ``kubernetes`` client, in a thread."""
+
+    def __init__(self, namespace: str, pod: str) -> None:
+        self._namespace, self._pod = namespace, pod
+        self._api: Any = None
+
+    def _core(self) -> Any:
+        if self._api is None:
+            from kubernetes import client, config
+
+            try:
+                config.load_incluster_config()  # type: ignore[no-untyped-call]
+            except config.ConfigException:
+                config.load_kube_config()  # type: ignore[no-untyped-call]
+            self._api = client.CoreV1Api()
+        return self._api
+
+    async def read(self) -> dict[str, str]:
+        pod = await asyncio.to_thread(
+            self._core().read_namespaced_pod, self._pod, self._namespace, _request_timeout=30
+        )
+        return dict(pod.metadata.annotations or {})
+
+    async def patch(self, annotations: Mapping[str, str]) -> None:
+        body = {"metadata": {"annotations": dict(annotations)}}
+        await asyncio.to_thread(
+            self._core().patch_namespaced_pod,
+            self._pod,
+            self._namespace,
+            body,
+            _request_timeout=30,
+        )
+
+
+class ProbeRequests:
+    """Polls the pod for a new request id; runs one probe per id and writes its result."""
+
+    def __init__(
+        self,
+        pod: PodAnnotations,
+        run_probe: Callable[[], Awaitable[ProbeResult]],
+        poll_s: float = 5.0,
+    ) -> None:
+        self._pod = pod
+        self._run_probe = run_probe
+        self._poll_s = poll_s
+        self._attempted: str | None = None
+
+    async def check_once(self) -> str | None:
+        request = pending_request(await self._pod.read(), self._attempted)
+        if request is None:
+            return None
+        # Mark before running: a probe that crashes the worker must not be retried in a loop;
+        # the operator stamps a new id when it wants another attempt.
+        self._attempted = request
+        log.info("running the transfer probe requested at %s", request)
+        result = await self._run_probe()
+        await self._pod.patch(result_annotation(result, request))
+        return request
+
+    async def run(self) -> None:
+        delay = self._poll_s
+        while True:
+            try:
+                await self.check_once()
+                delay = self._poll_s
+            except Exception as exc:  # API server unreachable, RBAC missing: say so, back off
+                log.warning("probe requests: %s", exc)
+                delay = min(delay * 2, 60.0)
+            await asyncio.sleep(delay)

@@ -1,0 +1,125 @@
+"""Can this pod reach its peers' engine side channels?
+
+vLLM's NixlConnector exchanges NIXL metadata over a ZMQ side channel on port 5600 + dp rank of
+``VLLM_NIXL_SIDE_CHANNEL_HOST`` (which must be the pod IP); SGLang's decode side fetches it from
+the prefill side's bootstrap server on port 8998. A side channel that is not reachable (wrong
+host, NetworkPolicy, engine not up) makes every request wait for a handshake timeout, so the
+sidecar checks each peer's port with a plain TCP connect and reports it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from pdd_sidecar.config import ROLES, other_role
+from pdd_sidecar.metrics import SidecarMetrics
+from pdd_sidecar.peers import PeerState
+
+VLLM_SIDE_CHANNEL_BASE = 5600
+SGLANG_BOOTSTRAP_PORT = 8998
+
+
+@dataclass(frozen=True)
+class SideChannel:
+    """Which ports to check, on peers of which roles."""
+
+    ports: tuple[int, ...]
+    target_roles: frozenset[str]
+
+
+def side_channel_for(
+    engine: str, own_role: str, dp_size: int = 1, ports: tuple[int, ...] = ()
+) -> SideChannel | None:
+    """The side channel this engine kind listens on, seen from a pod of ``own_role``."""
+    if engine == "vllm":
+        chosen = ports or tuple(VLLM_SIDE_CHANNEL_BASE + rank for rank in range(dp_size))
+        return SideChannel(chosen, frozenset({other_role(own_role)}))
+    if engine == "sglang":
+        # Only prefill runs a bootstrap server; decode connects to it.
+        roles = frozenset({"prefill"}) if own_role == "decode" else frozenset()
+        return SideChannel(ports or (SGLANG_BOOTSTRAP_PORT,), roles)
+    if engine == "none":
+        return None
+    raise ValueError(f"side channel must be vllm, sglang or none, not {engine!r}")
+
+
+@dataclass(frozen=True)
+class PortCheck:
+    reachable: bool
+    latency_ms: float | None
+    error: str | None
+    checked_at: float
+
+    def to_json(self) -> dict[str, object]:
+        return {
+            "reachable": self.reachable,
+            "latency_ms": self.latency_ms,
+            "error": self.error,
+            "checked_at": self.checked_at,
+        }
+
+
+async def check_port(host: str, port: int, timeout_s: float) -> PortCheck:
+    """A TCP connect, closed at once: the engine sees a connection without a message."""
+    started = time.monotonic()
+    try:
+        _, writer = await asyncio.wait_for(asyncio.open_connection(host, port), timeout_s)
+    except (OSError, TimeoutError) as exc:
+        error = "timed out" if isinstance(exc, TimeoutError) else exc.strerror or str(exc)
+        return PortCheck(False, None, error, time.time())
+    latency = round((time.monotonic() - started) * 1000, 2)
+    writer.close()
+    with contextlib.suppress(OSError):
+        await writer.wait_closed()
+    return PortCheck(True, latency, None, time.time())
+
+
+class ReachabilityChecker:
+    """Checks every live peer of the target roles each interval; results in status + metrics."""
+
+    def __init__(
+        self,
+        channel: SideChannel,
+        peers: Callable[[], list[PeerState]],
+        metrics: SidecarMetrics,
+        timeout_s: float = 2.0,
+    ) -> None:
+        self.channel = channel
+        self._peers = peers
+        self._metrics = metrics
+        self._timeout_s = timeout_s
+        self.results: dict[tuple[str, int], PortCheck] = {}  # (pod, port) -> last check
+
+    async def check_once(self) -> None:
+        targets = [
+            (peer.pod_name, peer.endpoint.host, port)
+            for peer in self._peers()
+            if peer.endpoint.role in self.channel.target_roles and peer.endpoint.role in ROLES
+            for port in self.channel.ports
+        ]
+        checks = await asyncio.gather(
+            *(check_port(host, port, self._timeout_s) for _, host, port in targets)
+        )
+        fresh = {(pod, port): check for (pod, _, port), check in zip(targets, checks, strict=True)}
+        for pod, port in set(self.results) - set(fresh):
+            # Keep label cardinality bounded: a departed pod's series goes away with it.
+            with contextlib.suppress(KeyError):
+                self._metrics.peer_reachable.remove(pod, str(port))
+        for (pod, port), check in fresh.items():
+            self._metrics.peer_reachable.labels(pod, str(port)).set(1 if check.reachable else 0)
+        self.results = fresh
+
+    async def run(self, interval_s: float) -> None:
+        while True:
+            await self.check_once()
+            await asyncio.sleep(interval_s)
+
+    def to_json(self) -> list[dict[str, object]]:
+        return [
+            {"pod": pod, "port": port, **check.to_json()}
+            for (pod, port), check in sorted(self.results.items())
+        ]
