@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import base64
 import contextlib
+import ctypes
 import hashlib
 import importlib
 import json
@@ -238,7 +239,9 @@ def _initiate(spec: dict[str, Any]) -> dict[str, Any]:
     agent.send_notif(remote, VERIFY_TAG + f"{region_bytes(plan)}:{digest}".encode())
 
     sizes = [slot.block_size for slot in plan]
-    report = report_for_transfer(_read_ucx_log(), sizes)
+    ucx_log = _read_ucx_log()
+    _keep_ucx_log(ucx_log, f"{src.mem}-{target['mem']}")
+    report = report_for_transfer(ucx_log, sizes, src_mem=src.mem, dst_mem=target["mem"])
     total_bytes = sum(t["bytes"] for t in timings)
     total_s = sum(t["seconds"] for t in timings)
     return {
@@ -311,7 +314,20 @@ def _post_and_wait(agent: Any, handle: Any, deadline: float) -> None:
         _wait(finished, deadline, "the transfer")
 
 
+def _keep_ucx_log(text: str, label: str) -> None:
+    """With PDD_PROBE_KEEP_UCX_LOG=DIR, keep UCX's protocol tables as evidence (benchmarks)."""
+    keep = os.environ.get("PDD_PROBE_KEEP_UCX_LOG", "")
+    if keep and text:
+        os.makedirs(keep, exist_ok=True)
+        with open(os.path.join(keep, f"ucx-proto-{label}.log"), "w", encoding="utf-8") as fh:
+            fh.write(text)
+
+
 def _read_ucx_log() -> str:
+    # UCX writes its log through a buffered C stream: without a flush the last tables (often
+    # the very ones for the probed memory types) are still in the process, not in the file.
+    with contextlib.suppress(OSError, AttributeError):
+        ctypes.CDLL(None).fflush(None)
     path = os.environ.get("UCX_LOG_FILE", "")
     if not path or not os.path.exists(path):
         return ""

@@ -119,15 +119,29 @@ def overall_class(classes: Iterable[str]) -> str:
     return UNKNOWN
 
 
+_UCX_MEMORY = {"DRAM": "host", "VRAM": "cuda"}
+
+
 def report_for_transfer(
-    text: str, block_sizes: Iterable[int], operation: str = "remote memory write"
+    text: str,
+    block_sizes: Iterable[int],
+    operation: str = "remote memory write",
+    src_mem: str | None = None,
+    dst_mem: str | None = None,
 ) -> TransportReport:
-    """The transport that served ``operation`` to a peer for the given message sizes."""
+    """The transport that served ``operation`` to a peer for the given message sizes.
+
+    With the memory types given, only the tables for that source and destination count: a
+    VRAM->VRAM probe also sends small host-memory messages (notifications, wire-up) over
+    other lanes, such as tcp, that carry none of the KV bytes.
+    """
     sizes = list(block_sizes)
     lanes: list[str] = []
-    for table in parse_proto_tables(text):
-        if table.is_self or not table.operation.startswith(operation):
-            continue
+    tables = [
+        t for t in parse_proto_tables(text) if not t.is_self and t.operation.startswith(operation)
+    ]
+    matching = [t for t in tables if _moves_between(t, src_mem, dst_mem)]
+    for table in matching or tables:
         for range_text, description, config in table.rows:
             low, high = parse_range(range_text)
             if any(low <= size <= high for size in sizes):
@@ -143,6 +157,16 @@ def report_for_transfer(
         )
     )
     return TransportReport(overall_class(classes), classes, unique, devices)
+
+
+def _moves_between(table: ProtoTable, src_mem: str | None, dst_mem: str | None) -> bool:
+    """Whether the table is for this source/destination memory (``from cuda memory to
+    cuda``, ``from host memory to cuda/dev[0]``); true when the memory types are not given."""
+    if src_mem is None or dst_mem is None:
+        return True
+    text = table.operation
+    src, dst = _UCX_MEMORY.get(src_mem, ""), _UCX_MEMORY.get(dst_mem, "")
+    return f"from {src}" in text and f" to {dst}" in text
 
 
 def _lanes(text: str) -> list[str]:

@@ -155,3 +155,31 @@ def test_tcp_lane_dominates() -> None:
     assert overall_class(["cuda_copy", "rdma"]) == "rdma"
     assert overall_class(["shm", "cuda_copy"]) == "shm"
     assert overall_class([]) == "unknown"
+
+
+# Shape of a VRAM->VRAM probe on one H200 (nixl-cu13 1.5.1): host-memory tables for the
+# notifications beside the cuda-memory table that carried the KV bytes.
+MIXED_MEMORY = "\n".join(
+    [
+        "| ctx intra-node cfg#1 |",
+        "| remote memory write by ucp_put* from host memory to host |",
+        "| 0..inf | zero-copy | cma/memory |",
+        "| ctx inter-node cfg#2 |",
+        "| remote memory write by ucp_put* from host memory to host |",
+        "| 0..inf | zero-copy | tcp/lo |",
+        "| ctx intra-node cfg#3 |",
+        "| remote memory write by ucp_put* from cuda memory to cuda |",
+        "| 0..inf | zero-copy | cuda_ipc/cuda |",
+    ]
+)
+
+
+@pytest.mark.parametrize(
+    "src,dst,expected",
+    [("VRAM", "VRAM", "nvlink"), ("DRAM", "DRAM", "tcp"), (None, None, "tcp")],
+)
+def test_only_the_tables_of_the_probed_memory_types_count(
+    src: str | None, dst: str | None, expected: str
+) -> None:
+    report = report_for_transfer(MIXED_MEMORY, [16 << 20], src_mem=src, dst_mem=dst)
+    assert report.transport == expected
