@@ -210,3 +210,24 @@ def test_dra_mode_renders_claim_templates_with_pcie_root_constraints() -> None:
         sts["spec"]["template"]["spec"]["resourceClaims"][0]["resourceClaimTemplateName"]
         == "llama-prefill-gpu-nic"
     )
+
+
+def test_sidecar_gets_the_engine_ucx_env_side_channel_and_scratch_space(pdd: PDDeployment) -> None:
+    sts = find(render_children(pdd, RenderContext()), "StatefulSet", "llama-decode")
+    sidecar = container(sts, "nixl-sidecar")
+    env = env_of(sidecar)
+    assert env["UCX_TLS"] == env_of(container(sts, "engine"))["UCX_TLS"]
+    assert env["PDD_SIDE_CHANNEL"] == "vllm" and env["PDD_SIDE_CHANNEL_PORTS"] == "5600"
+    assert env["PDD_PROBER_POD"] == "llama-prefill-0"
+    mounts = {m["mountPath"] for m in sidecar["volumeMounts"]}
+    assert {"/tmp", "/dev/shm", "/var/run/pdd/token"} <= mounts
+    assert sidecar["securityContext"]["readOnlyRootFilesystem"] is True
+    assert sidecar["resources"]["limits"]["memory"] == "512Mi"
+
+
+def test_no_sidecar_when_the_engine_exchanges_metadata_itself() -> None:
+    pdd = make_pdd({"kvTransfer": {"metadataExchange": {"mode": "engine"}}})
+    objs = render_children(pdd, RenderContext())
+    sts = find(objs, "StatefulSet", "llama-prefill")
+    assert [c["name"] for c in sts["spec"]["template"]["spec"]["containers"]] == ["engine"]
+    assert not [o for o in objs if o["kind"] in ("Role", "NetworkPolicy", "ServiceAccount")]

@@ -13,10 +13,12 @@ from typing import Any
 from pdd_operator.api import names
 from pdd_operator.api.v1alpha1 import PDDeployment, PDDeploymentSpec
 from pdd_operator.rendering.context import RenderContext
+from pdd_operator.rendering.transfer import transfer_env
 
 TOKEN_VOLUME = "sidecar-token"
 TOKEN_DIR = "/var/run/pdd/token"
 TOKEN_KEY = "token"
+SCRATCH_VOLUME = "sidecar-tmp"
 
 
 def sidecar_enabled(spec: PDDeploymentSpec) -> bool:
@@ -81,6 +83,9 @@ def sidecar_containers(
                 {"name": "POD_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}},
                 {"name": "PDD_PROBER_POD", "value": names.prober_pod_name(pdd.name)},
                 {"name": "PDD_REVISION", "value": revision},
+                *side_channel_env(spec),
+                # The probe must take the engine's KV path: same UCX settings.
+                *transfer_env(spec),
                 *engine_env(pdd, port),
             ],
             "ports": [{"name": "sidecar", "containerPort": port, "protocol": "TCP"}],
@@ -88,13 +93,16 @@ def sidecar_containers(
                 "httpGet": {"path": "/healthz", "port": "sidecar"},
                 "periodSeconds": 10,
             },
+            # A probe target holds ~128 MiB of buffers plus ~55 MiB per NIXL worker.
             "resources": {
-                "requests": {"cpu": "50m", "memory": "64Mi"},
-                "limits": {"memory": "256Mi"},
+                "requests": {"cpu": "50m", "memory": "128Mi"},
+                "limits": {"memory": "512Mi"},
             },
             "volumeMounts": [
                 {"name": TOKEN_VOLUME, "mountPath": TOKEN_DIR, "readOnly": True},
                 {"name": "pdd-env", "mountPath": "/pdd/env", "readOnly": True},
+                {"name": "dshm", "mountPath": "/dev/shm"},  # UCX shared-memory lanes
+                {"name": SCRATCH_VOLUME, "mountPath": "/tmp"},  # probe logs; root fs read-only
             ],
             "securityContext": {
                 "runAsNonRoot": True,
@@ -114,7 +122,19 @@ def sidecar_volumes(pdd: PDDeployment) -> list[dict[str, Any]]:
         {
             "name": TOKEN_VOLUME,
             "secret": {"secretName": names.token_secret_name(pdd.name), "defaultMode": 0o440},
-        }
+        },
+        {"name": SCRATCH_VOLUME, "emptyDir": {"sizeLimit": "256Mi"}},
+    ]
+
+
+def side_channel_env(spec: PDDeploymentSpec) -> list[dict[str, Any]]:
+    """Which engine side channel the sidecar checks for reachability, and on which port."""
+    ports = {"vllm": spec.kvTransfer.sideChannelPort, "sglang": spec.kvTransfer.bootstrapPort}
+    if spec.engine.type not in ports:
+        return [{"name": "PDD_SIDE_CHANNEL", "value": "none"}]
+    return [
+        {"name": "PDD_SIDE_CHANNEL", "value": spec.engine.type},
+        {"name": "PDD_SIDE_CHANNEL_PORTS", "value": str(ports[spec.engine.type])},
     ]
 
 
