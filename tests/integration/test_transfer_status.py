@@ -141,3 +141,19 @@ def test_probe_results_become_status_transfer_and_the_condition(
         what="TCPFallback event",
     )
     assert events[0].type == "Warning"
+
+
+def test_the_sidecar_token_never_appears_in_logs_events_or_status(
+    operator: OperatorProcess, api_client: client.ApiClient, namespace: str
+) -> None:
+    import base64
+
+    create(api_client, namespace)
+    core = client.CoreV1Api(api_client)
+    secret = wait_for(lambda: core.read_namespaced_secret("kv-sidecar-token", namespace), 30)
+    token = base64.b64decode(secret.data["token"]).decode()
+    wait_for(lambda: pdd(api_client, namespace).get("status", {}).get("conditions"), 60)
+    events = " ".join(e.message or "" for e in core.list_namespaced_event(namespace).items)
+    assert token not in events
+    assert token not in json.dumps(pdd(api_client, namespace))
+    assert token not in operator.tail(10_000_000)

@@ -210,9 +210,12 @@ def _engine_container(pdd: PDDeployment, role: str, ctx: RenderContext) -> dict[
             "periodSeconds": 10,
             "failureThreshold": 180,  # loading a large model takes minutes
         },
+        # Engine images decide their user (vLLM's runs as root), so no runAsNonRoot here; a
+        # podTemplate can add it. Capabilities: none, except IPC_LOCK to pin RDMA memory.
         "securityContext": {
+            "privileged": False,
             "allowPrivilegeEscalation": False,
-            "capabilities": {"add": transfer.engine_capabilities(spec)},
+            "capabilities": {"drop": ["ALL"], "add": transfer.engine_capabilities(spec)},
         },
     }
     if command:
@@ -240,10 +243,14 @@ def _preflight_container(pdd: PDDeployment, role: str, ctx: RenderContext) -> di
             {"name": SHM_VOLUME, "mountPath": "/dev/shm"},
         ],
         "terminationMessagePolicy": "FallbackToLogsOnError",
+        # Reads sysfs/procfs (world-readable) and its own limits: no privilege needed.
         "securityContext": {
+            "runAsNonRoot": True,
+            "runAsUser": 65532,
+            "privileged": False,
             "allowPrivilegeEscalation": False,
             "readOnlyRootFilesystem": True,
-            "capabilities": {"drop": ["ALL"], "add": transfer.engine_capabilities(spec)},
+            "capabilities": {"drop": ["ALL"]},
         },
     }
 
