@@ -47,6 +47,16 @@ DEFAULT_CONTROLLERS: tuple[str, ...] = (
     "resourceclaim-controller",
 )
 
+AUDIT_POLICY = """\
+apiVersion: audit.k8s.io/v1
+kind: Policy
+omitStages: ["RequestReceived"]
+rules:
+  - level: Metadata
+    verbs: ["create", "update", "patch", "delete", "deletecollection"]
+  - level: None
+"""
+
 # `apiserver_request_total` spells the verb after the HTTP method except for server-side apply.
 MUTATING_VERBS = frozenset({"POST", "PUT", "PATCH", "APPLY", "DELETE", "DELETECOLLECTION"})
 
@@ -376,8 +386,44 @@ class LocalControlPlane:
             "--endpoint-reconciler-type=none",
             f"--cert-dir={self.state_dir / 'certs' / 'apiserver'}",
             "--profiling=false",
+            # Writes only, with who made them: tests count one client's writes exactly.
+            f"--audit-policy-file={self._write_audit_policy()}",
+            f"--audit-log-path={self.audit_log}",
+            "--audit-log-format=json",
+            "--audit-log-mode=blocking",
             *self._extra_apiserver_args,
         ]
+
+    @property
+    def audit_log(self) -> Path:
+        return self.state_dir / "logs" / "audit.jsonl"
+
+    def _write_audit_policy(self) -> Path:
+        path = self.state_dir / "audit-policy.yaml"
+        path.write_text(AUDIT_POLICY)
+        return path
+
+    def writes_by(self, user: str, resources: Iterable[str] | None = None) -> int:
+        """Mutating requests the apiserver completed for `user` (from its audit log),
+        optionally only for these resources ("pods", "pods/status" as RBAC names them)."""
+        wanted = set(resources) if resources is not None else None
+        count = 0
+        if not self.audit_log.exists():
+            return 0
+        with self.audit_log.open(encoding="utf-8") as fh:
+            for line in fh:
+                event = json.loads(line)
+                if event.get("stage") != "ResponseComplete":
+                    continue
+                if event.get("user", {}).get("username") != user:
+                    continue
+                ref = event.get("objectRef", {})
+                resource = ref.get("resource", "")
+                if ref.get("subresource"):
+                    resource += "/" + ref["subresource"]
+                if wanted is None or resource in wanted:
+                    count += 1
+        return count
 
     def _component_common_argv(self, name: str, user: str) -> list[str]:
         kubeconfig = self.state_dir / f"kubeconfig-{name}"

@@ -11,6 +11,8 @@ from kubernetes import client
 
 from helpers.operator_proc import OperatorProcess, install_crd
 
+OPERATOR_USER = "pdd-operator"  # a static user of the test control plane (conftest)
+
 
 @pytest.fixture(scope="module")
 def operator(
@@ -22,6 +24,7 @@ def operator(
 ) -> Iterator[OperatorProcess]:
     install_crd(api_client)
     log = tmp_path_factory.mktemp("operator") / "operator.log"
-    proc = OperatorProcess(kubeconfig, log, resync_seconds=2.0).start()
+    identity = control_plane.kubeconfig_for(OPERATOR_USER)  # its writes show in the audit log
+    proc = OperatorProcess(identity, log, resync_seconds=2.0).start()
     yield proc
     proc.kill()

@@ -22,6 +22,8 @@ _BANNER = pytest.StashKey[str]()
 FLEET_CLIQUES = 2
 FLEET_NODES_PER_CLIQUE = 4
 
+OPERATOR_USER = "pdd-operator"
+
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     # The hook sees every collected item of the session, not only this directory's.
@@ -53,7 +55,8 @@ def control_plane(
     request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[LocalControlPlane]:
     state = tmp_path_factory.mktemp("controlplane")
-    with LocalControlPlane(state) as cp:
+    # The operator runs as its own user, so the audit log tells its writes from everyone's.
+    with LocalControlPlane(state, users={OPERATOR_USER: ["system:masters"]}) as cp:
         banner = (
             f"kube-apiserver {cp.version}, etcd {cp.etcd_version} at {cp.server}, "
             f"started in {cp.start_seconds:.1f}s; logs in {state / 'logs'}"

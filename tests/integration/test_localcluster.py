@@ -324,4 +324,4 @@ def test_simulator_recovers_after_an_apiserver_restart(
 
     # The client's pooled connections died with the old apiserver; the first call may fail.
     wait_for(lambda: create_once(apps, namespace, gpu_statefulset("after", 1)), 20, what="create")
-    wait_for(lambda: ready_replicas(apps, namespace, "after") == 1, 30, what="Ready after restart")
+    wait_for(lambda: ready_replicas(apps, namespace, "after") == 1, 90, what="Ready after restart")
