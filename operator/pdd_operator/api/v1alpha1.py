@@ -22,55 +22,17 @@ SINGULAR = "pddeployment"
 SHORT_NAMES = ["pdd"]
 API_VERSION = f"{GROUP}/{VERSION}"
 
-# UCX transport names accepted in spec.kvTransfer.ucx.transports (UCX_TLS tokens).
-UCX_TRANSPORTS = (
-    "rc_x",
-    "rc",
-    "rc_v",
-    "rc_mlx5",
-    "dc_x",
-    "dc",
-    "dc_mlx5",
-    "ud_x",
-    "ud",
-    "ud_v",
-    "ud_mlx5",
-    "ib",
-    "cuda_copy",
-    "cuda_ipc",
-    "gdr_copy",
-    "tcp",
-    "sm",
-    "shm",
-    "self",
-    "posix",
-    "sysv",
-    "cma",
-    "knem",
-    "xpmem",
-    "rocm_copy",
-    "rocm_ipc",
-    "rocm_gdr",
-    "cuda",
-    "rocm",
-    "mm",
-    "all",
-)
+# UCX transport names accepted in spec.kvTransfer.ucx.transports (UCX_TLS tokens); the RDMA
+# ones are those that can carry GPUDirect RDMA ("all" lets UCX pick them).
 RDMA_TRANSPORTS = (
-    "rc_x",
-    "rc",
-    "rc_v",
-    "rc_mlx5",
-    "dc_x",
-    "dc",
-    "dc_mlx5",
-    "ud_x",
-    "ud",
-    "ud_v",
-    "ud_mlx5",
-    "ib",
-    "all",
-)
+    "rc_x", "rc", "rc_v", "rc_mlx5", "dc_x", "dc", "dc_mlx5",
+    "ud_x", "ud", "ud_v", "ud_mlx5", "ib", "all",
+)  # fmt: skip
+UCX_TRANSPORTS = (
+    *RDMA_TRANSPORTS,
+    "cuda_copy", "cuda_ipc", "gdr_copy", "tcp", "sm", "shm", "self", "posix", "sysv",
+    "cma", "knem", "xpmem", "rocm_copy", "rocm_ipc", "rocm_gdr", "cuda", "rocm", "mm",
+)  # fmt: skip
 
 IMAGE_PATTERN = (
     r"^([a-z0-9]+([._-][a-z0-9]+)*(:[0-9]+)?/)?[a-z0-9]+([._-][a-z0-9]+)*"
