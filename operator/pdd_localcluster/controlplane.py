@@ -10,6 +10,7 @@ import os
 import re
 import secrets
 import shutil
+import signal
 import socket
 import ssl
 import subprocess
@@ -402,6 +403,17 @@ class LocalControlPlane:
         path = self.state_dir / "audit-policy.yaml"
         path.write_text(AUDIT_POLICY)
         return path
+
+    def pause_etcd(self, seconds: float) -> None:
+        """Freeze etcd (SIGSTOP) for `seconds`, then let it go on (SIGCONT): the apiserver
+        stays up but cannot read or write, as during an etcd leader election or a stall."""
+        proc = self._components["etcd"].proc
+        assert proc is not None, "etcd is not running"
+        os.kill(proc.pid, signal.SIGSTOP)
+        try:
+            time.sleep(seconds)
+        finally:
+            os.kill(proc.pid, signal.SIGCONT)
 
     def writes_by(self, user: str, resources: Iterable[str] | None = None) -> int:
         """Mutating requests the apiserver completed for `user` (from its audit log),

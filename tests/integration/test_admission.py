@@ -271,3 +271,27 @@ def test_a_253_character_name_is_accepted_and_derives_valid_child_names(
     long_name = "a" * 120 + "." + "b" * 132
     create(api_client, namespace, spec_with({}), name=long_name)
     assert len(names.role_name(long_name, "prefill")) <= 52
+
+
+def test_the_engine_type_cannot_change_on_update(
+    crd: None, api_client: client.ApiClient, namespace: str
+) -> None:
+    objects = client.CustomObjectsApi(api_client)
+    body = {
+        "apiVersion": f"{GROUP}/{VERSION}",
+        "kind": "PDDeployment",
+        "metadata": {"name": "immutable"},
+        "spec": spec_with({}),
+    }
+    objects.create_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, body)
+    patch = {"spec": {"engine": {"type": "sglang"}}}
+    with pytest.raises(ApiException) as raised:
+        objects.patch_namespaced_custom_object(
+            GROUP, VERSION, namespace, PLURAL, "immutable", patch
+        )
+    message = json.loads(raised.value.body)["message"]
+    assert "spec.engine.type is immutable" in message and "create a new PDDeployment" in message
+    # Everything else stays changeable.
+    objects.patch_namespaced_custom_object(
+        GROUP, VERSION, namespace, PLURAL, "immutable", {"spec": {"decode": {"replicas": 3}}}
+    )

@@ -132,6 +132,23 @@ def test_apiserver_restart_while_the_operator_runs(
     )
 
 
+def test_etcd_paused_while_the_operator_runs(
+    operator_factory: Any, control_plane: Any, api_client: client.ApiClient, namespace: str
+) -> None:
+    operator = operator_factory()
+    objects(api_client).create_namespaced_custom_object(
+        GROUP, VERSION, namespace, PLURAL, body("during")
+    )
+    control_plane.pause_etcd(5)  # the apiserver answers errors/timeouts meanwhile
+    wait_for(lambda: is_ready(api_client, namespace, "during"), 120, what="during Ready")
+    patch = {"spec": {"prefill": {"replicas": 2}}}
+    objects(api_client).patch_namespaced_custom_object(
+        GROUP, VERSION, namespace, PLURAL, "during", patch
+    )
+    wait_for(lambda: is_ready(api_client, namespace, "during"), 90, what="scaled after the pause")
+    assert operator.proc is not None and operator.proc.poll() is None, operator.tail()
+
+
 @pytest.fixture
 def fault_nodes(node_sim: Any) -> Iterator[list[str]]:
     nodes = [

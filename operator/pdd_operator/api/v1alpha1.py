@@ -109,7 +109,13 @@ class EngineSpec(Model):
 
     type: Literal["vllm", "sglang", "custom"] = Field(
         default="vllm",
-        description="Engine adapter: decides the KV-connector wiring (`custom`: env only).",
+        description="Engine adapter: decides the KV-connector wiring (`custom`: env only). "
+        "Immutable: prefill and decode of different engines cannot exchange KV blocks.",
+        json_schema_extra=cel(
+            "self == oldSelf",
+            "spec.engine.type is immutable: the running pods' KV caches cannot move between "
+            "engines; create a new PDDeployment for the other engine and delete this one",
+        ),
     )
     image: str = _image("spec.engine.image")
     imagePullPolicy: Literal["Always", "IfNotPresent", "Never"] = "IfNotPresent"
