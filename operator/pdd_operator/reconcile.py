@@ -44,7 +44,7 @@ class ClusterView(Protocol):
     def pdd_body(self, key: Key) -> Mapping[str, Any] | None: ...
     def children(self, key: Key) -> Mapping[ChildKey, ChildSummary]: ...
     def pods(self, key: Key) -> Sequence[PodSummary]: ...
-    def node_facts(self, instance_id: str) -> Sequence[NodeFacts]: ...
+    def node_facts(self, key: Key) -> Sequence[NodeFacts]: ...
     def node_ready(self, name: str) -> bool | None: ...
 
 
@@ -73,6 +73,9 @@ class Reconciler:
         self.metrics = metrics
         self._states: dict[Key, _KeyState] = {}
         self._tokens: set[tuple[str, str, str]] = set()
+        # Where each deployment was placed and how many GPUs it needs, so slices planned at
+        # the same time do not count the same free GPUs (see planning.placement).
+        self._placements: dict[Key, tuple[str, str, int]] = {}
 
     async def reconcile(self, key: Key) -> None:
         """Coalesce triggers: while one pass runs, later triggers collapse into one more pass."""
@@ -87,6 +90,7 @@ class Reconciler:
                 await self._reconcile_once(key)
         if self.view.pdd_body(key) is None:
             self._states.pop(key, None)
+            self._placements.pop(key, None)
 
     async def _reconcile_once(self, key: Key) -> None:
         body = self.view.pdd_body(key)
@@ -147,12 +151,35 @@ class Reconciler:
         return status.model_copy(update={"transfer": transfer})
 
     def _plan(self, pdd: PDDeployment) -> PlacementResult:
-        facts = (
-            ()
-            if pdd.spec.topology.placement == "none"
-            else self.view.node_facts(names.instance_id(pdd.name))
-        )
-        return plan_placement(pdd.spec, facts, pdd.status.placement)
+        key = (pdd.namespace, pdd.name)
+        if pdd.spec.topology.placement == "none":
+            self._placements.pop(key, None)
+            return plan_placement(pdd.spec, (), pdd.status.placement)
+        facts = self.view.node_facts(key)
+        previous = pdd.status.placement
+        if key in self._placements and not previous.domain:  # status not written back yet
+            level, domain, _ = self._placements[key]
+            previous = previous.model_copy(update={"level": level, "domain": domain})
+        result = plan_placement(pdd.spec, facts, previous, self._reserved_elsewhere(key))
+        if result.placed and result.placement.domain:
+            needed = sum(
+                r.replicas * r.gpusPerInstance for r in (pdd.spec.prefill, pdd.spec.decode)
+            )
+            self._placements[key] = (result.placement.level, result.placement.domain, needed)
+        else:
+            self._placements.pop(key, None)
+        return result
+
+    def _reserved_elsewhere(self, key: Key) -> dict[tuple[str, str], int]:
+        """GPUs other deployments were placed on but whose pods are not bound yet."""
+        reserved: dict[tuple[str, str], int] = {}
+        for other, (level, domain, needed) in self._placements.items():
+            if other == key:
+                continue
+            bound = sum(p.gpus for p in self.view.pods(other) if p.node)
+            if needed > bound:
+                reserved[(level, domain)] = reserved.get((level, domain), 0) + needed - bound
+        return reserved
 
     async def _sync_children(
         self,
@@ -162,20 +189,22 @@ class Reconciler:
     ) -> str:
         """Apply what differs, delete what is no longer wanted; return a user-facing error."""
         wanted = {child_key(obj) for obj in desired}
+        changed = [obj for obj in desired if _differs(obj, observed.get(child_key(obj)))]
+        stale = [key for key in observed if key not in wanted]
         try:
-            for obj in desired:
-                current = observed.get(child_key(obj))
-                want_hash = obj["metadata"]["annotations"][names.ANNOTATION_APPLIED_HASH]
-                if current is None or current.applied_hash != want_hash:
-                    await asyncio.to_thread(self.kube.apply, obj)
-                    self._count_write("apply", obj["kind"])
-            for key in observed:
-                if key not in wanted:
-                    api_version, kind, name = key
-                    await asyncio.to_thread(
-                        self.kube.delete, kind_of(api_version, kind), pdd.namespace, name
-                    )
-                    self._count_write("delete", kind)
+            # Independent objects, sent together: the API server needs no order among them
+            # (a pod waiting for its ServiceAccount is retried by its controller).
+            await asyncio.gather(*(asyncio.to_thread(self.kube.apply, obj) for obj in changed))
+            for obj in changed:
+                self._count_write("apply", obj["kind"])
+            await asyncio.gather(
+                *(
+                    asyncio.to_thread(self.kube.delete, kind_of(v, k), pdd.namespace, n)
+                    for v, k, n in stale
+                )
+            )
+            for _, kind, _ in stale:
+                self._count_write("delete", kind)
         except Exception as err:  # surfaced as a condition + event, not a trace
             message = api_error_message(err)
             log.warning("applying children of %s/%s failed: %s", pdd.namespace, pdd.name, message)
@@ -261,6 +290,11 @@ class Reconciler:
     def _count_write(self, verb: str, kind: str) -> None:
         if self.metrics:
             self.metrics.writes.labels(verb=verb, kind=kind).inc()
+
+
+def _differs(desired: dict[str, Any], current: ChildSummary | None) -> bool:
+    want = desired["metadata"]["annotations"][names.ANNOTATION_APPLIED_HASH]
+    return current is None or current.applied_hash != want
 
 
 def _event_for(cond: Condition) -> tuple[str, str, str] | None:

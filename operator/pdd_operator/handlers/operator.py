@@ -117,7 +117,8 @@ async def on_pod(namespace: str, body: kopf.Body, memo: kopf.Memo, **kwargs: Any
 
 async def _reconcile(memo: kopf.Memo, key: tuple[str, str], kwargs: dict[str, Any]) -> None:
     runtime: OperatorRuntime = memo["runtime"]
-    view = IndexView({k: v for k, v in kwargs.items() if isinstance(v, kopf.Index)})
+    indexes = {k: v for k, v in kwargs.items() if isinstance(v, kopf.Index)}
+    view = IndexView(indexes, runtime.fleet)
     runtime.remember_view(view)
     await runtime.reconciler(view).reconcile(key)
 

@@ -5,10 +5,12 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
-from pdd_operator.kube.client import KubeApi, load_api_client
+from pdd_operator.handlers.view import FleetCache
+from pdd_operator.kube.client import API_CONNECTIONS, KubeApi, load_api_client
 from pdd_operator.metrics import OperatorMetrics
 from pdd_operator.reconcile import Reconciler
 from pdd_operator.rendering.context import OperatorSettings
@@ -46,6 +48,7 @@ class OperatorRuntime:
     kube: KubeApi
     metrics: OperatorMetrics
     settings: OperatorSettings
+    fleet: FleetCache = field(default_factory=FleetCache)
     _reconciler: Reconciler | None = None
     last_view: Any = None
     tasks: list[asyncio.Task[None]] = field(default_factory=list)
@@ -57,6 +60,11 @@ class OperatorRuntime:
         metrics = OperatorMetrics()
         if config.metrics_port:
             metrics.serve(config.metrics_port)
+        # API calls run in threads (asyncio.to_thread); the default pool has cpu+4 threads,
+        # which serialises the applies of many deployments behind each other.
+        asyncio.get_running_loop().set_default_executor(
+            ThreadPoolExecutor(max_workers=API_CONNECTIONS, thread_name_prefix="pdd-api")
+        )
         runtime = cls(config=config, kube=kube, metrics=metrics, settings=settings)
         runtime.tasks.append(asyncio.create_task(runtime.resync_forever()))
         return runtime

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import time
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
 from typing import Any
 
 import kopf
 
-from pdd_operator.api import names
 from pdd_operator.planning.node_facts import node_facts
 from pdd_operator.planning.placement import NodeFacts
 from pdd_operator.status.observe import ChildKey, ChildSummary, PodSummary
@@ -23,11 +24,37 @@ def _values(index: kopf.Index[Any, Any], key: Any) -> list[Any]:
         return []
 
 
+class FleetCache:
+    """GPU use per node across the whole fleet, recomputed at most every `max_age` seconds.
+
+    Walking every Node and every GPU pod costs milliseconds at fleet size; doing it once per
+    reconcile of every deployment would be quadratic. Placement tolerates a second of
+    staleness: the scheduler has the last word anyway.
+    """
+
+    def __init__(self, max_age: float = 1.0) -> None:
+        self.max_age = max_age
+        self._at = -1e9
+        self._facts: list[NodeFacts] = []
+
+    def facts(self, indexes: Mapping[str, kopf.Index[Any, Any]]) -> list[NodeFacts]:
+        now = time.monotonic()
+        if now - self._at > self.max_age:
+            nodes = [node for store in indexes["node_index"].values() for node in store]
+            pods = [pod for store in indexes["gpu_pod_index"].values() for pod in store]
+            self._facts = node_facts(nodes, pods, None)
+            self._at = now
+        return self._facts
+
+
 class IndexView:
     """Adapts the kopf indexes passed to a handler to the reconciler's ClusterView."""
 
-    def __init__(self, indexes: Mapping[str, kopf.Index[Any, Any]]) -> None:
+    def __init__(
+        self, indexes: Mapping[str, kopf.Index[Any, Any]], fleet: FleetCache | None = None
+    ) -> None:
         self.indexes = indexes
+        self.fleet = fleet or FleetCache(max_age=0)
 
     def pdd_body(self, key: Key) -> Mapping[str, Any] | None:
         bodies = _values(self.indexes["pdd_index"], key)
@@ -51,7 +78,17 @@ class IndexView:
         conditions = nodes[0]["status"]["conditions"]
         return any(c["type"] == "Ready" and c["status"] == "True" for c in conditions)
 
-    def node_facts(self, instance_id: str) -> Sequence[NodeFacts]:
-        nodes = [node for store in self.indexes["node_index"].values() for node in store]
-        pods = [pod for store in self.indexes["gpu_pod_index"].values() for pod in store]
-        return node_facts(nodes, pods, (names.LABEL_DEPLOYMENT, instance_id))
+    def node_facts(self, key: Key) -> Sequence[NodeFacts]:
+        """Every node's GPUs, counting this deployment's own pods as free (they are ours to
+        place again)."""
+        own: dict[str, int] = {}
+        for pod in self.pods(key):
+            if pod.node:
+                own[pod.node] = own.get(pod.node, 0) + pod.gpus
+        facts = self.fleet.facts(self.indexes)
+        if not own:
+            return facts
+        return [
+            replace(f, used_gpus=max(f.used_gpus - own[f.name], 0)) if f.name in own else f
+            for f in facts
+        ]

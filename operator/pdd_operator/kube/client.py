@@ -24,15 +24,21 @@ T = TypeVar("T")
 RETRYABLE = {409, 429, 500, 502, 503, 504}
 
 
+API_CONNECTIONS = 32  # as many as the worker threads that call the API at once
+
+
 def load_api_client(kubeconfig: str | None = None) -> client.ApiClient:
     """In-cluster credentials in a pod, else the kubeconfig (KUBECONFIG or the argument)."""
+    configuration = client.Configuration()
     if kubeconfig:
-        return config.new_client_from_config(config_file=kubeconfig)
-    try:
-        config.load_incluster_config()
-        return client.ApiClient()
-    except config.ConfigException:
-        return config.new_client_from_config()
+        config.load_kube_config(config_file=kubeconfig, client_configuration=configuration)
+    else:
+        try:
+            config.load_incluster_config(client_configuration=configuration)
+        except config.ConfigException:
+            config.load_kube_config(client_configuration=configuration)
+    configuration.connection_pool_maxsize = API_CONNECTIONS
+    return client.ApiClient(configuration)
 
 
 class KubeApi:

@@ -102,14 +102,22 @@ def gpudirect_filter(spec: PDDeploymentSpec, nodes: Sequence[NodeFacts]) -> GpuD
 
 
 def plan_placement(
-    spec: PDDeploymentSpec, nodes: Sequence[NodeFacts], previous: PlacementStatus
+    spec: PDDeploymentSpec,
+    nodes: Sequence[NodeFacts],
+    previous: PlacementStatus,
+    reserved: Mapping[tuple[str, str], int] | None = None,
 ) -> PlacementResult:
     """Choose one topology domain for the whole slice (all prefill and decode instances).
 
     Levels are tried best first; within a level the feasible domain with the fewest free GPUs
     wins (big domains stay free for big deployments). The previous domain is kept while the
-    slice still fits there, because moving the slice re-rolls every pod.
+    slice can ever fit there (its nodes have enough GPUs in all), even while other pods hold
+    them: moving the slice re-rolls every pod, and two deployments waiting for each other's
+    domain would otherwise swap domains forever. `reserved` holds GPUs other deployments were
+    placed on but are not yet bound, per (level, domain), so two new slices planned at once do
+    not both count the same free GPUs.
     """
+    reserved = reserved or {}
     mode = spec.topology.placement
     if mode == "none":
         return PlacementResult(
@@ -158,9 +166,21 @@ def plan_placement(
         fit = _first_fit(groups, sticky.nodes)
         if fit.fits:
             return placed(sticky, fit)
+        capacity = sum(n.allocatable_gpus for n in sticky.nodes)
+        if capacity >= needed:
+            return PlacementResult(
+                placed=True,
+                placement=Placement(
+                    mode=mode, level=sticky.level, domain=sticky.name,
+                    node_requirements=requirements,
+                ),
+                reason="Placed",
+                message=f"{who} kept in {sticky.level}={sticky.name}: waiting for GPUs there "
+                f"({needed} needed, {sticky.free} free now, {capacity} in all)",
+            )  # fmt: skip
     for level in levels:
         for domain in domains[level]:  # fewest free GPUs first: best fit
-            if domain.free < needed:
+            if domain.free - reserved.get((level, domain.name), 0) < needed:
                 continue
             fit = _first_fit(groups, domain.nodes)
             if fit.fits:

@@ -248,10 +248,18 @@ CASES = [
         PlacementStatus(level=CLIQUE, domain="clique-a"),
     ),
     Case(
-        "stickiness ends when the previous clique no longer fits",
+        # Other pods hold clique-a for now; moving would re-roll every pod, and two slices
+        # waiting for each other's clique would swap forever. The slice waits where it is.
+        "stickiness holds while the previous clique could ever fit, waiting for GPUs",
         make_spec(gpu_direct="off"),
         two_cliques(free_a=(8, 0, 0, 0)),
-        placed(CLIQUE, "clique-b", msg("clique-b", 12, 32, 4, "ready"), ("b1", "b2")),
+        PlacementResult(
+            placed=True,
+            placement=Placement(mode="preferred", level=CLIQUE, domain="clique-a"),
+            reason="Placed",
+            message="prefill and decode kept in nvidia.com/gpu.clique=clique-a: waiting for "
+            "GPUs there (12 needed, 8 free now, 32 in all)",
+        ),
         PlacementStatus(level=CLIQUE, domain="clique-a"),
     ),
     Case(
@@ -514,3 +522,13 @@ def test_large_cluster_is_planned() -> None:
     result = plan_placement(spec, nodes, PlacementStatus())
     assert (result.placed, result.placement.level, result.placement.domain) == (True, RACK, "r000")
     assert len(result.nodes) == 12
+
+
+def test_gpus_reserved_by_a_slice_planned_just_before_are_not_counted_twice() -> None:
+    spec = make_spec(gpu_direct="off")
+    nodes = two_cliques(free_b=(8, 8, 0, 0))  # b is the best fit for 12 GPUs...
+    alone = plan_placement(spec, nodes, PlacementStatus())
+    assert alone.placement.domain == "clique-b"
+    # ...unless another slice was just placed there and its pods are not bound yet.
+    busy = plan_placement(spec, nodes, PlacementStatus(), reserved={(CLIQUE, "clique-b"): 12})
+    assert busy.placement.domain == "clique-a"
