@@ -13,7 +13,7 @@ NIXL_WHEEL ?= nixl-cu12==1.5.1
 PYTEST := $(PY) -m pytest
 ONCE ?=
 
-.PHONY: help venv binaries generate check-generated lint unit integration nixl chart test demo cluster cluster-down bench e2e-kind clean
+.PHONY: reliability help venv binaries generate check-generated lint unit integration nixl chart test demo cluster cluster-down bench e2e-kind clean
 
 help:
 	@echo "make demo       local control plane + simulated GPU nodes + operator + example (ONCE=1 exits when Ready)"
@@ -81,6 +81,10 @@ bench: venv binaries
 # Needs a Docker engine; the test skips with the reason printed where there is none.
 e2e-kind: venv binaries
 	PDD_E2E_KIND=1 $(PYTEST) tests/e2e -q -s -rs
+
+# Regenerates docs/reliability.md from real runs (bad inputs, faults, rollouts, RBAC).
+reliability: venv binaries
+	$(PY) hack/reliability_report.py
 
 clean: cluster-down
 	rm -rf .tmp
