@@ -24,7 +24,13 @@ from pdd_sidecar.config import (
     SidecarConfig,
 )
 from pdd_sidecar.etcd_mode import DEFAULT_NAMESPACE
-from pdd_sidecar.peers import EndpointSlicePeerSource, FilePeerSource, PeerSource, StaticPeerSource
+from pdd_sidecar.peers import (
+    AddressMap,
+    EndpointSlicePeerSource,
+    FilePeerSource,
+    PeerSource,
+    StaticPeerSource,
+)
 from pdd_sidecar.probe import (
     DEFAULT_BLOCK_SIZES,
     MEMORY_KINDS,
@@ -90,6 +96,12 @@ def _add_serve(p: argparse.ArgumentParser) -> None:
     p.add_argument("--pod-uid", default=_env("POD_UID", ""))
     p.add_argument("--pod-ip", default=_env("POD_IP", ""))
     p.add_argument(
+        "--revision",
+        default=_env("PDD_REVISION", ""),
+        help="this pod's engine revision (pdd.dev/revision); pair only with peers of the other "
+        "role that report the same one. Empty: no filtering",
+    )
+    p.add_argument(
         "--exchange", choices=("sidecar", "etcd"), default=_env("PDD_EXCHANGE", "sidecar")
     )
     p.add_argument(
@@ -100,7 +112,8 @@ def _add_serve(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--peer-address-map",
         default=_env("PDD_PEER_ADDRESS_MAP", ""),
-        help="POD_IP=ADDRESS,... to dial instead of EndpointSlice addresses (local clusters)",
+        help="POD_IP=ADDRESS or CIDR=CIDR (same prefix length, host bits kept), comma-"
+        "separated: what to dial instead of EndpointSlice addresses (local clusters)",
     )
     p.add_argument("--prefill-service", default=_env("PDD_PREFILL_SERVICE"))
     p.add_argument("--decode-service", default=_env("PDD_DECODE_SERVICE"))
@@ -197,6 +210,7 @@ def build_config(args: argparse.Namespace) -> SidecarConfig:
         pod_name=args.pod_name or os.uname().nodename,
         pod_uid=args.pod_uid,
         pod_ip=args.pod_ip,
+        revision=args.revision.strip(),
     )
     etcd = None
     if args.exchange == "etcd":
@@ -235,9 +249,10 @@ def build_source(args: argparse.Namespace) -> PeerSource:
             args.prefill_service or f"{args.deployment}-prefill": "prefill",
             args.decode_service or f"{args.deployment}-decode": "decode",
         }
-        address_map = dict(
-            item.split("=", 1) for item in args.peer_address_map.split(",") if "=" in item
-        )
+        try:
+            address_map = AddressMap.parse(args.peer_address_map)
+        except ValueError as exc:
+            raise SystemExit(f"--peer-address-map: {exc}") from exc
         return EndpointSlicePeerSource(args.namespace, services, args.port, address_map)
     raise SystemExit(f"unknown --peer-source {spec!r}: k8s, static:... or file:...")
 

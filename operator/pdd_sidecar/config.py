@@ -28,6 +28,9 @@ class Identity:
     pod_name: str
     pod_uid: str
     pod_ip: str
+    # The engine revision (the pod's ``pdd.dev/revision`` label, env PDD_REVISION): a prefill
+    # pod only pairs with decode pods of the same one. Empty: pair with any (no filtering).
+    revision: str = ""
 
     def to_json(self) -> dict[str, str]:
         return {
@@ -37,6 +40,7 @@ class Identity:
             "pod": self.pod_name,
             "pod_uid": self.pod_uid,
             "pod_ip": self.pod_ip,
+            "revision": self.revision,
         }
 
 
@@ -69,3 +73,4 @@ class SidecarConfig:
     # This pod answers the operator's probe requests (pdd.dev/probe-request on itself).
     prober: bool = False
     probe_poll_s: float = 5.0
+    probe_peer_wait_s: float = 30.0  # a request seen before any peer answered waits this long

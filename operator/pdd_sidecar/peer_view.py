@@ -34,6 +34,7 @@ class AgentRecord:
     sha256: str
     published_at: float = 0.0
     etcd_mod_revision: int | None = None
+    revision: str = ""  # the peer pod's engine revision (pdd.dev/revision), "" when unset
     metadata: bytes = field(default=b"", repr=False, compare=False)  # secret: never logged
 
     @property

@@ -5,17 +5,20 @@ or file-backed list locally). The ``PeerTracker`` follows every listed peer side
 long-poll on its ``/v1/local/agents`` and keeps the versioned view of peer agents that engines
 read and watch. A peer that leaves the source, turns terminating, or answers with another pod
 UID is dropped from the view at once; one that stops answering is dropped after a grace period.
+A peer of the other role whose engine revision differs from this pod's (``--revision``) is
+never paired with: it stays out of the view and is reported as incompatible.
 """
 
 from __future__ import annotations
 
 import asyncio
 import base64
+import ipaddress
 import json
 import logging
 import os
 import time
-from collections.abc import Callable, Coroutine, Mapping
+from collections.abc import Callable, Coroutine, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
@@ -138,6 +141,70 @@ def _mtime(path: str) -> int:
         return 0
 
 
+IPNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
+
+
+class AddressMap:
+    """Pod IP -> address to dial, for local clusters whose pod IPs are not routable.
+
+    Entries are ``POD_IP=ADDRESS`` or ``CIDR=CIDR`` with equal prefix lengths, which keeps the
+    host bits: ``198.18.0.0/15=127.18.0.0/15`` dials ``127.18.0.7`` for ``198.18.0.7``, so pods
+    created later (new IPs) are mapped too. An exact entry wins over a range; of several ranges
+    the longest prefix wins. Addresses nothing maps are dialled as they are.
+    """
+
+    def __init__(
+        self,
+        exact: Mapping[str, str] | None = None,
+        ranges: Sequence[tuple[IPNetwork, IPNetwork]] = (),
+    ) -> None:
+        self._exact = dict(exact or {})
+        self._ranges = sorted(ranges, key=lambda pair: pair[0].prefixlen, reverse=True)
+
+    @classmethod
+    def parse(cls, spec: str) -> AddressMap:
+        exact: dict[str, str] = {}
+        ranges: list[tuple[IPNetwork, IPNetwork]] = []
+        for item in filter(None, (part.strip() for part in spec.split(","))):
+            source, sep, target = (side.strip() for side in item.partition("="))
+            if not sep or not source or not target:
+                raise ValueError(f"peer address map entry {item!r}: expected FROM=TO")
+            if "/" not in source:
+                exact[source] = target
+                continue
+            try:
+                networks = ipaddress.ip_network(source), ipaddress.ip_network(target)
+            except ValueError as exc:
+                raise ValueError(f"peer address map entry {item!r}: {exc}") from exc
+            if networks[0].version != networks[1].version or (
+                networks[0].prefixlen != networks[1].prefixlen
+            ):
+                raise ValueError(
+                    f"peer address map entry {item!r}: a range maps onto a range of the same "
+                    "IP version and prefix length (the host bits are kept)"
+                )
+            ranges.append(networks)
+        return cls(exact, ranges)
+
+    def __bool__(self) -> bool:
+        return bool(self._exact or self._ranges)
+
+    def translate(self, host: str) -> str:
+        if host in self._exact:
+            return self._exact[host]
+        if not self._ranges:
+            return host
+        try:
+            address = ipaddress.ip_address(host)
+        except ValueError:
+            return host
+        for source, target in self._ranges:
+            if address.version == source.version and address in source:
+                offset = int(address) - int(source.network_address)
+                return str(target.network_address + offset)
+        return host
+
+
 class EndpointSlicePeerSource:
     """The role Services' EndpointSlices, read with the ``kubernetes`` client in a thread.
 
@@ -151,13 +218,15 @@ class EndpointSlicePeerSource:
         namespace: str,
         services: Mapping[str, str],
         port: int,
-        address_map: Mapping[str, str] | None = None,
+        address_map: AddressMap | Mapping[str, str] | None = None,
     ) -> None:
         self._namespace = namespace
         self._services = dict(services)  # Service name -> role
         self._port = port
         # Pod IP -> address to dial, for local clusters whose pod IPs are not routable.
-        self._address_map = dict(address_map or {})
+        self._address_map = (
+            address_map if isinstance(address_map, AddressMap) else AddressMap(address_map)
+        )
         self._selector = f"{SERVICE_NAME_LABEL} in ({','.join(sorted(self._services))})"
         self._resource_version: str | None = None
         self._api: Any = None
@@ -183,7 +252,7 @@ class EndpointSlicePeerSource:
         self._resource_version = result.metadata.resource_version
         endpoints = endpoints_from_slices(result.items, self._services, self._port)
         return [
-            replace(e, host=self._address_map.get(e.host, e.host)) if self._address_map else e
+            replace(e, host=self._address_map.translate(e.host)) if self._address_map else e
             for e in endpoints
         ]
 
@@ -245,6 +314,7 @@ class PeerState:
     endpoint: PeerEndpoint
     pod: str | None = None  # as the peer reports it
     uid: str | None = None
+    revision: str | None = None  # the engine revision it reports; None until it answers
     agents: list[AgentRecord] = field(default_factory=list)
     generation: int | None = None
     last_ok: float | None = None  # monotonic time of the last good answer
@@ -266,6 +336,7 @@ class PeerState:
             "pod_uid": self.pod_uid,
             "role": self.endpoint.role,
             "address": f"{self.endpoint.host}:{self.endpoint.port}",
+            "revision": self.revision,
             "terminating": self.endpoint.terminating,
             "agents": [a.name for a in self.agents],
             "last_seen_s_ago": None if self.last_ok is None else round(now - self.last_ok, 1),
@@ -311,8 +382,25 @@ class PeerTracker:
     def agent(self, name: str) -> AgentRecord | None:
         return self.history.view.get(name)
 
-    def peers(self) -> list[PeerState]:
+    def listed(self) -> list[PeerState]:
+        """Every peer sidecar the source lists, compatible or not (not this pod)."""
         return [s for s in self._states.values() if not s.is_self]
+
+    def peers(self) -> list[PeerState]:
+        """The listed peers this pod may pair with."""
+        return [s for s in self.listed() if self.compatible(s)]
+
+    def incompatible_peers(self) -> list[PeerState]:
+        return [s for s in self.listed() if not self.compatible(s)]
+
+    def compatible(self, state: PeerState) -> bool:
+        """Same revision, or not subject to it: no revision of our own (no filtering), a peer
+        of our own role (no KV transfer between them), or one that has not answered yet (it is
+        not live either). A peer that reports no revision is incompatible."""
+        revision = self.identity.revision
+        if not revision or state.endpoint.role == self.identity.role or state.revision is None:
+            return True
+        return state.revision == revision
 
     def live_peers(self) -> list[PeerState]:
         now = time.monotonic()
@@ -363,6 +451,7 @@ class PeerTracker:
             elif state.endpoint != endpoint:
                 if endpoint.uid and state.uid and endpoint.uid != state.uid:
                     state.agents, state.uid, state.generation = [], None, None
+                    state.revision = None
                 state.endpoint = endpoint
 
     def _is_own(self, endpoint: PeerEndpoint) -> bool:
@@ -417,6 +506,7 @@ class PeerTracker:
         me = document["self"]
         state.is_self = me["pod_uid"] == self.identity.pod_uid
         state.pod, state.uid = me["pod"], me["pod_uid"]
+        state.revision = str(me.get("revision") or "")  # sidecars before revisions send none
         state.generation = int(document["generation"])
         state.last_ok, state.failing_since, state.error = time.monotonic(), None, None
         if state.endpoint.uid and state.endpoint.uid != state.uid:
@@ -435,13 +525,17 @@ class PeerTracker:
                 published_at=float(a.get("published_at", 0.0)),
                 etcd_mod_revision=a.get("etcd_mod_revision"),
                 metadata=base64.b64decode(a.get("metadata_b64", "")),
+                revision=state.revision,
             )
             for a in document["agents"]
         ]
 
     def _is_live(self, state: PeerState, now: float) -> bool:
-        """Listed, not terminating, answered, and either healthy or failing for < grace."""
+        """Listed, compatible, not terminating, answered, and either healthy or failing for
+        less than the grace period."""
         if state.is_self or state.endpoint.terminating or state.last_ok is None:
+            return False
+        if not self.compatible(state):
             return False
         return state.failing_since is None or now - state.failing_since <= self._grace_s
 
@@ -472,7 +566,7 @@ class PeerTracker:
     def _explain(
         self, removed: list[AgentRecord], view: Mapping[str, AgentRecord], now: float
     ) -> list[Removal]:
-        listed = [s for s in self.peers() if not s.endpoint.terminating and s.pod_uid]
+        listed = [s for s in self.listed() if not s.endpoint.terminating and s.pod_uid]
         live_uids = {s.pod_name: s.pod_uid or "" for s in listed}
         unreachable = {s.pod_uid for s in listed if not self._is_live(s, now)}
         removals = []

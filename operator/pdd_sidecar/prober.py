@@ -60,20 +60,23 @@ class PodAnnotations:
             self._api = client.CoreV1Api()
         return self._api
 
+    # The client is made in the worker thread too: importing ``kubernetes`` and loading the
+    # config take seconds, which would stall the event loop (and /healthz) at start-up.
+
     async def read(self) -> dict[str, str]:
         pod = await asyncio.to_thread(
-            self._core().read_namespaced_pod, self._pod, self._namespace, _request_timeout=30
+            lambda: self._core().read_namespaced_pod(
+                self._pod, self._namespace, _request_timeout=30
+            )
         )
         return dict(pod.metadata.annotations or {})
 
     async def patch(self, annotations: Mapping[str, str]) -> None:
         body = {"metadata": {"annotations": dict(annotations)}}
         await asyncio.to_thread(
-            self._core().patch_namespaced_pod,
-            self._pod,
-            self._namespace,
-            body,
-            _request_timeout=30,
+            lambda: self._core().patch_namespaced_pod(
+                self._pod, self._namespace, body, _request_timeout=30
+            )
         )
 
 

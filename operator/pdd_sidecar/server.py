@@ -294,6 +294,8 @@ class Sidecar:
                 "version": self.tracker.history.version,
                 "local_agents": [a.to_json(include_metadata=False) for a in self.local.all()],
                 "peers": [p.to_json(now) for p in self.tracker.peers()],
+                # Peers of the other role with another engine revision: never paired with.
+                "incompatible_peers": [p.to_json(now) for p in self.tracker.incompatible_peers()],
                 "side_channel": self.reachability.to_json() if self.reachability else [],
                 "last_probe": self.last_probe,
             }
@@ -324,12 +326,20 @@ class Sidecar:
         return result
 
     async def probe_other_role(self) -> ProbeResult:
-        """The operator's probe: to the first live peer of the other role, default spec."""
+        """The operator's probe: to the first live peer of the other role, default spec.
+
+        A request can be seen before discovery has found the peers (a sidecar that just
+        started): wait for one up to ``probe_peer_wait_s`` before answering with an error."""
         role = other_role(self.identity.role)
-        peers = sorted(
-            (p for p in self.tracker.live_peers() if p.endpoint.role == role),
-            key=lambda p: p.pod_name,
-        )
+        deadline = time.monotonic() + self.config.probe_peer_wait_s
+        while True:
+            peers = sorted(
+                (p for p in self.tracker.live_peers() if p.endpoint.role == role),
+                key=lambda p: p.pod_name,
+            )
+            if peers or time.monotonic() >= deadline:
+                break
+            await asyncio.sleep(0.25)
         if not peers:
             error = f"no {role} pod with a reachable sidecar to probe"
             return ProbeResult(src_role=self.identity.role, dst_role=role, error=error)
