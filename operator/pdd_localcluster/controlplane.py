@@ -415,7 +415,9 @@ class LocalControlPlane:
         finally:
             os.kill(proc.pid, signal.SIGCONT)
 
-    def writes_by(self, user: str, resources: Iterable[str] | None = None) -> int:
+    def writes_by(
+        self, user: str, resources: Iterable[str] | None = None, namespace: str | None = None
+    ) -> int:
         """Mutating requests the apiserver completed for `user` (from its audit log),
         optionally only for these resources ("pods", "pods/status" as RBAC names them)."""
         wanted = set(resources) if resources is not None else None
@@ -430,6 +432,8 @@ class LocalControlPlane:
                 if event.get("user", {}).get("username") != user:
                     continue
                 ref = event.get("objectRef", {})
+                if namespace is not None and ref.get("namespace") != namespace:
+                    continue
                 resource = ref.get("resource", "")
                 if ref.get("subresource"):
                     resource += "/" + ref["subresource"]

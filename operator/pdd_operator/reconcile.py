@@ -124,6 +124,8 @@ class Reconciler:
         ctx = RenderContext(self.settings, placement.placement, partitions)
         desired = render_children(pdd, ctx)
         apply_error = await self._sync_children(pdd, desired, observed)
+        if _namespace_going_away(apply_error):
+            return  # its namespace is being deleted: nothing to create, nobody to tell
         if not apply_error:
             apply_error = await self._ensure_token(pdd)
         now = _now()
@@ -290,6 +292,12 @@ class Reconciler:
     def _count_write(self, verb: str, kind: str) -> None:
         if self.metrics:
             self.metrics.writes.labels(verb=verb, kind=kind).inc()
+
+
+def _namespace_going_away(error: str) -> bool:
+    return "because it is being terminated" in error or (
+        "namespaces" in error and "not found" in error
+    )
 
 
 def _differs(desired: dict[str, Any], current: ChildSummary | None) -> bool:

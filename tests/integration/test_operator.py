@@ -194,9 +194,9 @@ def test_resync_of_an_unchanged_deployment_writes_nothing(
     wait_namespaces_gone(api_client)  # other tests' clean-up writes are not ours
     time.sleep(3)  # let the last status write and child events settle
     reconciles_before = operator.metric("pdd_operator_reconciles_total")
-    writes_before = control_plane.writes_by(OPERATOR_USER)
+    writes_before = control_plane.writes_by(OPERATOR_USER, namespace=namespace)
     time.sleep(8)  # four resync periods of 2 s
-    writes_after = control_plane.writes_by(OPERATOR_USER)
+    writes_after = control_plane.writes_by(OPERATOR_USER, namespace=namespace)
     reconciles_after = operator.metric("pdd_operator_reconciles_total")
     assert reconciles_after - reconciles_before >= 3, "the resync did not run"
     assert writes_after == writes_before, (
