@@ -174,7 +174,7 @@ def plan_placement(
                     mode=mode, level=sticky.level, domain=sticky.name,
                     node_requirements=requirements,
                 ),
-                reason="Placed",
+                reason="WaitingForCapacity",
                 message=f"{who} kept in {sticky.level}={sticky.name}: waiting for GPUs there "
                 f"({needed} needed, {sticky.free} free now, {capacity} in all)",
             )  # fmt: skip

@@ -179,9 +179,11 @@ def _placement_condition(
     result = observed.placement
     if result is None:
         return []
-    return [
-        set_condition(previous, "Placed", result.placed, result.reason, result.message, gen, now)
-    ]
+    message = result.message
+    old = next((c for c in previous if c.type == "Placed"), None)
+    if old is not None and old.status == "True" and result.placed and old.reason == result.reason:
+        message = old.message  # the same decision, recorded once (see _placement_status)
+    return [set_condition(previous, "Placed", result.placed, result.reason, message, gen, now)]
 
 
 def _transfer_condition(
@@ -208,6 +210,16 @@ def _placement_status(pdd: PDDeployment, observed: Observed) -> PlacementStatus:
     result = observed.placement
     if result is None:
         return pdd.status.placement
+    previous = pdd.status.placement
+    if (
+        result.placed
+        and result.placement.domain
+        and (previous.level, previous.domain) == (result.placement.level, result.placement.domain)
+    ):
+        # Same decision: keep its record. The planner's node list and free-GPU counts move
+        # with every other deployment's pods, and rewriting them would turn each of those
+        # changes into a status write here.
+        return previous
     return PlacementStatus(
         level=result.placement.level,
         domain=result.placement.domain,

@@ -256,7 +256,7 @@ CASES = [
         PlacementResult(
             placed=True,
             placement=Placement(mode="preferred", level=CLIQUE, domain="clique-a"),
-            reason="Placed",
+            reason="WaitingForCapacity",
             message="prefill and decode kept in nvidia.com/gpu.clique=clique-a: waiting for "
             "GPUs there (12 needed, 8 free now, 32 in all)",
         ),
