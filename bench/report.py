@@ -1,0 +1,226 @@
+"""Markdown tables from a bench results.json (for docs/benchmarks.md).
+
+.venv/bin/python bench/report.py bench/results/full/results.json
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+
+def _g(d: Any, *path: str) -> Any:
+    for p in path:
+        if not isinstance(d, dict):
+            return None
+        d = d.get(p)
+    return d
+
+
+def _f(v: Any, digits: int = 1) -> str:
+    if v is None:
+        return "—"
+    if isinstance(v, float):
+        return f"{v:.{digits}f}"
+    return str(v)
+
+
+def _verbs(d: dict[str, float] | None) -> str:
+    return ", ".join(f"{k} {v:g}" for k, v in (d or {}).items()) or "—"
+
+
+def _ready_at_limit(o: dict[str, Any]) -> Any:
+    """Workloads ready at the arm's time limit (the timeline goes on while a slow client is
+    still applying, so the last point can be later than the limit)."""
+    limit = _g(o, "config", "converge_timeout") or 0
+    tl = [p for p in _g(o, "series", "timeline") or [] if p[0] <= limit + 1]
+    return tl[-1][2] if tl else o.get("ready_count")
+
+
+def profile_tables(r: dict[str, Any]) -> str:
+    rows: dict[str, dict[str, float]] = {}
+    cols = []
+    for run in r.get("runs", []):
+        for arm in ("operator", "operator_none"):
+            cats = _g(run, arm, "profile", "by_category", "categories")
+            if not cats:
+                continue
+            col = f"n={run['n']} {'preferred' if arm == 'operator' else 'none'}"
+            cols.append(col)
+            for c in cats:
+                if c.get("share_of_busy") is not None:
+                    rows.setdefault(c["category"], {})[col] = c["share_of_busy"]
+    if not cols:
+        return ""
+    out = ["| where the operator's busy samples go | " + " | ".join(cols) + " |"]
+    out.append("|---|" + "---|" * len(cols))
+    for cat, vals in sorted(rows.items(), key=lambda kv: -max(kv[1].values())):
+        out.append(
+            f"| {cat} | " + " | ".join(f"{vals[c]:.0%}" if c in vals else "—" for c in cols) + " |"
+        )
+    return "\n".join(out)
+
+
+def scale_tables(r: dict[str, Any]) -> str:
+    out = []
+    out.append(
+        "| deployments | arm | converged | whole set ready (s) | PDDeployments Ready (s) | "
+        "apply→children p50 / p99 (s) | apply→ready p50 / p99 (s) | operator peak RSS (MiB) "
+        "| operator CPU (s) |"
+    )
+    out.append("|---|---|---|---|---|---|---|---|---|")
+    for run in r.get("runs", []):
+        for arm, label in (
+            ("operator", "operator (placement preferred)"),
+            ("operator_none", "operator (placement none)"),
+            ("direct", "rendered children applied directly"),
+        ):
+            o = run.get(arm)
+            if not o:
+                continue
+            ch, rd = o.get("apply_to_children_s", {}), o.get("apply_to_ready_s", {})
+            n = run["n"]
+            conv = (
+                "yes" if o.get("converged") else f"no: {_ready_at_limit(o)}/{n} ready at the limit"
+            )
+            out.append(
+                f"| {n} | {label} | {conv} | {_f(o.get('converge_s'))} | "
+                f"{_f(o.get('converge_pdd_ready_s'))} | {_f(ch.get('p50'), 2)} / "
+                f"{_f(ch.get('p99'), 2)} | {_f(rd.get('p50'), 1)} / {_f(rd.get('p99'), 1)} | "
+                f"{_f(_g(o, 'operator_process', 'peak_rss_mib'))} | "
+                f"{_f(_g(o, 'operator_process', 'cpu_seconds_run'))} |"
+            )
+    out.append("")
+    out.append(
+        "| deployments | overhead ratio (operator / direct, workloads ready) | "
+        "same, until every PDDeployment reports Ready | placement none / direct |"
+    )
+    out.append("|---|---|---|---|")
+    for run in r.get("runs", []):
+        none_ratio = None
+        if _g(run, "operator_none", "converge_s") and _g(run, "direct", "converge_s"):
+            none_ratio = round(run["operator_none"]["converge_s"] / run["direct"]["converge_s"], 2)
+        out.append(
+            f"| {run['n']} | {_f(run.get('overhead_ratio'), 2)} | "
+            f"{_f(run.get('overhead_ratio_pdd_ready'), 2)} | {_f(none_ratio, 2)} |"
+        )
+    return "\n".join(out)
+
+
+def api_tables(r: dict[str, Any]) -> str:
+    out = [
+        "| deployments | arm | reconciles / deployment | operator requests / reconcile "
+        "(audit, by verb) | operator requests / deployment | StatefulSet domain moves | "
+        "all-client apiserver requests / deployment |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for run in r.get("runs", []):
+        for arm in ("operator", "operator_none", "direct"):
+            o = run.get(arm)
+            if not o:
+                continue
+            out.append(
+                f"| {run['n']} | {arm} | {_f(_g(o, 'reconciles', 'per_deployment'))} | "
+                f"{_verbs(_g(o, 'operator_requests', 'per_reconcile_by_verb'))} | "
+                f"{_verbs(_g(o, 'operator_requests', 'per_deployment_by_verb'))} | "
+                f"{_f(o.get('sts_domain_changes'))} | "
+                f"{_verbs(_g(o, 'apiserver_requests_all_clients', 'per_deployment_by_verb'))} |"
+            )
+    return "\n".join(out)
+
+
+def steady_tables(r: dict[str, Any]) -> str:
+    out = [
+        "| deployments | arm | converged before the window | window (s) / resync (s) | "
+        "reconciles in window | operator writes (audit) | by resource | writes by anyone to "
+        "operator resources | PDDeployments written | probe requests renewed | operator reads/min "
+        "|",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for run in r.get("runs", []):
+        for arm in ("operator", "operator_none"):
+            o = run.get(arm)
+            if not o or "noop_resync" not in o:
+                continue
+            s = o["noop_resync"]
+            out.append(
+                f"| {run['n']} | {arm} | {'yes' if o.get('converged') else 'no'} | "
+                f"{s['window_s']} / {s['resync_seconds']} | {s['reconciles']} | "
+                f"{s['operator_writes_audit']} | "
+                f"{_verbs(s.get('operator_writes_audit_by_resource'))} | "
+                f"{s['writes_all_clients_operator_resources']} | "
+                f"{s.get('deployments_written', '—')} | {s.get('probe_requests_renewed', '—')} | "
+                f"{s['operator_reads_per_minute']} |"
+            )
+    return "\n".join(out)
+
+
+def placement_tables(r: dict[str, Any]) -> str:
+    p = r.get("placement")
+    if not p:
+        return ""
+    out = [
+        f"Fleet: {p['config']['nodes']} nodes; fillers use {p['fillers']['gpus_used']} of "
+        f"{p['fillers']['gpus_total']} GPUs; the {len(p['shapes'])} deployments need "
+        f"{p['fillers']['demand_gpus']} GPUs. Free GPUs per node (count of nodes): "
+        f"{p['fillers']['free_per_node_histogram']}.",
+        "",
+        "| arm | P→D pairs | same node | same clique (other node) | same rack (other clique) | "
+        "across racks | in the best domain with room | KV transfer mean / p99 (ms) | "
+        "same, spine 2:1 (ms) | deployments fully bound |",
+        "|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for arm, a in p["arms"].items():
+        sh = a["share"]
+        label = {"required": "planner, required", "preferred": "planner, preferred",
+                 "none": "default scheduler alone"}.get(arm, arm)  # fmt: skip
+        out.append(
+            f"| {label} | {a['pairs']} | {sh['node']:.1%} | {sh['clique']:.1%} | "
+            f"{sh['rack']:.1%} | {sh['cross-rack']:.1%} | {a['share_in_best_domain']:.1%} | "
+            f"{a['kv_transfer_ms']['mean']} / {a['kv_transfer_ms']['p99']} | "
+            f"{a['kv_transfer_ms_spine_2to1']['mean']} / "
+            f"{a['kv_transfer_ms_spine_2to1']['p99']} | "
+            f"{a['deployments_fully_bound']}/{len(a['per_deployment'])} |"
+        )
+    return "\n".join(out)
+
+
+def burst_pairs(r: dict[str, Any]) -> str:
+    out = [
+        "| deployments | arm | pairs within a clique | across racks | KV mean / p99 (ms) |",
+        "|---|---|---|---|---|",
+    ]
+    for run in r.get("runs", []):
+        for arm in ("operator", "operator_none", "direct"):
+            q = _g(run, arm, "pair_quality")
+            if not q or not q.get("pairs"):
+                continue
+            out.append(
+                f"| {run['n']} | {arm} | {q['share_within_clique']:.1%} | "
+                f"{q['share']['cross-rack']:.1%} | {q['kv_transfer_ms']['mean']} / "
+                f"{q['kv_transfer_ms']['p99']} |"
+            )
+    return "\n".join(out)
+
+
+def main() -> int:
+    r = json.loads(Path(sys.argv[1]).read_text())
+    print(f"command: `{r.get('command')}`, wall {r.get('wall_seconds')} s, machine {r['machine']}")
+    print(f"source: {r.get('source')}")
+    print(f"start-up probe: {r.get('startup_probe')}\n")
+    for title, fn in (
+        ("Scale", scale_tables),
+        ("API requests", api_tables),
+        ("Steady state", steady_tables),
+        ("Placement quality", placement_tables),
+        ("Operator profile (py-spy)", profile_tables),
+        ("P->D pairs in the scale runs (burst apply)", burst_pairs),
+    ):
+        print(f"### {title}\n\n{fn(r)}\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
