@@ -93,6 +93,11 @@ def main() -> int:
     ap.add_argument("--profile", action="store_true", help="py-spy the operator at every size")
     ap.add_argument("--none-sizes", help="sizes that also get the placement-none operator arm")
     ap.add_argument(
+        "--resume",
+        action="store_true",
+        help="keep what an earlier (interrupted) run of this scale recorded; run only the rest",
+    )
+    ap.add_argument(
         "--replot",
         action="store_true",
         help="only redo the derived parts (profile summaries, plots) of an existing results.json",
@@ -130,6 +135,21 @@ def main() -> int:
         "runs": [],
     }
     results_file = out_dir / "results.json"
+    done_sizes: set[int] = set()
+    if args.resume and results_file.exists():
+        earlier = json.loads(results_file.read_text())
+        results["runs"] = [r for r in earlier.get("runs", []) if "operator" in r and "direct" in r]
+        done_sizes = {r["n"] for r in results["runs"]}
+        for key in ("startup_probe", "placement"):
+            if key in earlier:
+                results[key] = earlier[key]
+        results["resumed"] = {
+            "earlier_command": earlier.get("command"),
+            "earlier_started": earlier.get("started"),
+            "earlier_source": earlier.get("source"),
+            "kept_sizes": sorted(done_sizes),
+        }
+        log(f"resuming: keeping sizes {sorted(done_sizes)} from {earlier.get('started')}")
 
     def save() -> None:
         results["wall_seconds"] = round(time.monotonic() - t_start, 1)
@@ -137,7 +157,7 @@ def main() -> int:
         tmp.write_text(json.dumps(results, indent=1, default=str))
         tmp.replace(results_file)
 
-    if "probe" not in skip:
+    if "probe" not in skip and "startup_probe" not in results:
         log(f"start-up probe: the operator as shipped on {preset['fleet'].nodes} nodes")
         results["startup_probe"] = startup_probe(
             preset["fleet"], args.controller_qps, work_dir, raw_dir, log
@@ -146,7 +166,7 @@ def main() -> int:
         save()
 
     if "scale" not in skip:
-        for n in sizes:
+        for n in [n for n in sizes if n not in done_sizes]:
             cfg = ScaleConfig(
                 n=n,
                 fleet=preset["fleet"],
@@ -191,7 +211,7 @@ def main() -> int:
                 run["operator_none"] = none
                 save()
 
-    if "placement" not in skip:
+    if "placement" not in skip and "placement" not in results:
         log("placement quality: planner vs the default scheduler on a fragmented fleet")
         results["placement"] = run_placement(preset["placement"], work_dir, raw_dir, log)
         save()

@@ -193,8 +193,7 @@ class Arm:
         return out
 
     def pair_quality(self, cluster: BenchCluster) -> dict[str, Any]:
-        assert cluster.kube is not None
-        pods, _ = cluster.kube.list_all(f"/api/v1/namespaces/{NAMESPACE}/pods", {})
+        pods = _list(cluster, f"/api/v1/namespaces/{NAMESPACE}/pods")
         pairs = analysis.deployment_pairs(pods, node_domains(cluster.nodes))
         return analysis.pair_summary(pairs)
 
@@ -330,7 +329,7 @@ def run_operator_arm(
             # -------- steady state: no-op resyncs must write nothing
             time.sleep(cfg.settle_seconds)
             w_before = {r: cl.cp.mutating_requests({r}) for r in OPERATOR_RESOURCES}
-            probes_before = _probe_requests(cl)
+            probes_before = _best_effort("probe snapshot", lambda: _probe_requests(cl), {}, log)
             watcher.record_status_churn = True
             rec_before = _metric_sum(
                 _operator_metrics(op.metrics_port), "pdd_operator_reconciles_total"
@@ -342,7 +341,7 @@ def run_operator_arm(
             tw1 = time.time()
             cpu_w1 = _proc_cpu(cl, "operator")
             w_after = {r: cl.cp.mutating_requests({r}) for r in OPERATOR_RESOURCES}
-            probes_after = _probe_requests(cl)
+            probes_after = _best_effort("probe snapshot", lambda: _probe_requests(cl), {}, log)
             watcher.record_status_churn = False
             m_end = _operator_metrics(op.metrics_port)
             rec_after = _metric_sum(m_end, "pdd_operator_reconciles_total")
@@ -417,8 +416,10 @@ def run_operator_arm(
                 "peak_rss_mib": round(cl.sampler.peak_rss.get("operator", 0.0), 1),
                 "log_warnings": _count_warnings(op_log),
             }
-            out["pair_quality"] = arm.pair_quality(cl)
-            handoff = _handoff(cl, watcher)
+            out["pair_quality"] = _best_effort(
+                "pair quality", lambda: arm.pair_quality(cl), {}, log
+            )
+            handoff = _best_effort("handoff", lambda: _handoff(cl, watcher), {}, log)
             out["final_placements"] = _placement_spread(handoff, arm)
             out["t_conv_s"] = round(t_conv - arm.t0, 2)
         finally:
@@ -478,11 +479,34 @@ def _warm_up(cl: BenchCluster, t_start: float, timeout: float) -> float | None:
     return None
 
 
+def _list(cl: BenchCluster, path: str) -> list[dict[str, Any]]:
+    """One unpaged LIST (served by etcd, so a lagging watch cache cannot answer 504 "too large
+    resource version" as it does for paged lists), with a long timeout and retries."""
+    assert cl.kube is not None
+    for attempt in range(4):
+        try:
+            return list(cl.kube.request("GET", path, timeout=180).get("items") or [])
+        except Exception:
+            if attempt == 3:
+                raise
+            time.sleep(5)
+    return []
+
+
+def _best_effort(what: str, fn: Any, default: Any, log: Any) -> Any:
+    """Diagnostics after the measurement proper must not lose the run when the apiserver is
+    too busy to answer them."""
+    try:
+        return fn()
+    except Exception as err:
+        log(f"    {what} failed ({type(err).__name__}: {str(err)[:200]}); recorded as missing")
+        return default
+
+
 def _probe_requests(cl: BenchCluster) -> dict[str, str]:
     """status.transfer.requestedAt of every PDDeployment: a no-op window must not renew it
     (the verification interval is an hour)."""
-    assert cl.kube is not None
-    items, _ = cl.kube.list_all(f"/apis/pdd.dev/v1alpha1/namespaces/{NAMESPACE}/pddeployments", {})
+    items = _list(cl, f"/apis/pdd.dev/v1alpha1/namespaces/{NAMESPACE}/pddeployments")
     return {
         i["metadata"]["name"]: str(
             ((i.get("status") or {}).get("transfer") or {}).get("requestedAt", "")
@@ -492,8 +516,7 @@ def _probe_requests(cl: BenchCluster) -> dict[str, str]:
 
 
 def _handoff(cl: BenchCluster, watcher: Watcher) -> dict[str, Any]:
-    assert cl.kube is not None
-    items, _ = cl.kube.list_all(f"/apis/pdd.dev/v1alpha1/namespaces/{NAMESPACE}/pddeployments", {})
+    items = _list(cl, f"/apis/pdd.dev/v1alpha1/namespaces/{NAMESPACE}/pddeployments")
     with watcher.lock:
         hashes = {name: st.extra.get("hash", "") for name, st in watcher.sts.items()}
     return {"bodies": {i["metadata"]["name"]: i for i in items}, "hashes": hashes}
@@ -570,7 +593,9 @@ def run_direct_arm(
                 "during_run_by_verb": all_run,
                 "per_deployment_by_verb": _per(all_run, cfg.n),
             }
-            out["pair_quality"] = arm.pair_quality(cl)
+            out["pair_quality"] = _best_effort(
+                "pair quality", lambda: arm.pair_quality(cl), {}, log
+            )
         finally:
             watcher.stop()
         out["processes"] = cl.sampler.summary()
