@@ -62,6 +62,10 @@ def _run(args: argparse.Namespace) -> int:
         level=logging.DEBUG if args.verbose else logging.INFO,
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
+    if not args.verbose:
+        # kopf logs "Handler 'on_pod' succeeded." for every watch event: thousands of lines a
+        # minute on a busy cluster. Its warnings and handler failures still get through.
+        logging.getLogger("kopf.objects").setLevel(logging.WARNING)
     # Imported only now: the kubernetes client reads KUBECONFIG when it is first imported.
     import kopf
 

@@ -12,7 +12,7 @@ import asyncio
 import logging
 import secrets
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import Any, Protocol
 
@@ -22,12 +22,12 @@ from pdd_operator.api import names
 from pdd_operator.api.v1alpha1 import Condition, PDDeployment, PDDeploymentStatus
 from pdd_operator.kube.client import KubeApi, api_error_message
 from pdd_operator.kube.resources import kind_of
-from pdd_operator.planning.placement import NodeFacts, PlacementResult, plan_placement
+from pdd_operator.planning.placement import Fleet, PlacementResult, plan_placement
 from pdd_operator.rendering.children import child_key, owner_reference, render_children
 from pdd_operator.rendering.context import OperatorSettings, RenderContext
 from pdd_operator.rendering.roles import engine_revision
 from pdd_operator.rendering.sidecar import render_token_secret, sidecar_enabled
-from pdd_operator.status.compute import Observed, compute_status
+from pdd_operator.status.compute import Observed, WorkloadState, compute_status
 from pdd_operator.status.conditions import find
 from pdd_operator.status.observe import ChildKey, ChildSummary, PodSummary, pod_problems
 from pdd_operator.status.rollout import rollout_partitions
@@ -44,7 +44,7 @@ class ClusterView(Protocol):
     def pdd_body(self, key: Key) -> Mapping[str, Any] | None: ...
     def children(self, key: Key) -> Mapping[ChildKey, ChildSummary]: ...
     def pods(self, key: Key) -> Sequence[PodSummary]: ...
-    def node_facts(self, key: Key) -> Sequence[NodeFacts]: ...
+    def fleet(self) -> Fleet: ...
     def node_ready(self, name: str) -> bool | None: ...
 
 
@@ -55,6 +55,16 @@ EventSink = Callable[[Mapping[str, Any], str, str, str], None]  # body, type, re
 class _KeyState:
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)
     dirty: bool = False
+    due: bool = False  # a delayed pass is already waiting to start
+
+
+@dataclass(frozen=True)
+class _Reservation:
+    """Where a deployment was placed and how many of its GPUs are not bound there yet."""
+
+    level: str
+    domain: str
+    unbound: int
 
 
 class Reconciler:
@@ -65,6 +75,7 @@ class Reconciler:
         settings: OperatorSettings,
         emit_event: EventSink,
         metrics: Any = None,
+        max_concurrent: int = 64,
     ) -> None:
         self.kube = kube
         self.view = view
@@ -72,14 +83,39 @@ class Reconciler:
         self.emit_event = emit_event
         self.metrics = metrics
         self._states: dict[Key, _KeyState] = {}
+        # Bounds the passes in flight (kopf's per-object workers are unbounded): each holds
+        # rendered children and API calls; beyond the API pool more only queue.
+        self._passes = asyncio.Semaphore(max_concurrent)
         self._tokens: set[tuple[str, str, str]] = set()
-        # Where each deployment was placed and how many GPUs it needs, so slices planned at
-        # the same time do not count the same free GPUs (see planning.placement).
-        self._placements: dict[Key, tuple[str, str, int]] = {}
+        # Where each deployment was placed and how many of its GPUs are not bound yet, so
+        # slices planned at the same time do not count the same free GPUs (planning.placement).
+        self._placements: dict[Key, _Reservation] = {}
+        # Each deployment's last status write and the resourceVersion it produced: to recognise
+        # its watch echo, and to read our own write when the index copy still lags behind it.
+        self._own_writes: dict[Key, tuple[str, dict[str, Any]]] = {}
 
-    async def reconcile(self, key: Key) -> None:
-        """Coalesce triggers: while one pass runs, later triggers collapse into one more pass."""
+    def is_own_status_write(self, key: Key, resource_version: str) -> bool:
+        """Whether this version of the PDDeployment is the status this operator just wrote:
+        the pass that wrote it already saw everything else, so its watch event needs no pass."""
+        written = self._own_writes.get(key)
+        return bool(resource_version) and written is not None and written[0] == resource_version
+
+    async def reconcile(self, key: Key, delay: float = 0.0) -> None:
+        """Coalesce triggers: while one pass runs, later triggers collapse into one more pass.
+
+        With a `delay` (child and pod events, which come in bursts: a pod is scheduled, bound,
+        started, becomes ready) the pass waits that long first, and every trigger of the same
+        key arriving meanwhile is answered by that one pass: it reads the indexes when it runs.
+        """
         state = self._states.setdefault(key, _KeyState())
+        if delay > 0:
+            if state.due:
+                return
+            state.due = True
+            try:
+                await asyncio.sleep(delay)
+            finally:
+                state.due = False
         if state.lock.locked():
             state.dirty = True
             return
@@ -87,15 +123,18 @@ class Reconciler:
             state.dirty = True
             while state.dirty:
                 state.dirty = False
-                await self._reconcile_once(key)
+                async with self._passes:
+                    await self._reconcile_once(key)
         if self.view.pdd_body(key) is None:
             self._states.pop(key, None)
             self._placements.pop(key, None)
+            self._own_writes.pop(key, None)
 
     async def _reconcile_once(self, key: Key) -> None:
         body = self.view.pdd_body(key)
         if body is None or body.get("metadata", {}).get("deletionTimestamp"):
             return  # owner references let the garbage collector remove the children
+        body = self._with_own_status(key, body)
         try:
             pdd = PDDeployment.from_body(dict(body))
         except ValidationError as err:
@@ -111,6 +150,21 @@ class Reconciler:
         finally:
             if timer:
                 timer()
+
+    def _with_own_status(self, key: Key, body: Mapping[str, Any]) -> Mapping[str, Any]:
+        """The body with the status this operator last wrote, when the index copy predates it.
+
+        A pass triggered by a pod or child event can run before the watch delivers our own
+        status write; computing from the older status would rewrite every condition's
+        transition time and renew the probe request.
+        """
+        written = self._own_writes.get(key)
+        if written is None:
+            return body
+        version, status = written
+        if not _older(body.get("metadata", {}).get("resourceVersion", ""), version):
+            return body
+        return {**body, "status": status}
 
     async def _converge(self, pdd: PDDeployment, body: Mapping[str, Any]) -> None:
         placement = self._plan(pdd)
@@ -157,30 +211,38 @@ class Reconciler:
         if pdd.spec.topology.placement == "none":
             self._placements.pop(key, None)
             return plan_placement(pdd.spec, (), pdd.status.placement)
-        facts = self.view.node_facts(key)
         previous = pdd.status.placement
-        if key in self._placements and not previous.domain:  # status not written back yet
-            level, domain, _ = self._placements[key]
-            previous = previous.model_copy(update={"level": level, "domain": domain})
-        result = plan_placement(pdd.spec, facts, previous, self._reserved_elsewhere(key))
+        mine = self._placements.get(key)
+        if mine is not None and not previous.domain:  # status not written back yet
+            previous = previous.model_copy(update={"level": mine.level, "domain": mine.domain})
+        pods = self.view.pods(key)
+        own: dict[str, int] = {}
+        for pod in pods:
+            if pod.node:
+                own[pod.node] = own.get(pod.node, 0) + pod.gpus
+        refused = any(p.problem is not None and p.problem.reason == "Unschedulable" for p in pods)
+        result = plan_placement(
+            pdd.spec, self.view.fleet(), previous, self._reserved_elsewhere(key), own, refused
+        )
         if result.placed and result.placement.domain:
             needed = sum(
                 r.replicas * r.gpusPerInstance for r in (pdd.spec.prefill, pdd.spec.decode)
             )
-            self._placements[key] = (result.placement.level, result.placement.domain, needed)
+            self._placements[key] = _Reservation(
+                result.placement.level, result.placement.domain, max(needed - sum(own.values()), 0)
+            )
         else:
             self._placements.pop(key, None)
         return result
 
     def _reserved_elsewhere(self, key: Key) -> dict[tuple[str, str], int]:
-        """GPUs other deployments were placed on but whose pods are not bound yet."""
+        """GPUs other deployments were placed on but whose pods were not bound at their last
+        pass (every bind triggers that deployment's pass, which brings its count down)."""
         reserved: dict[tuple[str, str], int] = {}
-        for other, (level, domain, needed) in self._placements.items():
-            if other == key:
-                continue
-            bound = sum(p.gpus for p in self.view.pods(other) if p.node)
-            if needed > bound:
-                reserved[(level, domain)] = reserved.get((level, domain), 0) + needed - bound
+        for other, mark in self._placements.items():
+            if other != key and mark.unbound:
+                where = (mark.level, mark.domain)
+                reserved[where] = reserved.get(where, 0) + mark.unbound
         return reserved
 
     async def _sync_children(
@@ -196,7 +258,9 @@ class Reconciler:
         try:
             # Independent objects, sent together: the API server needs no order among them
             # (a pod waiting for its ServiceAccount is retried by its controller).
-            await asyncio.gather(*(asyncio.to_thread(self.kube.apply, obj) for obj in changed))
+            await asyncio.gather(
+                *(asyncio.to_thread(self.kube.apply, obj, want_result=False) for obj in changed)
+            )
             for obj in changed:
                 self._count_write("apply", obj["kind"])
             await asyncio.gather(
@@ -235,9 +299,10 @@ class Reconciler:
     ) -> Observed:
         key = (pdd.namespace, pdd.name)
         children = self.view.children(key)
+        wanted_hashes = {child_key(obj): _applied_hash(obj) for obj in desired}
         workloads = {
-            summary.role: summary.workload
-            for summary in children.values()
+            summary.role: _as_seen(summary.workload, summary.applied_hash, wanted_hashes.get(k))
+            for k, summary in children.items()
             if summary.workload is not None and summary.role
         }
         pods = self.view.pods(key)
@@ -266,7 +331,9 @@ class Reconciler:
         old = PDDeploymentStatus.model_validate(body.get("status") or {}).model_dump(mode="json")
         if new == old and (body.get("status") or {}).get("observedGeneration") == pdd.generation:
             return
-        await asyncio.to_thread(self.kube.patch_status, pdd.namespace, pdd.name, new)
+        version = await asyncio.to_thread(self.kube.patch_status, pdd.namespace, pdd.name, new)
+        if version:
+            self._own_writes[(pdd.namespace, pdd.name)] = (version, new)
         self._count_write("status", "PDDeployment")
         self._emit_transitions(body, pdd.status.conditions, status.conditions)
 
@@ -294,15 +361,34 @@ class Reconciler:
             self.metrics.writes.labels(verb=verb, kind=kind).inc()
 
 
+def _older(version: str, than: str) -> bool:
+    """Whether resourceVersion `version` predates `than`. Kubernetes calls them opaque; every
+    API server backed by etcd issues them from etcd's increasing revision, and anything else
+    (not numeric) is treated as not older, which falls back to the index copy."""
+    return version.isdigit() and than.isdigit() and int(version) < int(than)
+
+
 def _namespace_going_away(error: str) -> bool:
     return "because it is being terminated" in error or (
         "namespaces" in error and "not found" in error
     )
 
 
+def _applied_hash(obj: Mapping[str, Any]) -> str:
+    return str(obj["metadata"]["annotations"][names.ANNOTATION_APPLIED_HASH])
+
+
 def _differs(desired: dict[str, Any], current: ChildSummary | None) -> bool:
-    want = desired["metadata"]["annotations"][names.ANNOTATION_APPLIED_HASH]
-    return current is None or current.applied_hash != want
+    return current is None or current.applied_hash != _applied_hash(desired)
+
+
+def _as_seen(workload: WorkloadState, seen_hash: str, wanted_hash: str | None) -> WorkloadState:
+    """A workload whose watch copy predates what this pass applied counts as not yet observed
+    by its controller: its old copy may be fully ready, and the PDDeployment must not say
+    Ready for a generation whose rollout has not started."""
+    if wanted_hash is None or seen_hash == wanted_hash:
+        return workload
+    return replace(workload, generation=workload.observed_generation + 1)
 
 
 def _event_for(cond: Condition) -> tuple[str, str, str] | None:

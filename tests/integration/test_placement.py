@@ -100,7 +100,7 @@ def test_a_slice_too_big_for_any_clique_is_reported_in_placed(
         60,
         what="Placed condition",
     )
-    assert placed["status"] == "False"
+    assert placed["status"] == "False", placed
     assert placed["reason"] == "InsufficientCapacity"
     assert "no nvidia.com/gpu.clique has 32 free GPUs" in placed["message"]
     assert "largest has 16" in placed["message"]

@@ -18,6 +18,7 @@ from pdd_operator.handlers.runtime import OperatorRuntime, runtime_settings
 from pdd_operator.handlers.view import CHILD_INDEX_PREFIX, IndexView
 from pdd_operator.kube.resources import CHILD_KINDS
 from pdd_operator.planning.compact import compact_node, compact_pod
+from pdd_operator.reconcile import Reconciler
 from pdd_operator.status.observe import owner_key, summarize_child, summarize_pod
 
 log = logging.getLogger(__name__)
@@ -37,8 +38,26 @@ async def startup(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) ->
     settings.posting.level = logging.CRITICAL + 10
     settings.watching.server_timeout = 600
     settings.watching.client_timeout = 660
-    settings.batching.worker_limit = config.worker_limit
+    # kopf runs one worker per watched object. A limit deadlocks start-up once an indexed kind
+    # has more objects than the limit (each worker waits for every object to be indexed while
+    # holding its slot), so none by default; the reconciler bounds its own passes instead.
+    settings.queueing.worker_limit = config.worker_limit or None
+    settings.persistence.diffbase_storage = NoDiffBase()
     memo["runtime"] = OperatorRuntime.start(config)
+
+
+class NoDiffBase(kopf.DiffBaseStorage):
+    """No last-handled state: only event handlers are registered, which need no diff, and
+    kopf's default builds one per watch event by deep-copying the whole body."""
+
+    def build(self, *, body: kopf.Body, extra_fields: Any = None) -> Any:
+        return None
+
+    def fetch(self, *, body: kopf.Body) -> None:
+        return None
+
+    def store(self, *, body: kopf.Body, patch: kopf.Patch, essence: Any) -> None:
+        return None
 
 
 @kopf.on.cleanup()
@@ -48,13 +67,17 @@ async def cleanup(memo: kopf.Memo, **_: Any) -> None:
         await runtime.stop()
 
 
+# Index functions are `async` although they never await: kopf runs a plain function in a
+# thread for every watch event, and that hop cost more than the indexing itself.
+
+
 @kopf.index(api.GROUP, api.VERSION, api.PLURAL)
-def pdd_index(namespace: str, name: str, body: kopf.Body, **_: Any) -> Any:
+async def pdd_index(namespace: str, name: str, body: kopf.Body, **_: Any) -> Any:
     return {(namespace, name): _plain(body)}
 
 
 def _child_indexer(plural: str) -> Any:
-    def index(body: kopf.Body, **_: Any) -> Any:
+    async def index(body: kopf.Body, **_: Any) -> Any:
         key = owner_key(body)
         return {key: summarize_child(body)} if key else None
 
@@ -72,32 +95,41 @@ for _kind in CHILD_KINDS:
 
 
 @kopf.index("v1", "pods", labels=MANAGED)
-def pod_index(namespace: str, body: kopf.Body, **_: Any) -> Any:
+async def pod_index(namespace: str, body: kopf.Body, **_: Any) -> Any:
     owner = body.get("metadata", {}).get("annotations", {}).get(names.ANNOTATION_OWNER_NAME)
     return {(namespace, owner): summarize_pod(body)} if owner else None
 
 
 @kopf.index("v1", "pods", field="spec.nodeName", value=kopf.PRESENT)
-def gpu_pod_index(body: kopf.Body, **_: Any) -> Any:
+async def gpu_pod_index(body: kopf.Body, **_: Any) -> Any:
     pod = compact_pod(body)
     return {body["spec"]["nodeName"]: pod} if pod else None
 
 
 @kopf.index("v1", "nodes")
-def node_index(name: str, body: kopf.Body, **_: Any) -> Any:
-    return {name: compact_node(body)}
+async def node_index(name: str, body: kopf.Body, memo: kopf.Memo, **_: Any) -> Any:
+    compact = compact_node(body)
+    runtime: OperatorRuntime | None = memo.get("runtime")
+    if runtime:
+        runtime.fleet.saw_node(name, compact)
+    return {name: compact}
 
 
 @kopf.on.event(api.GROUP, api.VERSION, api.PLURAL)
-async def on_pddeployment(namespace: str, name: str, memo: kopf.Memo, **kwargs: Any) -> None:
-    await _reconcile(memo, (namespace, name), kwargs)
+async def on_pddeployment(
+    namespace: str, name: str, body: kopf.Body, memo: kopf.Memo, **kwargs: Any
+) -> None:
+    reconciler = _reconciler(memo, kwargs)
+    version = body.get("metadata", {}).get("resourceVersion", "")
+    if not reconciler.is_own_status_write((namespace, name), version):
+        await reconciler.reconcile((namespace, name))
 
 
 def _child_event_handler() -> Any:
     async def handler(body: kopf.Body, memo: kopf.Memo, **kwargs: Any) -> None:
         key = owner_key(body)
         if key:
-            await _reconcile(memo, key, kwargs)
+            await _coalesced(memo, key, kwargs)
 
     return handler
 
@@ -112,15 +144,22 @@ for _kind in CHILD_KINDS:
 async def on_pod(namespace: str, body: kopf.Body, memo: kopf.Memo, **kwargs: Any) -> None:
     owner = body.get("metadata", {}).get("annotations", {}).get(names.ANNOTATION_OWNER_NAME)
     if owner:
-        await _reconcile(memo, (namespace, owner), kwargs)
+        await _coalesced(memo, (namespace, owner), kwargs)
 
 
-async def _reconcile(memo: kopf.Memo, key: tuple[str, str], kwargs: dict[str, Any]) -> None:
+async def _coalesced(memo: kopf.Memo, key: tuple[str, str], kwargs: dict[str, Any]) -> None:
+    """Child and pod events come in bursts (a pod is scheduled, bound, started, ready): the
+    pass waits a moment so that one pass answers the whole burst."""
+    runtime: OperatorRuntime = memo["runtime"]
+    await _reconciler(memo, kwargs).reconcile(key, runtime.config.coalesce_seconds)
+
+
+def _reconciler(memo: kopf.Memo, kwargs: dict[str, Any]) -> Reconciler:
     runtime: OperatorRuntime = memo["runtime"]
     indexes = {k: v for k, v in kwargs.items() if isinstance(v, kopf.Index)}
     view = IndexView(indexes, runtime.fleet)
     runtime.remember_view(view)
-    await runtime.reconciler(view).reconcile(key)
+    return runtime.reconciler(view)
 
 
 def _plain(body: kopf.Body) -> dict[str, Any]:

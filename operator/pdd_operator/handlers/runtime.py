@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import logging
 import os
 from concurrent.futures import ThreadPoolExecutor
@@ -24,7 +25,11 @@ class RuntimeConfig:
     sidecar_image: str = OperatorSettings.sidecar_image
     resync_seconds: float = 300.0
     metrics_port: int = 0  # 0: no metrics server
-    worker_limit: int = 64
+    worker_limit: int = 0  # kopf's per-object workers; 0: unlimited (see handlers.operator)
+    max_concurrent_passes: int = 64
+    # How long a pass triggered by a child or pod event waits, so that one pass answers a
+    # burst of them (a pod going Pending -> bound -> Running -> Ready).
+    coalesce_seconds: float = 0.2
 
     @classmethod
     def from_env(cls) -> RuntimeConfig:
@@ -34,7 +39,9 @@ class RuntimeConfig:
             sidecar_image=env.get("PDD_SIDECAR_IMAGE", OperatorSettings.sidecar_image),
             resync_seconds=float(env.get("PDD_RESYNC_SECONDS", "300")),
             metrics_port=int(env.get("PDD_METRICS_PORT", "0")),
-            worker_limit=int(env.get("PDD_WORKER_LIMIT", "64")),
+            worker_limit=int(env.get("PDD_WORKER_LIMIT", "0")),
+            max_concurrent_passes=int(env.get("PDD_MAX_CONCURRENT_PASSES", "64")),
+            coalesce_seconds=float(env.get("PDD_COALESCE_SECONDS", "0.2")),
         )
 
 
@@ -51,6 +58,9 @@ class OperatorRuntime:
     fleet: FleetCache = field(default_factory=FleetCache)
     _reconciler: Reconciler | None = None
     last_view: Any = None
+    # A handler's context: kopf.event() finds kopf's event queue through context variables
+    # that only handlers have, and the resync task runs outside them.
+    handler_context: contextvars.Context | None = None
     tasks: list[asyncio.Task[None]] = field(default_factory=list)
 
     @classmethod
@@ -77,17 +87,27 @@ class OperatorRuntime:
             if view is None:
                 continue
             for key in list(view.indexes["pdd_index"].keys()):
+                pass_ = self.reconciler(view).reconcile(key)
                 try:
-                    await self.reconciler(view).reconcile(key)
+                    await asyncio.create_task(pass_, context=self.handler_context)
                 except Exception:  # one bad object must not stop the loop
                     log.exception("resync of %s/%s failed", *key)
 
     def remember_view(self, view: Any) -> None:
         self.last_view = view
+        if self.handler_context is None:
+            self.handler_context = contextvars.copy_context()
 
     def reconciler(self, view: Any) -> Reconciler:
         if self._reconciler is None:
-            self._reconciler = Reconciler(self.kube, view, self.settings, _kopf_event, self.metrics)
+            self._reconciler = Reconciler(
+                self.kube,
+                view,
+                self.settings,
+                _kopf_event,
+                self.metrics,
+                max_concurrent=self.config.max_concurrent_passes,
+            )
         self._reconciler.view = view
         return self._reconciler
 

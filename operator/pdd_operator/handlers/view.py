@@ -4,13 +4,12 @@ from __future__ import annotations
 
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import replace
 from typing import Any
 
 import kopf
 
 from pdd_operator.planning.node_facts import node_facts
-from pdd_operator.planning.placement import NodeFacts
+from pdd_operator.planning.placement import Fleet
 from pdd_operator.status.observe import ChildKey, ChildSummary, PodSummary
 
 Key = tuple[str, str]
@@ -25,26 +24,37 @@ def _values(index: kopf.Index[Any, Any], key: Any) -> list[Any]:
 
 
 class FleetCache:
-    """GPU use per node across the whole fleet, recomputed at most every `max_age` seconds.
+    """GPU use per node across the whole fleet, re-indexed at most every `max_age` seconds.
 
-    Walking every Node and every GPU pod costs milliseconds at fleet size; doing it once per
-    reconcile of every deployment would be quadratic. Placement tolerates a second of
-    staleness: the scheduler has the last word anyway.
+    Walking every Node and every GPU pod, and grouping the nodes into domains, costs
+    milliseconds at fleet size; doing it once per reconcile of every deployment would be
+    quadratic. GPU use may be a second stale (the scheduler has the last word, and slices
+    planned meanwhile are counted by the reconciler's reservations); a Node change rebuilds
+    the snapshot at the next pass.
     """
 
     def __init__(self, max_age: float = 1.0) -> None:
         self.max_age = max_age
         self._at = -1e9
-        self._facts: list[NodeFacts] = []
+        self._fleet = Fleet(())
+        self._nodes: dict[str, Mapping[str, Any]] = {}
 
-    def facts(self, indexes: Mapping[str, kopf.Index[Any, Any]]) -> list[NodeFacts]:
+    def saw_node(self, name: str, compact: Mapping[str, Any]) -> None:
+        """A Node event: rebuild at the next pass when what the planner reads of it changed
+        (a snapshot without a node that just joined would place a slice by the wrong fleet);
+        status heartbeats that change nothing of that keep the snapshot."""
+        if self._nodes.get(name) != compact:
+            self._nodes[name] = compact
+            self._at = -1e9
+
+    def fleet(self, indexes: Mapping[str, kopf.Index[Any, Any]]) -> Fleet:
         now = time.monotonic()
         if now - self._at > self.max_age:
             nodes = [node for store in indexes["node_index"].values() for node in store]
             pods = [pod for store in indexes["gpu_pod_index"].values() for pod in store]
-            self._facts = node_facts(nodes, pods, None)
+            self._fleet = Fleet(node_facts(nodes, pods, None))
             self._at = now
-        return self._facts
+        return self._fleet
 
 
 class IndexView:
@@ -54,7 +64,7 @@ class IndexView:
         self, indexes: Mapping[str, kopf.Index[Any, Any]], fleet: FleetCache | None = None
     ) -> None:
         self.indexes = indexes
-        self.fleet = fleet or FleetCache(max_age=0)
+        self.fleet_cache = fleet or FleetCache(max_age=0)
 
     def pdd_body(self, key: Key) -> Mapping[str, Any] | None:
         bodies = _values(self.indexes["pdd_index"], key)
@@ -78,17 +88,6 @@ class IndexView:
         conditions = nodes[0]["status"]["conditions"]
         return any(c["type"] == "Ready" and c["status"] == "True" for c in conditions)
 
-    def node_facts(self, key: Key) -> Sequence[NodeFacts]:
-        """Every node's GPUs, counting this deployment's own pods as free (they are ours to
-        place again)."""
-        own: dict[str, int] = {}
-        for pod in self.pods(key):
-            if pod.node:
-                own[pod.node] = own.get(pod.node, 0) + pod.gpus
-        facts = self.fleet.facts(self.indexes)
-        if not own:
-            return facts
-        return [
-            replace(f, used_gpus=max(f.used_gpus - own[f.name], 0)) if f.name in own else f
-            for f in facts
-        ]
+    def fleet(self) -> Fleet:
+        """Every node's GPUs, as the planner indexes them (its own pods included as used)."""
+        return self.fleet_cache.fleet(self.indexes)

@@ -46,15 +46,21 @@ class KubeApi:
         self.api = api_client
         self.field_manager = field_manager
 
-    def apply(self, obj: dict[str, Any], dry_run: bool = False) -> dict[str, Any]:
-        """Server-side apply under our one field manager (force: we own these fields)."""
+    def apply(
+        self, obj: dict[str, Any], dry_run: bool = False, want_result: bool = True
+    ) -> dict[str, Any]:
+        """Server-side apply under our one field manager (force: we own these fields).
+
+        `want_result=False` skips decoding the returned object (the reconciler learns the
+        result from its watches; decoding every answer cost CPU at scale)."""
         kind = kind_of(obj["apiVersion"], obj["kind"])
         meta = obj["metadata"]
         path = kind.path(meta.get("namespace"), meta["name"])
         query = [("fieldManager", self.field_manager), ("force", "true")]
         if dry_run:
             query.append(("dryRun", "All"))
-        return _retry(lambda: self._call("PATCH", path, obj, query, "application/apply-patch+yaml"))
+        content_type = "application/apply-patch+yaml"
+        return _retry(lambda: self._call("PATCH", path, obj, query, content_type, want_result))
 
     def create_if_absent(self, obj: dict[str, Any]) -> bool:
         """POST; an existing object is left alone (tokens must never be regenerated)."""
@@ -83,15 +89,20 @@ class KubeApi:
             if err.status != 404:
                 raise
 
-    def patch_status(self, namespace: str, name: str, status: dict[str, Any]) -> None:
-        """Merge-patch the status subresource (never spec: GitOps tools own spec)."""
+    def patch_status(self, namespace: str, name: str, status: dict[str, Any]) -> str:
+        """Merge-patch the status subresource (never spec: GitOps tools own spec); return the
+        new resourceVersion ("" when the object is gone)."""
         path = PDDEPLOYMENT.path(namespace, name, "status")
         body = {"status": status}
         try:
-            _retry(lambda: self._call("PATCH", path, body, [], "application/merge-patch+json"))
+            patched = _retry(
+                lambda: self._call("PATCH", path, body, [], "application/merge-patch+json")
+            )
         except ApiException as err:
             if err.status != 404:  # deleted meanwhile: nothing to report on
                 raise
+            return ""
+        return str((patched.get("metadata") or {}).get("resourceVersion") or "")
 
     def annotate_pod(self, namespace: str, name: str, annotations: dict[str, str]) -> None:
         path = f"/api/v1/namespaces/{namespace}/pods/{name}"
@@ -107,7 +118,13 @@ class KubeApi:
             raise
 
     def _call(
-        self, method: str, path: str, body: Any, query: list[tuple[str, str]], content_type: str
+        self,
+        method: str,
+        path: str,
+        body: Any,
+        query: list[tuple[str, str]],
+        content_type: str,
+        want_result: bool = True,
     ) -> dict[str, Any]:
         request = self.api.param_serialize(
             method,
@@ -121,6 +138,8 @@ class KubeApi:
         response.read()
         if not 200 <= response.status <= 299:
             raise ApiException(http_resp=response)
+        if not want_result:
+            return {}
         data = json.loads(response.data or b"{}")
         return data if isinstance(data, dict) else {}
 

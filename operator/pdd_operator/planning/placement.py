@@ -1,15 +1,18 @@
 """Placement planner (pure): put each prefill/decode slice into one topology domain.
 
-Contract used by the reconciler (do not change the names/fields without telling the lead):
+Contract used by the reconciler:
 
-    plan_placement(spec: PDDeploymentSpec, nodes: Sequence[NodeFacts], previous: PlacementStatus)
-        -> PlacementResult
+    plan_placement(spec, nodes: Fleet | Sequence[NodeFacts], previous: PlacementStatus,
+                   reserved=None, own=None) -> PlacementResult
+
+`Fleet` indexes one snapshot of the nodes once (eligible nodes, domains per level) so that
+planning every deployment against a 2,000-node fleet costs O(domains), not O(nodes).
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
 
 from pdd_operator.api.v1alpha1 import PDDeploymentSpec, PlacementStatus
 
@@ -86,7 +89,65 @@ class _Fit:
     failed_group: int = -1  # index into the instance groups of the first one that did not fit
 
 
-def gpudirect_filter(spec: PDDeploymentSpec, nodes: Sequence[NodeFacts]) -> GpuDirectFilter:
+class Fleet:
+    """One snapshot of the nodes, indexed for the planner and shared by every plan made from it.
+
+    Eligible nodes and each level's domains (with their free GPUs) are computed once per
+    GPUDirect filter and level, on first use. The snapshot is read-only: a deployment's own
+    pods are handed to `plan_placement` separately (`own`) and only the domains they touch are
+    recomputed.
+    """
+
+    def __init__(self, nodes: Iterable[NodeFacts]) -> None:
+        self.nodes: tuple[NodeFacts, ...] = tuple(nodes)
+        self.by_name = {n.name: n for n in self.nodes}
+        self.has_gpudirect_labels = any(GPUDIRECT_LABEL in n.labels for n in self.nodes)
+        self.usable = tuple(
+            n for n in self.nodes if n.ready and n.schedulable and n.allocatable_gpus > 0
+        )
+        self._eligible: dict[tuple[str, ...], tuple[NodeFacts, ...]] = {}
+        self._domains: dict[tuple[tuple[str, ...], str], list[_Domain]] = {}
+
+    def eligible(self, values: tuple[str, ...]) -> tuple[NodeFacts, ...]:
+        """Usable nodes whose `pdd.dev/gpudirect` is one of `values` (all when empty)."""
+        if values not in self._eligible:
+            self._eligible[values] = tuple(
+                n for n in self.usable if not values or n.gpudirect in values
+            )
+        return self._eligible[values]
+
+    def domains(self, values: tuple[str, ...], level: str, own: Mapping[str, int]) -> list[_Domain]:
+        """The level's domains of eligible nodes, fewest free GPUs first, with the GPUs that
+        `own` (node name -> GPUs) holds counted as free."""
+        key = (values, level)
+        if key not in self._domains:
+            self._domains[key] = _domains(self.eligible(values), level)
+        base = self._domains[key]
+        touched = {
+            value
+            for name in own
+            if (node := self.by_name.get(name)) is not None and (value := node.labels.get(level))
+        }
+        if not touched:
+            return base
+        regrouped = [
+            _domain(d.level, d.name, _with_own(d.nodes, own)) if d.name in touched else d
+            for d in base
+        ]
+        regrouped.sort(key=_best_fit_order)
+        return regrouped
+
+
+def _with_own(nodes: Iterable[NodeFacts], own: Mapping[str, int]) -> tuple[NodeFacts, ...]:
+    """The nodes with the GPUs this deployment's own pods hold there counted as free: they are
+    ours to place again, and counting them would move the slice out of its own domain."""
+    return tuple(
+        replace(n, used_gpus=max(n.used_gpus - own[n.name], 0)) if own.get(n.name) else n
+        for n in nodes
+    )
+
+
+def gpudirect_filter(spec: PDDeploymentSpec, fleet: Fleet) -> GpuDirectFilter:
     """The GPUDirect eligibility a node needs for this spec (see spec.kvTransfer.gpuDirect)."""
     mode = spec.kvTransfer.gpuDirect
     if mode == "dmabuf":
@@ -96,16 +157,18 @@ def gpudirect_filter(spec: PDDeploymentSpec, nodes: Sequence[NodeFacts]) -> GpuD
     rdma = spec.kvTransfer.rdma.resourceName is not None or spec.topology.dra.enabled
     # Without the topology agent no node says what it can do; filtering would block every
     # deployment on such clusters, so `auto` then trusts the scheduler.
-    if mode == "auto" and rdma and any(GPUDIRECT_LABEL in n.labels for n in nodes):
+    if mode == "auto" and rdma and fleet.has_gpudirect_labels:
         return GpuDirectFilter(GPUDIRECT_CAPABLE, "GPUDirect-capable")
     return GpuDirectFilter((), "ready")
 
 
 def plan_placement(
     spec: PDDeploymentSpec,
-    nodes: Sequence[NodeFacts],
+    nodes: Fleet | Sequence[NodeFacts],
     previous: PlacementStatus,
     reserved: Mapping[tuple[str, str], int] | None = None,
+    own: Mapping[str, int] | None = None,
+    unschedulable: bool = False,
 ) -> PlacementResult:
     """Choose one topology domain for the whole slice (all prefill and decode instances).
 
@@ -115,9 +178,14 @@ def plan_placement(
     them: moving the slice re-rolls every pod, and two deployments waiting for each other's
     domain would otherwise swap domains forever. `reserved` holds GPUs other deployments were
     placed on but are not yet bound, per (level, domain), so two new slices planned at once do
-    not both count the same free GPUs.
+    not both count the same free GPUs. `own` maps node names to the GPUs this deployment's
+    bound pods hold there; they count as free (the slice is re-placed as a whole).
+    `unschedulable` (the scheduler refused one of the slice's pods) releases the kept domain
+    when another domain has room now: the fleet facts are up to a second old, so a slice can
+    be planned into GPUs another slice had just taken.
     """
     reserved = reserved or {}
+    own = own or {}
     mode = spec.topology.placement
     if mode == "none":
         return PlacementResult(
@@ -127,24 +195,24 @@ def plan_placement(
             message="spec.topology.placement is none: the scheduler puts prefill and decode "
             "pods on any node",
         )
-    gpudirect = gpudirect_filter(spec, nodes)
+    fleet = nodes if isinstance(nodes, Fleet) else Fleet(nodes)
+    gpudirect = gpudirect_filter(spec, fleet)
     requirements = ((GPUDIRECT_LABEL, gpudirect.values),) if gpudirect.values else ()
     unplaced = Placement(mode=mode, node_requirements=requirements)
     groups = _instance_groups(spec)
     needed = sum(size * count for size, count in groups)
 
-    usable = [n for n in nodes if n.ready and n.schedulable and n.allocatable_gpus > 0]
-    eligible = [n for n in usable if not gpudirect.values or n.gpudirect in gpudirect.values]
+    eligible = fleet.eligible(gpudirect.values)
     if not eligible:
         return PlacementResult(
             placed=False,
             placement=unplaced,
             reason="NoEligibleNodes",
-            message=_no_eligible_message(spec, nodes, usable),
+            message=_no_eligible_message(spec, fleet.nodes, fleet.usable),
         )
 
     levels = list(dict.fromkeys(spec.topology.levels))
-    domains = {level: _domains(eligible, level) for level in levels}
+    domains = {level: fleet.domains(gpudirect.values, level, own) for level in levels}
     who = _roles_phrase(spec)
 
     def placed(domain: _Domain, fit: _Fit) -> PlacementResult:
@@ -167,7 +235,13 @@ def plan_placement(
         if fit.fits:
             return placed(sticky, fit)
         capacity = sum(n.allocatable_gpus for n in sticky.nodes)
-        if capacity >= needed:
+        room_elsewhere = unschedulable and any(
+            _has_room(d, groups, needed, reserved)
+            for level in levels
+            for d in domains[level]
+            if d is not sticky
+        )
+        if capacity >= needed and not room_elsewhere:
             return PlacementResult(
                 placed=True,
                 placement=Placement(
@@ -180,15 +254,14 @@ def plan_placement(
             )  # fmt: skip
     for level in levels:
         for domain in domains[level]:  # fewest free GPUs first: best fit
-            if domain.free - reserved.get((level, domain.name), 0) < needed:
-                continue
-            fit = _first_fit(groups, domain.nodes)
-            if fit.fits:
-                return placed(domain, fit)
+            if domain is not sticky and _has_room(domain, groups, needed, reserved):
+                return placed(domain, _first_fit(groups, domain.nodes))
 
     first = next((level for level in levels if domains[level]), None)
     if first is None:
-        return _without_domains(spec, groups, eligible, unplaced, gpudirect.adjective)
+        return _without_domains(
+            spec, groups, _with_own(eligible, own), unplaced, gpudirect.adjective
+        )
     largest = min(domains[first], key=lambda d: (-d.free, d.name))
     message = (
         f"no {first} has {needed} free GPUs on {gpudirect.adjective} nodes; "
@@ -199,6 +272,18 @@ def plan_placement(
     return PlacementResult(
         placed=False, placement=unplaced, reason="InsufficientCapacity", message=message
     )
+
+
+def _has_room(
+    domain: _Domain,
+    groups: Sequence[tuple[int, int]],
+    needed: int,
+    reserved: Mapping[tuple[str, str], int],
+) -> bool:
+    """Whether the instances fit the domain's free GPUs now, less those reserved there."""
+    if domain.free - reserved.get((domain.level, domain.name), 0) < needed:
+        return False
+    return _first_fit(groups, domain.nodes).fits
 
 
 def _instance_groups(spec: PDDeploymentSpec) -> tuple[tuple[int, int], ...]:
@@ -217,12 +302,18 @@ def _domains(eligible: Sequence[NodeFacts], level: str) -> list[_Domain]:
         value = node.labels.get(level)
         if value:
             members.setdefault(value, []).append(node)
-    domains = [
-        _Domain(level, name, tuple(group), sum(n.free_gpus for n in group))
-        for name, group in members.items()
-    ]
-    domains.sort(key=lambda d: (d.free, d.name))
+    domains = [_domain(level, name, group) for name, group in members.items()]
+    domains.sort(key=_best_fit_order)
     return domains
+
+
+def _domain(level: str, name: str, nodes: Iterable[NodeFacts]) -> _Domain:
+    members = tuple(nodes)
+    return _Domain(level, name, members, sum(n.free_gpus for n in members))
+
+
+def _best_fit_order(domain: _Domain) -> tuple[int, str]:
+    return (domain.free, domain.name)
 
 
 def _first_fit(groups: Sequence[tuple[int, int]], nodes: Sequence[NodeFacts]) -> _Fit:

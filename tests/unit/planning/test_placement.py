@@ -10,6 +10,7 @@ import pytest
 from pdd_operator.api.v1alpha1 import PDDeploymentSpec, PlacementStatus
 from pdd_operator.planning.placement import (
     GPUDIRECT_LABEL,
+    Fleet,
     NodeFacts,
     Placement,
     PlacementResult,
@@ -461,6 +462,33 @@ def test_plan_placement(case: Case) -> None:
     assert plan_placement(case.spec, case.nodes, case.previous) == case.expected
 
 
+@pytest.mark.parametrize("case", CASES, ids=[c.id for c in CASES])
+def test_a_shared_fleet_index_plans_exactly_like_the_node_list(case: Case) -> None:
+    fleet = Fleet(case.nodes)
+    assert plan_placement(case.spec, fleet, case.previous) == case.expected
+    assert plan_placement(case.spec, fleet, case.previous) == case.expected  # cached: same
+
+
+def test_own_pods_count_as_free_without_changing_the_shared_index() -> None:
+    spec = make_spec(gpu_direct="off")  # 12 GPUs
+    # clique-b is full, all of it held by this deployment's own pods (6 on b1, 6 on b2).
+    nodes = two_cliques(free_a=(8, 8, 0, 0), free_b=(2, 2, 0, 0))
+    own = {"b1": 6, "b2": 6}
+    adjusted = [
+        NodeFacts(n.name, n.labels, n.allocatable_gpus, n.used_gpus - own.get(n.name, 0))
+        for n in nodes
+    ]
+    fleet = Fleet(nodes)
+    previous = PlacementStatus(level=CLIQUE, domain="clique-b")
+    with_own = plan_placement(spec, fleet, previous, own=own)
+    assert with_own == plan_placement(spec, adjusted, previous)
+    assert (with_own.reason, with_own.placement.domain) == ("Placed", "clique-b")
+    # The same index, asked for a deployment without pods there, still sees clique-b full.
+    other = plan_placement(spec, fleet, PlacementStatus())
+    assert other.placement.domain == "clique-a"
+    assert fleet.domains((), CLIQUE, {})[-1].free == 16  # clique-a: most free, sorted last
+
+
 def test_unplaced_slice_still_only_goes_to_eligible_nodes() -> None:
     result = plan_placement(
         make_spec(gpu_direct="dmabuf", placement="required"),
@@ -532,3 +560,18 @@ def test_gpus_reserved_by_a_slice_planned_just_before_are_not_counted_twice() ->
     # ...unless another slice was just placed there and its pods are not bound yet.
     busy = plan_placement(spec, nodes, PlacementStatus(), reserved={(CLIQUE, "clique-b"): 12})
     assert busy.placement.domain == "clique-a"
+
+
+def test_a_refused_slice_leaves_its_kept_domain_only_for_one_with_room_now() -> None:
+    spec = make_spec(gpu_direct="off")  # 12 GPUs
+    previous = PlacementStatus(level=CLIQUE, domain="clique-b")
+    taken = two_cliques(free_b=(2, 2, 2, 2))  # another slice took clique-b meanwhile
+    kept = plan_placement(spec, taken, previous)
+    assert (kept.reason, kept.placement.domain) == ("WaitingForCapacity", "clique-b")
+    # The scheduler refused one of its pods and clique-a has 32 GPUs free: move there.
+    moved = plan_placement(spec, taken, previous, unschedulable=True)
+    assert (moved.reason, moved.placement.domain) == ("Placed", "clique-a")
+    # Refused, but no other domain has room either: keep waiting where it is.
+    full = two_cliques(free_a=(2, 2, 2, 2), free_b=(2, 2, 2, 2))
+    waiting = plan_placement(spec, full, previous, unschedulable=True)
+    assert (waiting.reason, waiting.placement.domain) == ("WaitingForCapacity", "clique-b")
