@@ -60,11 +60,11 @@ class _KeyState:
 
 @dataclass(frozen=True)
 class _Reservation:
-    """Where a deployment was placed and how many of its GPUs are not bound there yet."""
+    """Where a deployment was placed and how many GPUs its slice needs."""
 
     level: str
     domain: str
-    unbound: int
+    needed: int
 
 
 class Reconciler:
@@ -87,12 +87,14 @@ class Reconciler:
         # rendered children and API calls; beyond the API pool more only queue.
         self._passes = asyncio.Semaphore(max_concurrent)
         self._tokens: set[tuple[str, str, str]] = set()
-        # Where each deployment was placed and how many of its GPUs are not bound yet, so
-        # slices planned at the same time do not count the same free GPUs (planning.placement).
+        # Where each deployment was placed and how many GPUs it needs, so slices planned at
+        # the same time do not count the same free GPUs (planning.placement).
         self._placements: dict[Key, _Reservation] = {}
         # Each deployment's last status write and the resourceVersion it produced: to recognise
         # its watch echo, and to read our own write when the index copy still lags behind it.
         self._own_writes: dict[Key, tuple[str, dict[str, Any]]] = {}
+        # The children last rendered per deployment, with what they were rendered from.
+        self._rendered: dict[Key, tuple[Any, list[dict[str, Any]]]] = {}
 
     def is_own_status_write(self, key: Key, resource_version: str) -> bool:
         """Whether this version of the PDDeployment is the status this operator just wrote:
@@ -129,6 +131,7 @@ class Reconciler:
             self._states.pop(key, None)
             self._placements.pop(key, None)
             self._own_writes.pop(key, None)
+            self._rendered.pop(key, None)
 
     async def _reconcile_once(self, key: Key) -> None:
         body = self.view.pdd_body(key)
@@ -176,7 +179,7 @@ class Reconciler:
             self.view.pods((pdd.namespace, pdd.name)),
         )
         ctx = RenderContext(self.settings, placement.placement, partitions)
-        desired = render_children(pdd, ctx)
+        desired = self._render(pdd, ctx)
         apply_error = await self._sync_children(pdd, desired, observed)
         if _namespace_going_away(apply_error):
             return  # its namespace is being deleted: nothing to create, nobody to tell
@@ -186,6 +189,18 @@ class Reconciler:
         status = compute_status(pdd, self._observed(pdd, desired, placement, apply_error), now)
         status = await self._request_probe_if_due(pdd, status, now)
         await self._write_status(pdd, body, status)
+
+    def _render(self, pdd: PDDeployment, ctx: RenderContext) -> list[dict[str, Any]]:
+        """The children, rendered again only when their inputs changed: the spec (its
+        generation) or the context. Most passes answer pod progress and change neither."""
+        key = (pdd.namespace, pdd.name)
+        inputs = (pdd.uid, pdd.generation, ctx)
+        cached = self._rendered.get(key)
+        if cached is not None and cached[0] == inputs:
+            return cached[1]
+        desired = render_children(pdd, ctx)
+        self._rendered[key] = (inputs, desired)
+        return desired
 
     async def _request_probe_if_due(
         self, pdd: PDDeployment, status: PDDeploymentStatus, now: str
@@ -215,34 +230,36 @@ class Reconciler:
         mine = self._placements.get(key)
         if mine is not None and not previous.domain:  # status not written back yet
             previous = previous.model_copy(update={"level": mine.level, "domain": mine.domain})
-        pods = self.view.pods(key)
-        own: dict[str, int] = {}
-        for pod in pods:
-            if pod.node:
-                own[pod.node] = own.get(pod.node, 0) + pod.gpus
-        refused = any(p.problem is not None and p.problem.reason == "Unschedulable" for p in pods)
-        result = plan_placement(
-            pdd.spec, self.view.fleet(), previous, self._reserved_elsewhere(key), own, refused
+        fleet = self.view.fleet()
+        own = fleet.held.get(key, {})
+        refused = any(
+            p.problem is not None and p.problem.reason == "Unschedulable"
+            for p in self.view.pods(key)
         )
+        reserved = self._reserved_elsewhere(key, fleet)
+        result = plan_placement(pdd.spec, fleet, previous, reserved, own, refused)
         if result.placed and result.placement.domain:
             needed = sum(
                 r.replicas * r.gpusPerInstance for r in (pdd.spec.prefill, pdd.spec.decode)
             )
             self._placements[key] = _Reservation(
-                result.placement.level, result.placement.domain, max(needed - sum(own.values()), 0)
+                result.placement.level, result.placement.domain, needed
             )
         else:
             self._placements.pop(key, None)
         return result
 
-    def _reserved_elsewhere(self, key: Key) -> dict[tuple[str, str], int]:
-        """GPUs other deployments were placed on but whose pods were not bound at their last
-        pass (every bind triggers that deployment's pass, which brings its count down)."""
+    def _reserved_elsewhere(self, key: Key, fleet: Fleet) -> dict[tuple[str, str], int]:
+        """GPUs other deployments were placed on that the fleet snapshot does not yet count as
+        used by their pods (planned, or bound after the snapshot was taken)."""
         reserved: dict[tuple[str, str], int] = {}
         for other, mark in self._placements.items():
-            if other != key and mark.unbound:
+            if other == key:
+                continue
+            missing = mark.needed - sum(fleet.held.get(other, {}).values())
+            if missing > 0:
                 where = (mark.level, mark.domain)
-                reserved[where] = reserved.get(where, 0) + mark.unbound
+                reserved[where] = reserved.get(where, 0) + missing
         return reserved
 
     async def _sync_children(

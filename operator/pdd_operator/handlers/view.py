@@ -8,7 +8,8 @@ from typing import Any
 
 import kopf
 
-from pdd_operator.planning.node_facts import node_facts
+from pdd_operator.planning.compact import DEPLOYMENT_LABEL
+from pdd_operator.planning.node_facts import gpus_held, node_facts
 from pdd_operator.planning.placement import Fleet
 from pdd_operator.status.observe import ChildKey, ChildSummary, PodSummary
 
@@ -52,7 +53,8 @@ class FleetCache:
         if now - self._at > self.max_age:
             nodes = [node for store in indexes["node_index"].values() for node in store]
             pods = [pod for store in indexes["gpu_pod_index"].values() for pod in store]
-            self._fleet = Fleet(node_facts(nodes, pods, None))
+            held = gpus_held(pods, DEPLOYMENT_LABEL)
+            self._fleet = Fleet(node_facts(nodes, pods, None), held)
             self._at = now
         return self._fleet
 

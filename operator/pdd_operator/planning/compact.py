@@ -44,7 +44,10 @@ def compact_pod(pod: Mapping[str, Any]) -> dict[str, Any] | None:
         return None
     labels = pod.get("metadata", {}).get("labels") or {}
     return {
-        "metadata": {"labels": {k: v for k, v in labels.items() if k == DEPLOYMENT_LABEL}},
+        "metadata": {
+            "namespace": pod.get("metadata", {}).get("namespace", ""),
+            "labels": {k: v for k, v in labels.items() if k == DEPLOYMENT_LABEL},
+        },
         "spec": {
             "nodeName": spec.get("nodeName"),
             "containers": containers,

@@ -61,6 +61,31 @@ def node_facts(
     return facts
 
 
+def gpus_held(
+    pods: Iterable[Mapping[str, Any]], deployment_label: str
+) -> dict[tuple[str, str], dict[str, int]]:
+    """GPUs each PDDeployment's bound pods hold, per node: {(namespace, name): {node: gpus}}.
+
+    Taken from the same pods as the NodeFacts, so that what a plan counts as its own (free to
+    place again) or as another slice's (reserved until bound) matches the used GPUs it sees.
+    """
+    held: dict[tuple[str, str], dict[str, int]] = {}
+    for pod in pods:
+        spec = pod.get("spec") or {}
+        node_name = spec.get("nodeName")
+        meta = pod.get("metadata") or {}
+        owner = (meta.get("labels") or {}).get(deployment_label)
+        if not node_name or not owner:
+            continue
+        if (pod.get("status") or {}).get("phase") in TERMINATED_PHASES:
+            continue
+        gpus = pod_gpu_request(spec)
+        if gpus:
+            per_node = held.setdefault((meta.get("namespace") or "", owner), {})
+            per_node[node_name] = per_node.get(node_name, 0) + gpus
+    return held
+
+
 def pod_gpu_request(pod_spec: Mapping[str, Any]) -> int:
     """The pod's effective nvidia.com/gpu request, by Kubernetes' rule.
 

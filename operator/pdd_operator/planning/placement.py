@@ -98,8 +98,15 @@ class Fleet:
     recomputed.
     """
 
-    def __init__(self, nodes: Iterable[NodeFacts]) -> None:
+    def __init__(
+        self,
+        nodes: Iterable[NodeFacts],
+        held: Mapping[tuple[str, str], Mapping[str, int]] | None = None,
+    ) -> None:
         self.nodes: tuple[NodeFacts, ...] = tuple(nodes)
+        # GPUs each deployment's bound pods hold per node, as counted in `used_gpus` above:
+        # {(namespace, name): {node: gpus}} (see node_facts.gpus_held).
+        self.held: Mapping[tuple[str, str], Mapping[str, int]] = held or {}
         self.by_name = {n.name: n for n in self.nodes}
         self.has_gpudirect_labels = any(GPUDIRECT_LABEL in n.labels for n in self.nodes)
         self.usable = tuple(

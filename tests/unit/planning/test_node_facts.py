@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from pdd_operator.planning.node_facts import node_facts, pod_gpu_request
+from pdd_operator.planning.node_facts import gpus_held, node_facts, pod_gpu_request
 from pdd_operator.planning.placement import NodeFacts
 
 GPU = "nvidia.com/gpu"
@@ -194,3 +194,13 @@ def test_thousands_of_nodes_and_pods() -> None:
     result = node_facts(nodes, pods, OWN)
     assert len(result) == 5000
     assert {f.used_gpus for f in result} == {12}
+
+
+def test_gpus_held_per_deployment_match_the_pods_counted_as_used() -> None:
+    in_ns = [{**pod, "metadata": {**pod["metadata"], "namespace": "team-a"}} for pod in PODS]
+    in_ns.append(raw_pod("n2", [gpu(limit="2")], labels={OWN[0]: OWN[1]}))  # no namespace
+    assert gpus_held(in_ns, OWN[0]) == {
+        ("team-a", "llama"): {"n1": 4},  # running; the finished and unbound ones hold nothing
+        ("team-a", "other"): {"n2": 2},
+        ("", "llama"): {"n2": 2},  # same name in another namespace: another deployment
+    }
