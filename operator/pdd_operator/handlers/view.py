@@ -9,8 +9,8 @@ from typing import Any
 import kopf
 
 from pdd_operator.planning.compact import DEPLOYMENT_LABEL
-from pdd_operator.planning.node_facts import gpus_held, node_facts
-from pdd_operator.planning.placement import Fleet
+from pdd_operator.planning.node_facts import gpu_usage, node_facts, with_usage
+from pdd_operator.planning.placement import Fleet, NodeFacts
 from pdd_operator.status.observe import ChildKey, ChildSummary, PodSummary
 
 Key = tuple[str, str]
@@ -39,6 +39,8 @@ class FleetCache:
         self._at = -1e9
         self._fleet = Fleet(())
         self._nodes: dict[str, Mapping[str, Any]] = {}
+        self._nodes_changed = True
+        self._bases: list[NodeFacts] = []
 
     def saw_node(self, name: str, compact: Mapping[str, Any]) -> None:
         """A Node event: rebuild at the next pass when what the planner reads of it changed
@@ -46,15 +48,21 @@ class FleetCache:
         status heartbeats that change nothing of that keep the snapshot."""
         if self._nodes.get(name) != compact:
             self._nodes[name] = compact
+            self._nodes_changed = True
             self._at = -1e9
 
     def fleet(self, indexes: Mapping[str, kopf.Index[Any, Any]]) -> Fleet:
         now = time.monotonic()
         if now - self._at > self.max_age:
-            nodes = [node for store in indexes["node_index"].values() for node in store]
-            pods = [pod for store in indexes["gpu_pod_index"].values() for pod in store]
-            held = gpus_held(pods, DEPLOYMENT_LABEL)
-            self._fleet = Fleet(node_facts(nodes, pods, None), held)
+            node_index = indexes["node_index"]
+            # Nodes change rarely; only GPU use is recounted every time. A deleted Node is
+            # noticed by the count (kopf drops it from the index without an index call).
+            if self._nodes_changed or len(self._bases) != len(node_index):
+                self._bases = node_facts((n for s in node_index.values() for n in s), (), None)
+                self._nodes_changed = False
+            pods = (pod for store in indexes["gpu_pod_index"].values() for pod in store)
+            usage = gpu_usage(pods, DEPLOYMENT_LABEL)
+            self._fleet = Fleet(with_usage(self._bases, usage.used), usage.held)
             self._at = now
         return self._fleet
 

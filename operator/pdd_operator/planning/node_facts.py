@@ -7,6 +7,7 @@ planner's idea of free GPUs matches what the scheduler will admit.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, replace
 from decimal import Decimal, InvalidOperation
 from math import ceil
 from typing import Any
@@ -61,29 +62,40 @@ def node_facts(
     return facts
 
 
-def gpus_held(
-    pods: Iterable[Mapping[str, Any]], deployment_label: str
-) -> dict[tuple[str, str], dict[str, int]]:
-    """GPUs each PDDeployment's bound pods hold, per node: {(namespace, name): {node: gpus}}.
+@dataclass(frozen=True)
+class GpuUsage:
+    """GPUs held by bound, unfinished pods: per node, and per PDDeployment per node."""
 
-    Taken from the same pods as the NodeFacts, so that what a plan counts as its own (free to
-    place again) or as another slice's (reserved until bound) matches the used GPUs it sees.
-    """
+    used: dict[str, int]
+    held: dict[tuple[str, str], dict[str, int]]  # {(namespace, name): {node: gpus}}
+
+
+def gpu_usage(pods: Iterable[Mapping[str, Any]], deployment_label: str) -> GpuUsage:
+    """One pass over the pods. `held` comes from the same pods as `used`, so that what a plan
+    counts as its own (free to place again) or as another slice's (reserved until bound)
+    matches the used GPUs it sees."""
+    used: dict[str, int] = {}
     held: dict[tuple[str, str], dict[str, int]] = {}
     for pod in pods:
         spec = pod.get("spec") or {}
         node_name = spec.get("nodeName")
-        meta = pod.get("metadata") or {}
-        owner = (meta.get("labels") or {}).get(deployment_label)
-        if not node_name or not owner:
-            continue
-        if (pod.get("status") or {}).get("phase") in TERMINATED_PHASES:
+        if not node_name or (pod.get("status") or {}).get("phase") in TERMINATED_PHASES:
             continue
         gpus = pod_gpu_request(spec)
-        if gpus:
+        if not gpus:
+            continue
+        used[node_name] = used.get(node_name, 0) + gpus
+        meta = pod.get("metadata") or {}
+        owner = (meta.get("labels") or {}).get(deployment_label)
+        if owner:
             per_node = held.setdefault((meta.get("namespace") or "", owner), {})
             per_node[node_name] = per_node.get(node_name, 0) + gpus
-    return held
+    return GpuUsage(used, held)
+
+
+def with_usage(bases: Iterable[NodeFacts], used: Mapping[str, int]) -> list[NodeFacts]:
+    """The nodes (as built by node_facts without pods) with their GPUs in use."""
+    return [replace(n, used_gpus=used[n.name]) if n.name in used else n for n in bases]
 
 
 def pod_gpu_request(pod_spec: Mapping[str, Any]) -> int:

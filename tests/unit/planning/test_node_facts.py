@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from pdd_operator.planning.node_facts import gpus_held, node_facts, pod_gpu_request
+from pdd_operator.planning.node_facts import gpu_usage, node_facts, pod_gpu_request, with_usage
 from pdd_operator.planning.placement import NodeFacts
 
 GPU = "nvidia.com/gpu"
@@ -199,8 +199,15 @@ def test_thousands_of_nodes_and_pods() -> None:
 def test_gpus_held_per_deployment_match_the_pods_counted_as_used() -> None:
     in_ns = [{**pod, "metadata": {**pod["metadata"], "namespace": "team-a"}} for pod in PODS]
     in_ns.append(raw_pod("n2", [gpu(limit="2")], labels={OWN[0]: OWN[1]}))  # no namespace
-    assert gpus_held(in_ns, OWN[0]) == {
+    usage = gpu_usage(in_ns, OWN[0])
+    assert usage.used == {"n1": 7, "n2": 4, "gone": 8, "n6": 16}
+    assert usage.held == {
         ("team-a", "llama"): {"n1": 4},  # running; the finished and unbound ones hold nothing
         ("team-a", "other"): {"n2": 2},
         ("", "llama"): {"n2": 2},  # same name in another namespace: another deployment
     }
+
+
+def test_nodes_built_once_then_given_their_usage_match_node_facts() -> None:
+    bases = node_facts(NODES, (), None)
+    assert with_usage(bases, gpu_usage(PODS, OWN[0]).used) == node_facts(NODES, PODS, None)
