@@ -301,11 +301,13 @@ class Reconciler:
         changed = [obj for obj in desired.objects() if child_key(obj) in differ] if differ else []
         stale = [key for key in observed if key not in desired.hashes]
         try:
-            # Independent objects, sent together: the API server needs no order among them
-            # (a pod waiting for its ServiceAccount is retried by its controller).
-            await asyncio.gather(
-                *(asyncio.to_thread(self.kube.apply, obj, want_result=False) for obj in changed)
-            )
+            # Two waves, each sent at once. A RoleBinding is refused while its Role does not
+            # exist (the API server checks that the operator holds the rules it grants); the
+            # rest need no order (a pod waiting for its ServiceAccount is retried).
+            for wave in _apply_waves(changed):
+                await asyncio.gather(
+                    *(asyncio.to_thread(self.kube.apply, obj, want_result=False) for obj in wave)
+                )
             for obj in changed:
                 self._count_write("apply", obj["kind"])
             await asyncio.gather(
@@ -403,6 +405,16 @@ class Reconciler:
     def _count_write(self, verb: str, kind: str) -> None:
         if self.metrics:
             self.metrics.writes.labels(verb=verb, kind=kind).inc()
+
+
+REFERENCED_FIRST = frozenset({"Role", "ServiceAccount"})
+
+
+def _apply_waves(objects: Sequence[dict[str, Any]]) -> list[list[dict[str, Any]]]:
+    """Roles and ServiceAccounts, then everything else (empty waves left out)."""
+    first = [obj for obj in objects if obj["kind"] in REFERENCED_FIRST]
+    rest = [obj for obj in objects if obj["kind"] not in REFERENCED_FIRST]
+    return [wave for wave in (first, rest) if wave]
 
 
 def _unbound(mark: _Reservation, fleet: Fleet, key: Key) -> int:
