@@ -237,7 +237,7 @@ class Reconciler:
     def _plan(self, pdd: PDDeployment) -> PlacementResult:
         key = (pdd.namespace, pdd.name)
         if pdd.spec.topology.placement == "none":
-            self._placements.pop(key, None)
+            self._set_reservation(key, None)
             return plan_placement(pdd.spec, (), pdd.status.placement)
         previous = pdd.status.placement
         mine = self._placements.get(key)

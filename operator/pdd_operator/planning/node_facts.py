@@ -27,22 +27,10 @@ def node_facts(
     Our own pods are left out because the planner re-places them: counting them would make
     the domain they already run in look full and move the slice on every reconcile.
     """
-    used: dict[str, int] = {}
-    for pod in pods:
-        spec = pod.get("spec") or {}
-        node_name = spec.get("nodeName")
-        if not node_name:
-            continue  # not bound yet: it holds no node's GPUs
-        if (pod.get("status") or {}).get("phase") in TERMINATED_PHASES:
-            continue
-        if own_deployment_label is not None:
-            key, value = own_deployment_label
-            labels = (pod.get("metadata") or {}).get("labels") or {}
-            if labels.get(key) == value:
-                continue
-        gpus = pod_gpu_request(spec)
-        if gpus:
-            used[node_name] = used.get(node_name, 0) + gpus
+    if own_deployment_label is not None:
+        key, value = own_deployment_label
+        pods = (p for p in pods if _labels(p).get(key) != value)
+    used = gpu_usage(pods).used
 
     facts: list[NodeFacts] = []
     for node in nodes:
@@ -70,8 +58,9 @@ class GpuUsage:
     held: dict[tuple[str, str], dict[str, int]]  # {(namespace, name): {node: gpus}}
 
 
-def gpu_usage(pods: Iterable[Mapping[str, Any]], deployment_label: str) -> GpuUsage:
-    """One pass over the pods. `held` comes from the same pods as `used`, so that what a plan
+def gpu_usage(pods: Iterable[Mapping[str, Any]], deployment_label: str | None = None) -> GpuUsage:
+    """One pass over the pods; unbound and finished pods hold nothing. `held` (by the value of
+    `deployment_label`, when given) comes from the same pods as `used`, so that what a plan
     counts as its own (free to place again) or as another slice's (reserved until bound)
     matches the used GPUs it sees."""
     used: dict[str, int] = {}
@@ -86,11 +75,15 @@ def gpu_usage(pods: Iterable[Mapping[str, Any]], deployment_label: str) -> GpuUs
             continue
         used[node_name] = used.get(node_name, 0) + gpus
         meta = pod.get("metadata") or {}
-        owner = (meta.get("labels") or {}).get(deployment_label)
+        owner = _labels(pod).get(deployment_label) if deployment_label else None
         if owner:
             per_node = held.setdefault((meta.get("namespace") or "", owner), {})
             per_node[node_name] = per_node.get(node_name, 0) + gpus
     return GpuUsage(used, held)
+
+
+def _labels(obj: Mapping[str, Any]) -> Mapping[str, str]:
+    return (obj.get("metadata") or {}).get("labels") or {}
 
 
 def with_usage(bases: Iterable[NodeFacts], used: Mapping[str, int]) -> list[NodeFacts]:

@@ -3,7 +3,7 @@
 Contract used by the reconciler:
 
     plan_placement(spec, nodes: Fleet | Sequence[NodeFacts], previous: PlacementStatus,
-                   reserved=None, own=None) -> PlacementResult
+                   reserved=None, own=None, unschedulable=False) -> PlacementResult
 
 `Fleet` indexes one snapshot of the nodes once (eligible nodes, domains per level) so that
 planning every deployment against a 2,000-node fleet costs O(domains), not O(nodes).
@@ -105,7 +105,7 @@ class Fleet:
     ) -> None:
         self.nodes: tuple[NodeFacts, ...] = tuple(nodes)
         # GPUs each deployment's bound pods hold per node, as counted in `used_gpus` above:
-        # {(namespace, name): {node: gpus}} (see node_facts.gpus_held).
+        # {(namespace, name): {node: gpus}} (see node_facts.gpu_usage).
         self.held: Mapping[tuple[str, str], Mapping[str, int]] = held or {}
         self.by_name = {n.name: n for n in self.nodes}
         self.has_gpudirect_labels = any(GPUDIRECT_LABEL in n.labels for n in self.nodes)

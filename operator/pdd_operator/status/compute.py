@@ -18,7 +18,7 @@ from pdd_operator.api.v1alpha1 import (
     TransferStatus,
 )
 from pdd_operator.planning.placement import PlacementResult
-from pdd_operator.status.conditions import set_condition
+from pdd_operator.status.conditions import find, set_condition
 
 ROLES_WITH_ROUTER = ("prefill", "decode", "router")
 
@@ -180,7 +180,7 @@ def _placement_condition(
     if result is None:
         return []
     message = result.message
-    old = next((c for c in previous if c.type == "Placed"), None)
+    old = find(previous, "Placed")
     if old is not None and old.status == "True" and result.placed and old.reason == result.reason:
         message = old.message  # the same decision, recorded once (see _placement_status)
     return [set_condition(previous, "Placed", result.placed, result.reason, message, gen, now)]
