@@ -167,7 +167,10 @@ def _short(frame: str) -> str:
 
 # Where the operator's samples go, first match wins (frames are `function (file:line)`).
 PROFILE_CATEGORIES = (
-    ("reconcile: placement facts (every Node and Pod per pass)", ("node_facts (",)),
+    # FleetCache.fleet since 7ac4505 (node facts and GPU use of one snapshot); node_facts
+    # directly in the runs before it.
+    ("reconcile: placement facts (fleet snapshot of Nodes and Pods)",
+     ("FleetCache.fleet (", "node_facts (")),
     ("reconcile: plan_placement", ("plan_placement (",)),
     ("reconcile: render + fingerprint children", ("render_children (",)),
     ("reconcile: status computation", ("compute_status (", "rollout_partitions (")),
