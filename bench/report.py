@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -39,19 +40,30 @@ def _ready_at_limit(o: dict[str, Any]) -> Any:
     return tl[-1][2] if tl else o.get("ready_count")
 
 
+ALL_ARMS = ("operator", "operator_none", "direct")
+OPERATOR_ARMS = ("operator", "operator_none")
+
+
+def _arms(r: dict[str, Any], arms: tuple[str, ...]) -> Iterator[tuple[int, str, dict[str, Any]]]:
+    """(deployments, arm, the arm's results) for every run and every arm it recorded."""
+    for run in r.get("runs", []):
+        for arm in arms:
+            if run.get(arm):
+                yield run["n"], arm, run[arm]
+
+
 def profile_tables(r: dict[str, Any]) -> str:
     rows: dict[str, dict[str, float]] = {}
     cols = []
-    for run in r.get("runs", []):
-        for arm in ("operator", "operator_none"):
-            cats = _g(run, arm, "profile", "by_category", "categories")
-            if not cats:
-                continue
-            col = f"n={run['n']} {'preferred' if arm == 'operator' else 'none'}"
-            cols.append(col)
-            for c in cats:
-                if c.get("share_of_busy") is not None:
-                    rows.setdefault(c["category"], {})[col] = c["share_of_busy"]
+    for n, arm, o in _arms(r, OPERATOR_ARMS):
+        cats = _g(o, "profile", "by_category", "categories")
+        if not cats:
+            continue
+        col = f"n={n} {'preferred' if arm == 'operator' else 'none'}"
+        cols.append(col)
+        for c in cats:
+            if c.get("share_of_busy") is not None:
+                rows.setdefault(c["category"], {})[col] = c["share_of_busy"]
     if not cols:
         return ""
     out = ["| where the operator's busy samples go | " + " | ".join(cols) + " |"]
@@ -71,27 +83,21 @@ def scale_tables(r: dict[str, Any]) -> str:
         "| operator CPU (s) |"
     )
     out.append("|---|---|---|---|---|---|---|---|---|")
-    for run in r.get("runs", []):
-        for arm, label in (
-            ("operator", "operator (placement preferred)"),
-            ("operator_none", "operator (placement none)"),
-            ("direct", "rendered children applied directly"),
-        ):
-            o = run.get(arm)
-            if not o:
-                continue
-            ch, rd = o.get("apply_to_children_s", {}), o.get("apply_to_ready_s", {})
-            n = run["n"]
-            conv = (
-                "yes" if o.get("converged") else f"no: {_ready_at_limit(o)}/{n} ready at the limit"
-            )
-            out.append(
-                f"| {n} | {label} | {conv} | {_f(o.get('converge_s'))} | "
-                f"{_f(o.get('converge_pdd_ready_s'))} | {_f(ch.get('p50'), 2)} / "
-                f"{_f(ch.get('p99'), 2)} | {_f(rd.get('p50'), 1)} / {_f(rd.get('p99'), 1)} | "
-                f"{_f(_g(o, 'operator_process', 'peak_rss_mib'))} | "
-                f"{_f(_g(o, 'operator_process', 'cpu_seconds_run'))} |"
-            )
+    labels = {
+        "operator": "operator (placement preferred)",
+        "operator_none": "operator (placement none)",
+        "direct": "rendered children applied directly",
+    }
+    for n, arm, o in _arms(r, ALL_ARMS):
+        ch, rd = o.get("apply_to_children_s", {}), o.get("apply_to_ready_s", {})
+        conv = "yes" if o.get("converged") else f"no: {_ready_at_limit(o)}/{n} ready at the limit"
+        out.append(
+            f"| {n} | {labels[arm]} | {conv} | {_f(o.get('converge_s'))} | "
+            f"{_f(o.get('converge_pdd_ready_s'))} | {_f(ch.get('p50'), 2)} / "
+            f"{_f(ch.get('p99'), 2)} | {_f(rd.get('p50'), 1)} / {_f(rd.get('p99'), 1)} | "
+            f"{_f(_g(o, 'operator_process', 'peak_rss_mib'))} | "
+            f"{_f(_g(o, 'operator_process', 'cpu_seconds_run'))} |"
+        )
     out.append("")
     out.append(
         "| deployments | overhead ratio (operator / direct, workloads ready) | "
@@ -116,18 +122,14 @@ def api_tables(r: dict[str, Any]) -> str:
         "all-client apiserver requests / deployment |",
         "|---|---|---|---|---|---|---|",
     ]
-    for run in r.get("runs", []):
-        for arm in ("operator", "operator_none", "direct"):
-            o = run.get(arm)
-            if not o:
-                continue
-            out.append(
-                f"| {run['n']} | {arm} | {_f(_g(o, 'reconciles', 'per_deployment'))} | "
-                f"{_verbs(_g(o, 'operator_requests', 'per_reconcile_by_verb'))} | "
-                f"{_verbs(_g(o, 'operator_requests', 'per_deployment_by_verb'))} | "
-                f"{_f(o.get('sts_domain_changes'))} | "
-                f"{_verbs(_g(o, 'apiserver_requests_all_clients', 'per_deployment_by_verb'))} |"
-            )
+    for n, arm, o in _arms(r, ALL_ARMS):
+        out.append(
+            f"| {n} | {arm} | {_f(_g(o, 'reconciles', 'per_deployment'))} | "
+            f"{_verbs(_g(o, 'operator_requests', 'per_reconcile_by_verb'))} | "
+            f"{_verbs(_g(o, 'operator_requests', 'per_deployment_by_verb'))} | "
+            f"{_f(o.get('sts_domain_changes'))} | "
+            f"{_verbs(_g(o, 'apiserver_requests_all_clients', 'per_deployment_by_verb'))} |"
+        )
     return "\n".join(out)
 
 
@@ -139,21 +141,19 @@ def steady_tables(r: dict[str, Any]) -> str:
         "|",
         "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
-    for run in r.get("runs", []):
-        for arm in ("operator", "operator_none"):
-            o = run.get(arm)
-            if not o or "noop_resync" not in o:
-                continue
-            s = o["noop_resync"]
-            out.append(
-                f"| {run['n']} | {arm} | {'yes' if o.get('converged') else 'no'} | "
-                f"{s['window_s']} / {s['resync_seconds']} | {s['reconciles']} | "
-                f"{s['operator_writes_audit']} | "
-                f"{_verbs(s.get('operator_writes_audit_by_resource'))} | "
-                f"{s['writes_all_clients_operator_resources']} | "
-                f"{s.get('deployments_written', '—')} | {s.get('probe_requests_renewed', '—')} | "
-                f"{s['operator_reads_per_minute']} |"
-            )
+    for n, arm, o in _arms(r, OPERATOR_ARMS):
+        if "noop_resync" not in o:
+            continue
+        s = o["noop_resync"]
+        out.append(
+            f"| {n} | {arm} | {'yes' if o.get('converged') else 'no'} | "
+            f"{s['window_s']} / {s['resync_seconds']} | {s['reconciles']} | "
+            f"{s['operator_writes_audit']} | "
+            f"{_verbs(s.get('operator_writes_audit_by_resource'))} | "
+            f"{s['writes_all_clients_operator_resources']} | "
+            f"{s.get('deployments_written', '—')} | {s.get('probe_requests_renewed', '—')} | "
+            f"{s['operator_reads_per_minute']} |"
+        )
     return "\n".join(out)
 
 
@@ -192,16 +192,15 @@ def burst_pairs(r: dict[str, Any]) -> str:
         "| deployments | arm | pairs within a clique | across racks | KV mean / p99 (ms) |",
         "|---|---|---|---|---|",
     ]
-    for run in r.get("runs", []):
-        for arm in ("operator", "operator_none", "direct"):
-            q = _g(run, arm, "pair_quality")
-            if not q or not q.get("pairs"):
-                continue
-            out.append(
-                f"| {run['n']} | {arm} | {q['share_within_clique']:.1%} | "
-                f"{q['share']['cross-rack']:.1%} | {q['kv_transfer_ms']['mean']} / "
-                f"{q['kv_transfer_ms']['p99']} |"
-            )
+    for n, arm, o in _arms(r, ALL_ARMS):
+        q = o.get("pair_quality")
+        if not q or not q.get("pairs"):
+            continue
+        out.append(
+            f"| {n} | {arm} | {q['share_within_clique']:.1%} | "
+            f"{q['share']['cross-rack']:.1%} | {q['kv_transfer_ms']['mean']} / "
+            f"{q['kv_transfer_ms']['p99']} |"
+        )
     return "\n".join(out)
 
 

@@ -4,7 +4,7 @@ profile summaries, Prometheus histogram quantiles."""
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
 # The KV cache of a 4,096-token prompt of a 70B-class model (80 layers, 8 KV heads, head dim
@@ -137,11 +137,7 @@ def summarize_profile(raw: str, top: int = 25) -> dict[str, Any]:
     inclusive: dict[str, int] = {}
     self_: dict[str, int] = {}
     total = 0
-    for line in raw.splitlines():
-        stack, _, count_s = line.rpartition(" ")
-        if not stack or not count_s.isdigit():
-            continue
-        count = int(count_s)
+    for stack, count in _stacks(raw):
         total += count
         frames = [_short(f) for f in stack.split(";")]
         # the first frame is the thread (py-spy --threads is off: the process name)
@@ -154,6 +150,14 @@ def summarize_profile(raw: str, top: int = 25) -> dict[str, Any]:
         return [{"frame": f, "samples": c, "share": round(c / total, 4)} for f, c in rows]
 
     return {"samples": total, "inclusive": ranked(inclusive), "self": ranked(self_)}
+
+
+def _stacks(raw: str) -> Iterator[tuple[str, int]]:
+    """(`frame;frame;...`, sample count) per line of py-spy's `--format raw` output."""
+    for line in raw.splitlines():
+        stack, _, count = line.rpartition(" ")
+        if stack and count.isdigit():
+            yield stack, int(count)
 
 
 def _short(frame: str) -> str:
@@ -193,11 +197,7 @@ def categorize_profile(raw: str) -> dict[str, Any]:
     """Shares of samples per category (see PROFILE_CATEGORIES); "other" for the rest."""
     counts: dict[str, int] = {}
     total = 0
-    for line in raw.splitlines():
-        stack, _, count_s = line.rpartition(" ")
-        if not stack or not count_s.isdigit():
-            continue
-        n = int(count_s)
+    for stack, n in _stacks(raw):
         total += n
         leaf = stack.rsplit(";", 1)[-1]
         if leaf.startswith(IDLE_LEAVES):

@@ -15,6 +15,16 @@ import matplotlib.pyplot as plt
 OP, DIRECT = "#1f77b4", "#ff7f0e"
 
 
+def _latency_panel(a: Any, runs: list[Any], ns: list[Any], key: str, title: str) -> None:
+    """p50 and p99 of one latency per deployment count, operator beside direct."""
+    for arm, color, mark in (("operator", OP, "o"), ("direct", DIRECT, "s")):
+        for q, style in (("p50", "-"), ("p99", "--")):
+            a.plot(ns, [_get(r, arm, key, q) for r in runs], mark + style, c=color,
+                   label=f"{arm} {q}")  # fmt: skip
+    a.set(xscale="log", xlabel="deployments", ylabel="s", title=title)
+    a.legend(fontsize=8)
+
+
 def plot_all(results: dict[str, Any], out_dir: Path) -> list[Path]:
     files: list[Path] = []
     runs = [r for r in results.get("runs", []) if "operator" in r or "operator_none" in r]
@@ -75,37 +85,9 @@ def _growth(runs: list[dict[str, Any]], path: Path) -> Path:
     )
     a.legend(fontsize=8)
 
-    a = ax[0][1]
-    for arm, color, mark in (("operator", OP, "o"), ("direct", DIRECT, "s")):
-        for q, style in (("p50", "-"), ("p99", "--")):
-            a.plot(
-                ns,
-                [_get(r, arm, "apply_to_children_s", q) for r in runs],
-                mark + style,
-                c=color,
-                label=f"{arm} {q}",
-            )
-    a.set(
-        xscale="log",
-        yscale="log",
-        xlabel="deployments",
-        ylabel="s",
-        title="apply -> children created",
-    )
-    a.legend(fontsize=8)
-
-    a = ax[0][2]
-    for arm, color, mark in (("operator", OP, "o"), ("direct", DIRECT, "s")):
-        for q, style in (("p50", "-"), ("p99", "--")):
-            a.plot(
-                ns,
-                [_get(r, arm, "apply_to_ready_s", q) for r in runs],
-                mark + style,
-                c=color,
-                label=f"{arm} {q}",
-            )
-    a.set(xscale="log", xlabel="deployments", ylabel="s", title="apply -> workloads Ready")
-    a.legend(fontsize=8)
+    _latency_panel(ax[0][1], runs, ns, "apply_to_children_s", "apply -> children created")
+    ax[0][1].set(yscale="log")
+    _latency_panel(ax[0][2], runs, ns, "apply_to_ready_s", "apply -> workloads Ready")
 
     a = ax[1][0]
     a.plot(ns, [_get(r, "operator", "operator_process", "peak_rss_mib") for r in runs], "o-", c=OP)
