@@ -20,15 +20,19 @@ import importlib.metadata
 import json
 import os
 import platform
+import subprocess
 import sys
 import time
 from pathlib import Path
 from typing import Any
 
 KIB, MIB = 1 << 10, 1 << 20
-BLOCK_SIZES = [256 * KIB, 1 * MIB, 4 * MIB, 16 * MIB]
-GPU_PATHS = [("VRAM", "VRAM"), ("DRAM", "VRAM"), ("VRAM", "DRAM")]
-CPU_PATHS = [("DRAM", "DRAM")]
+# From the engines' per-layer KV descriptors (a few KiB to a few hundred KiB, see
+# pdd_operator.planning.kv_layout) up to what a contiguous KV region moves in one go.
+GPU_BLOCK_SIZES = "4K,16K,64K,256K,1M,4M,16M,64M"
+CPU_BLOCK_SIZES = "256K,1M,4M,16M"
+GPU_PATHS = "VRAM-VRAM,DRAM-VRAM,VRAM-DRAM"
+CPU_PATHS = "DRAM-DRAM"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -38,59 +42,104 @@ def main(argv: list[str] | None = None) -> int:
     from pdd_sidecar.probe import ProbeSpec, block_plan, run_local_probe
 
     torch = _cuda_torch()
-    paths = GPU_PATHS if torch is not None else CPU_PATHS
-    per_size = args.bytes_per_size or (256 * MIB if torch is not None else 16 * MIB)
-    iterations = args.iterations or (10 if torch is not None else 2)
-    rows, probes = [], []
-    for src, dst in paths:
-        spec = ProbeSpec(
-            src_mem=src, dst_mem=dst, block_sizes=BLOCK_SIZES, bytes_per_size=per_size,
-            iterations=iterations, src_device=args.src_device, dst_device=args.dst_device,
-            timeout_s=args.timeout,
-        )  # fmt: skip
-        print(f"probe {src}->{dst} ...", file=sys.stderr, flush=True)
-        result = run_local_probe(spec, extra_paths=extra_paths).to_dict()
-        probes.append(result)
-        measured = {b["block_size"]: b for b in result["per_block_size"]}
-        for slot in block_plan(BLOCK_SIZES, per_size):
-            baseline = _baseline(torch, src, dst, slot.block_size, slot.count, iterations, args)
-            nixl = measured.get(slot.block_size, {}).get("gbps")
-            rows.append(
-                {
-                    "path": f"{src}->{dst}",
-                    "block_size": slot.block_size,
-                    "blocks": slot.count,
-                    "nixl_gbps": nixl,
-                    "transport": result["transport"],
-                    "verified": result["verified"],
-                    "error": result["error"],
-                    **baseline,
-                    "nixl_vs_copy": round(nixl / baseline["copy_gbps"], 3)
-                    if nixl and baseline["copy_gbps"]
-                    else None,
-                }
-            )
+    on_gpu = torch is not None
+    paths = [
+        tuple(p.split("-")) for p in (args.paths or (GPU_PATHS if on_gpu else CPU_PATHS)).split(",")
+    ]
+    sizes = parse_sizes(args.block_sizes or (GPU_BLOCK_SIZES if on_gpu else CPU_BLOCK_SIZES))
+    per_size = args.bytes_per_size or (512 * MIB if on_gpu else 16 * MIB)
+    iterations = args.iterations or (10 if on_gpu else 2)
+    configs = [
+        (int(c), int(t)) for c in args.concurrency.split(",") for t in args.nixl_threads.split(",")
+    ]
+    rows: list[dict[str, Any]] = []
+    probes: list[dict[str, Any]] = []
+    baselines: dict[tuple[str, str, int], dict[str, Any]] = {}
     document = {
+        "command": " ".join(
+            ["python3", "bench/nixl_probe.py", *(argv if argv is not None else sys.argv[1:])]
+        ),
         "machine": _machine(torch),
-        "spec": {"block_sizes": BLOCK_SIZES, "bytes_per_size": per_size, "iterations": iterations},
+        "spec": {
+            "block_sizes": sizes,
+            "bytes_per_size": per_size,
+            "iterations": iterations,
+            "src_device": args.src_device,
+            "dst_device": args.dst_device,
+        },
         "rows": rows,
         "probes": probes,
     }
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "nixl_probe.json").write_text(json.dumps(document, indent=2) + "\n")
-    (out / "nixl_probe.md").write_text(_markdown(document))
-    print((out / "nixl_probe.md").read_text())
+    for src, dst in paths:
+        for concurrency, threads in configs:
+            spec = ProbeSpec(
+                src_mem=src, dst_mem=dst, block_sizes=sizes, bytes_per_size=per_size,
+                iterations=iterations, src_device=args.src_device, dst_device=args.dst_device,
+                timeout_s=args.timeout, concurrency=concurrency, nixl_threads=threads,
+            )  # fmt: skip
+            print(f"probe {src}->{dst} concurrency={concurrency} threads={threads} ...",
+                  file=sys.stderr, flush=True)  # fmt: skip
+            result = run_local_probe(spec, extra_paths=extra_paths).to_dict()
+            result.update(concurrency=concurrency, nixl_threads=threads)
+            probes.append(result)
+            measured = {b["block_size"]: b for b in result["per_block_size"]}
+            for slot in block_plan(sizes, per_size):
+                key = (src, dst, slot.block_size)
+                if key not in baselines:
+                    baselines[key] = _baseline(
+                        torch, src, dst, slot.block_size, slot.count, iterations, args
+                    )
+                baseline = baselines[key]
+                nixl = measured.get(slot.block_size, {}).get("gbps")
+                rows.append(
+                    {
+                        "path": f"{src}->{dst}",
+                        "concurrency": concurrency,
+                        "nixl_threads": threads,
+                        "block_size": slot.block_size,
+                        "blocks": slot.count,
+                        "nixl_gbps": nixl,
+                        "transport": result["transport"],
+                        "verified": result["verified"],
+                        "error": result["error"],
+                        **baseline,
+                        "nixl_vs_contiguous": round(nixl / baseline["copy_contiguous_gbps"], 3)
+                        if nixl and baseline["copy_contiguous_gbps"]
+                        else None,
+                    }
+                )
+            _write(Path(args.out), document)  # a run cut short keeps what it measured
+    print((Path(args.out) / "nixl_probe.md").read_text())
     failed = [p for p in probes if p["error"] or not p["verified"]]
     return 1 if failed else 0
+
+
+def _write(out: Path, document: dict[str, Any]) -> None:
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "nixl_probe.json").write_text(json.dumps(document, indent=1) + "\n")
+    (out / "nixl_probe.md").write_text(_markdown(document))
+
+
+def parse_sizes(text: str) -> list[int]:
+    """``4K,1M`` -> bytes."""
+    units = {"K": KIB, "M": MIB, "G": 1 << 30}
+    sizes = []
+    for item in filter(None, (s.strip().upper() for s in text.split(","))):
+        scale = units.get(item[-1], 1)
+        sizes.append(int(item.rstrip("KMG")) * scale)
+    return sizes
 
 
 def _parse(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", required=True, help="output directory")
     parser.add_argument("--site", default="/tmp/site", help="extra sys.path entry (nixl wheel)")
-    parser.add_argument("--bytes-per-size", type=int, default=0, help="default 256 MiB GPU, 16 CPU")
+    parser.add_argument("--paths", default="", help=f"default {GPU_PATHS} (GPU), {CPU_PATHS}")
+    parser.add_argument("--block-sizes", default="", help=f"default {GPU_BLOCK_SIZES} (GPU)")
+    parser.add_argument("--bytes-per-size", type=int, default=0, help="default 512 MiB GPU, 16 CPU")
     parser.add_argument("--iterations", type=int, default=0, help="default 10 GPU, 2 CPU")
+    parser.add_argument("--concurrency", default="1", help="requests in flight, a list: 1,4,8")
+    parser.add_argument("--nixl-threads", default="0", help="NIXL UCX thread pool sizes: 0,8")
     parser.add_argument("--src-device", type=int, default=0)
     parser.add_argument("--dst-device", type=int, default=0)
     parser.add_argument("--timeout", type=float, default=300.0)
@@ -161,13 +210,19 @@ def _torch_baseline(
     def contiguous() -> None:
         b.copy_(a, non_blocking=True)
 
-    sync = torch.cuda.synchronize
-    result = {
+    # A copy between two GPUs is queued on one device's stream and runs on the other's too:
+    # the clock stops only when every device that took part is idle.
+    devices = sorted({args.src_device, args.dst_device})
+
+    def sync() -> None:
+        for device in devices:
+            torch.cuda.synchronize(device)
+
+    return {
         "copy": "torch copy_ (pinned host)" if "DRAM" in (src, dst) else "torch copy_",
         "copy_gbps": _rate(per_block, nbytes, iterations, sync),
         "copy_contiguous_gbps": _rate(contiguous, nbytes, iterations, sync),
     }
-    return result
 
 
 def _rate(step: Any, nbytes: int, iterations: int, sync: Any) -> float:
@@ -187,7 +242,8 @@ def _machine(torch: Any) -> dict[str, Any]:
     info: dict[str, Any] = {
         "host": platform.node(),
         "python": platform.python_version(),
-        "ucx_env": {k: v for k, v in sorted(os.environ.items()) if k.startswith("UCX_")},
+        "ucx_env": {k: v for k, v in sorted(os.environ.items()) if k.startswith(("UCX_", "NIXL_"))},
+        "gpu_topology": _gpu_topology(),
         "nixl": {},
         "measured_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
     }
@@ -203,6 +259,17 @@ def _machine(torch: Any) -> dict[str, Any]:
     return info
 
 
+def _gpu_topology() -> str:
+    """``nvidia-smi topo -m``: how the GPUs are linked (NV18 = 18 NVLinks), where there is one."""
+    try:
+        done = subprocess.run(
+            ["nvidia-smi", "topo", "-m"], capture_output=True, text=True, timeout=30, check=False
+        )
+    except (OSError, subprocess.SubprocessError):
+        return ""
+    return done.stdout.strip()
+
+
 def _markdown(document: dict[str, Any]) -> str:
     machine = document["machine"]
     lines = [
@@ -213,18 +280,20 @@ def _markdown(document: dict[str, Any]) -> str:
         f"{document['spec']['bytes_per_size'] // MIB} MiB per block size, "
         f"{document['spec']['iterations']} iterations. GB/s = 10^9 bytes/s.",
         "",
-        "| path | block | blocks | NIXL GB/s | transport | copy | copy GB/s (same blocks) "
-        "| copy GB/s (contiguous) | NIXL / copy | verified |",
-        "|---|---:|---:|---:|---|---|---:|---:|---:|---|",
+        "| path | requests in flight | NIXL threads | block | blocks | NIXL GB/s | transport "
+        "| copy | copy GB/s (same blocks) | copy GB/s (contiguous) | NIXL / contiguous "
+        "| verified |",
+        "|---|---:|---:|---:|---:|---:|---|---|---:|---:|---:|---|",
     ]
     for row in document["rows"]:
         block = f"{row['block_size'] // KIB} KiB" if row["block_size"] < MIB else (
             f"{row['block_size'] // MIB} MiB"
         )  # fmt: skip
         lines.append(
-            f"| {row['path']} | {block} | {row['blocks']} | {_num(row['nixl_gbps'])} "
+            f"| {row['path']} | {row['concurrency']} | {row['nixl_threads']} | {block} "
+            f"| {row['blocks']} | {_num(row['nixl_gbps'])} "
             f"| {row['transport']} | {row['copy']} | {_num(row['copy_gbps'])} "
-            f"| {_num(row['copy_contiguous_gbps'])} | {_num(row['nixl_vs_copy'])} "
+            f"| {_num(row['copy_contiguous_gbps'])} | {_num(row['nixl_vs_contiguous'])} "
             f"| {'yes' if row['verified'] else 'NO: ' + str(row['error'])} |"
         )
     return "\n".join(lines) + "\n"

@@ -1,15 +1,18 @@
-"""Markdown tables from a bench results.json (for docs/benchmarks.md).
+"""Markdown tables from a bench run's raw results (for docs/benchmarks-operator.md).
 
-.venv/bin/python bench/report.py bench/results/full/results.json
+.venv/bin/python bench/report.py bench/results/full/results.json.gz
+
+`bench/run.py` writes the same tables as ``summary.md`` beside the results.
 """
 
 from __future__ import annotations
 
-import json
 import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
+
+from pddbench import results_file as results_io
 
 
 def _g(d: Any, *path: str) -> Any:
@@ -204,11 +207,13 @@ def burst_pairs(r: dict[str, Any]) -> str:
     return "\n".join(out)
 
 
-def main() -> int:
-    r = json.loads(Path(sys.argv[1]).read_text())
-    print(f"command: `{r.get('command')}`, wall {r.get('wall_seconds')} s, machine {r['machine']}")
-    print(f"source: {r.get('source')}")
-    print(f"start-up probe: {r.get('startup_probe')}\n")
+def render(r: dict[str, Any]) -> str:
+    """Every table of one run, as Markdown."""
+    parts = [
+        f"command: `{r.get('command')}`, wall {r.get('wall_seconds')} s, machine {r['machine']}\n",
+        f"source: {r.get('source')}\n",
+        f"start-up probe: {r.get('startup_probe')}\n\n",
+    ]
     for title, fn in (
         ("Scale", scale_tables),
         ("API requests", api_tables),
@@ -217,7 +222,12 @@ def main() -> int:
         ("Operator profile (py-spy)", profile_tables),
         ("P->D pairs in the scale runs (burst apply)", burst_pairs),
     ):
-        print(f"### {title}\n\n{fn(r)}\n")
+        parts.append(f"### {title}\n\n{fn(r)}\n\n")
+    return "".join(parts)
+
+
+def main() -> int:
+    print(render(results_io.load(Path(sys.argv[1]))), end="")
     return 0
 
 

@@ -3,15 +3,14 @@ side by side with the same workloads applied directly, and placement quality.
 
     .venv/bin/python bench/run.py --scale small|full --out bench/results
 
-Writes bench/results/<scale>/results.json and PNG plots; logs, audit-derived data and
-profiles go under bench/results/raw/<scale>/ (not committed).
+Writes bench/results/<scale>/results.json.gz (raw, compressed), summary.md and PNG plots;
+logs, audit-derived data and profiles go under bench/results/raw/<scale>/ (not committed).
 """
 
 from __future__ import annotations
 
 import argparse
 import dataclasses
-import json
 import os
 import platform
 import shutil
@@ -28,6 +27,7 @@ os.environ["PYTHONPATH"] = os.pathsep.join(
     [str(REPO / "operator"), str(BENCH), *filter(None, [os.environ.get("PYTHONPATH")])]
 )
 
+from pddbench import results_file as results_io  # noqa: E402
 from pddbench.analysis import categorize_profile, summarize_profile  # noqa: E402
 from pddbench.cluster import FleetSpec  # noqa: E402
 from pddbench.placement import PlacementConfig, run_placement  # noqa: E402
@@ -38,6 +38,7 @@ from pddbench.scale import (  # noqa: E402
     run_operator_arm,
     startup_probe,
 )
+from report import render as render_summary  # noqa: E402
 
 SCALES: dict[str, dict[str, Any]] = {
     # ~100 nodes, 10 and 50 deployments: a few minutes.
@@ -100,7 +101,7 @@ def main() -> int:
     ap.add_argument(
         "--replot",
         action="store_true",
-        help="only redo the derived parts (profile summaries, plots) of an existing results.json",
+        help="only redo the derived parts (profile summaries, plots) of a results.json.gz",
     )
     args = ap.parse_args()
 
@@ -134,10 +135,10 @@ def main() -> int:
         "controller_qps": args.controller_qps,
         "runs": [],
     }
-    results_file = out_dir / "results.json"
+    results_file = out_dir / results_io.NAME
     done_sizes: set[int] = set()
     if args.resume and results_file.exists():
-        earlier = json.loads(results_file.read_text())
+        earlier = results_io.load(results_file)
         results["runs"] = [r for r in earlier.get("runs", []) if "operator" in r and "direct" in r]
         done_sizes = {r["n"] for r in results["runs"]}
         for key in ("startup_probe", "placement"):
@@ -153,9 +154,7 @@ def main() -> int:
 
     def save() -> None:
         results["wall_seconds"] = round(time.monotonic() - t_start, 1)
-        tmp = results_file.with_suffix(".tmp")
-        tmp.write_text(json.dumps(results, indent=1, default=str))
-        tmp.replace(results_file)
+        results_io.save(results_file, results)
 
     if "probe" not in skip and "startup_probe" not in results:
         log(f"start-up probe: the operator as shipped on {preset['fleet'].nodes} nodes")
@@ -218,6 +217,7 @@ def main() -> int:
 
     plot_all(results, out_dir)
     save()
+    (out_dir / "summary.md").write_text(render_summary(results))
     log(f"done: {results_file}")
     if os.environ.get("PDD_BENCH_KEEP_WORK") != "1":
         shutil.rmtree(work_dir / "cluster", ignore_errors=True)
@@ -225,8 +225,8 @@ def main() -> int:
 
 
 def replot(out_dir: Path, raw_dir: Path) -> int:
-    results_file = out_dir / "results.json"
-    results = json.loads(results_file.read_text())
+    results_file = out_dir / results_io.NAME
+    results = results_io.load(results_file)
     for run in results.get("runs", []):
         for arm, sub in (("operator", f"n{run['n']}"), ("operator_none", f"n{run['n']}-none")):
             prof = raw_dir / sub / "operator-profile.txt"
@@ -236,7 +236,8 @@ def replot(out_dir: Path, raw_dir: Path) -> int:
                     **summarize_profile(raw),
                     "by_category": categorize_profile(raw),
                 }
-    results_file.write_text(json.dumps(results, indent=1, default=str))
+    results_io.save(results_file, results)
+    (out_dir / "summary.md").write_text(render_summary(results))
     for f in plot_all(results, out_dir):
         print(f)
     return 0

@@ -1,4 +1,4 @@
-"""PNG plots of a results.json (matplotlib, Agg backend)."""
+"""PNG plots of a bench run's results (matplotlib, Agg backend)."""
 
 from __future__ import annotations
 

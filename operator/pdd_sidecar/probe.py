@@ -42,6 +42,7 @@ KIB, MIB, GIB = 1 << 10, 1 << 20, 1 << 30
 DEFAULT_BLOCK_SIZES = (256 * KIB, 1 * MIB, 4 * MIB, 16 * MIB)
 MEMORY_KINDS = ("auto", "DRAM", "VRAM")
 MAX_BYTES_PER_SIZE = 4 * GIB  # a probe must never take a GPU's memory from the engine
+MAX_CONCURRENCY = 32
 _PACKAGE_ROOT = str(Path(__file__).resolve().parent.parent)
 # Workers prefix their JSON lines with this; UCX and NIXL may print other lines to stdout.
 MARKER = "@@pdd-probe "
@@ -63,6 +64,13 @@ class ProbeSpec:
     dst_device: int = 0
     timeout_s: float = 120.0
     seed: int = 1
+    # Transfer requests kept in flight at once. UCX's cuda_ipc transport runs every copy of one
+    # UCX worker to one peer GPU on a single CUDA stream, so one request cannot fill NVLink;
+    # each request here is bound to its own UCX worker (NIXL ``num_workers``) and stream.
+    concurrency: int = 1
+    # NIXL's UCX thread pool (``num_threads``): splits one request over that many threads,
+    # each with its own worker. 0 keeps NIXL's default single progress thread.
+    nixl_threads: int = 0
 
     def validate(self) -> None:
         for mem in (self.src_mem, self.dst_mem):
@@ -76,6 +84,10 @@ class ProbeSpec:
             raise ValueError(f"block sizes must be at most {MAX_BYTES_PER_SIZE}")
         if self.iterations < 1 or self.timeout_s <= 0:
             raise ValueError("iterations and timeout_s must be positive")
+        if not 1 <= self.concurrency <= MAX_CONCURRENCY:
+            raise ValueError(f"concurrency must be in [1, {MAX_CONCURRENCY}]")
+        if not 0 <= self.nixl_threads <= MAX_CONCURRENCY:
+            raise ValueError(f"nixl_threads must be in [0, {MAX_CONCURRENCY}]")
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> ProbeSpec:
@@ -109,6 +121,8 @@ class ProbeSpec:
             "iterations": self.iterations,
             "seed": self.seed,
             "timeout_s": self.timeout_s,
+            "concurrency": self.concurrency,
+            "nixl_threads": self.nixl_threads,
             "target": dict(target),
         }
 

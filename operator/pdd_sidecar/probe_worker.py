@@ -26,6 +26,7 @@ import os
 import shutil
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -132,9 +133,16 @@ def _nixl_api() -> Any:
         raise
 
 
-def _agent(name: str) -> Any:
+def _agent(name: str, workers: int = 1, threads: int = 0) -> Any:
+    """A NIXL agent with a UCX backend of ``workers`` UCX workers (one per request in flight)
+    and, with ``threads``, NIXL's UCX thread pool splitting every request over them."""
     api = _nixl_api()
-    return api.nixl_agent(name, api.nixl_agent_config(enable_prog_thread=True, backends=["UCX"]))
+    agent = api.nixl_agent(name, api.nixl_agent_config(enable_prog_thread=True, backends=[]))
+    params = {"num_workers": str(max(1, workers))}
+    if threads:
+        params |= {"num_threads": str(threads), "split_batch_size": "1"}
+    agent.create_backend("UCX", params)
+    return agent
 
 
 def _register(agent: Any, buf: Buffer) -> Any:
@@ -217,14 +225,17 @@ def _initiate(spec: dict[str, Any]) -> dict[str, Any]:
     src = allocate(spec["mem"], src_bytes, int(spec.get("device", 0)))
     data = pattern(src_bytes, seed)
     src.write(data)
-    agent = _agent(spec["agent_name"])
+    concurrency = int(spec.get("concurrency", 1))
+    agent = _agent(spec["agent_name"], concurrency, int(spec.get("nixl_threads", 0)))
     _register(agent, src)
     remote = agent.add_remote_agent(base64.b64decode(target["metadata_b64"]))
     agent.make_connection(remote)
 
     timings = []
     for k, slot in enumerate(plan):
-        seconds = _timed_writes(agent, remote, src, target, slot, seed + k, iterations, deadline)
+        seconds = _timed_writes(
+            agent, remote, src, target, slot, seed + k, iterations, concurrency, deadline
+        )
         moved = slot.nbytes * iterations
         timings.append(
             {
@@ -255,6 +266,8 @@ def _initiate(spec: dict[str, Any]) -> dict[str, Any]:
         "blocks": sum(slot.count for slot in plan) * iterations,
         "block_sizes": sizes,
         "iterations": iterations,
+        "concurrency": concurrency,
+        "nixl_threads": int(spec.get("nixl_threads", 0)),
         "per_block_size": timings,
         "ucx_tls": os.environ.get("UCX_TLS", ""),
         "ucx_net_devices": os.environ.get("UCX_NET_DEVICES", ""),
@@ -270,9 +283,11 @@ def _timed_writes(
     slot: Slot,
     seed: int,
     iterations: int,
+    concurrency: int,
     deadline: float,
 ) -> float:
-    """All blocks of one size in one request with many descriptors; one untimed warm-up."""
+    """All blocks of one size, split over ``concurrency`` requests posted together; one untimed
+    warm-up round."""
     size, count = slot.block_size, slot.count
     perm = permutation(count, seed)
     base = int(target["addr"]) + slot.offset
@@ -285,32 +300,73 @@ def _timed_writes(
     )
     local_side = agent.prep_xfer_dlist("NIXL_INIT_AGENT", local, src.mem)
     remote_side = agent.prep_xfer_dlist(remote, remote_descs, target["mem"])
-    indices = np.arange(count, dtype=np.int32)
-    handle = agent.make_prepped_xfer("WRITE", local_side, indices, remote_side, indices)
+    handles = _requests_on_own_workers(agent, local_side, remote_side, count, concurrency)
     try:
-        _post_and_wait(agent, handle, deadline)  # warm-up: rkey unpack, lane wire-up
+        _post_and_wait(agent, handles, deadline)  # warm-up: rkey unpack, lane wire-up
         start = time.perf_counter()
         for _ in range(iterations):
-            _post_and_wait(agent, handle, deadline)
+            _post_and_wait(agent, handles, deadline)
         return time.perf_counter() - start
     finally:
-        handle.release()
+        for handle in handles:
+            handle.release()
         local_side.release()
         remote_side.release()
 
 
-def _post_and_wait(agent: Any, handle: Any, deadline: float) -> None:
-    state = agent.transfer(handle)
-    if state == "ERR":
-        raise RuntimeError("NIXL refused to post the transfer")
+def _requests_on_own_workers(
+    agent: Any, local_side: Any, remote_side: Any, count: int, concurrency: int
+) -> list[Any]:
+    """One WRITE request per chunk of the descriptors. NIXL's UCX backend binds a request to
+    the UCX worker of the thread that prepares it (one worker per thread, round robin), so each
+    request is prepared on a thread of its own to get a worker, and a CUDA stream, of its own."""
+    chunks = np.array_split(np.arange(count, dtype=np.int32), min(concurrency, count))
+    handles: list[Any] = [None] * len(chunks)
+    errors: list[BaseException] = []
+
+    def prepare(k: int) -> None:
+        try:
+            handles[k] = agent.make_prepped_xfer(
+                "WRITE", local_side, chunks[k], remote_side, chunks[k]
+            )
+        except BaseException as exc:  # re-raised in the caller's thread
+            errors.append(exc)
+
+    if len(chunks) == 1:
+        prepare(0)
+    else:
+        threads = [threading.Thread(target=prepare, args=(k,)) for k in range(len(chunks))]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+    if errors:
+        for handle in filter(None, handles):
+            handle.release()
+        raise errors[0]
+    return handles
+
+
+def _post_and_wait(agent: Any, handles: list[Any], deadline: float) -> None:
+    """Post every request, then wait until all of them are done."""
+    pending = []
+    for handle in handles:
+        state = agent.transfer(handle)
+        if state == "ERR":
+            raise RuntimeError("NIXL refused to post the transfer")
+        if state != "DONE":
+            pending.append(handle)
 
     def finished() -> bool:
-        current = agent.check_xfer_state(handle)
-        if current == "ERR":
-            raise RuntimeError("NIXL reported a transfer error")
-        return bool(current == "DONE")
+        for handle in list(pending):
+            current = agent.check_xfer_state(handle)
+            if current == "ERR":
+                raise RuntimeError("NIXL reported a transfer error")
+            if current == "DONE":
+                pending.remove(handle)
+        return not pending
 
-    if state != "DONE":
+    if pending:
         _wait(finished, deadline, "the transfer")
 
 

@@ -1,0 +1,37 @@
+#!/usr/bin/env bash
+# The two-GPU NIXL measurements in docs/benchmarks.md, as run on the lent two-H200 machine
+# (`nvidia-h200-x2`) from the repository root, with the NIXL wheels for its Python in .whl/:
+#
+#   OUT=/some/dir bash bench/nixl_two_gpu.sh
+#
+# Writes $OUT/nixl-two-gpu.tgz (every probe's JSON and table, UCX's protocol tables, the GPU
+# topology) and prints the tables.
+set -uo pipefail
+OUT=${OUT:?set OUT to the output directory}
+WORK=$(mktemp -d)
+python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
+  --target /tmp/site .whl/*.whl || exit 1
+export PYTHONPATH=/tmp/site:operator PYTHONUNBUFFERED=1
+# The host's GPUs are shared: NVLink multicast stays off.
+export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
+nvidia-smi topo -m >"$WORK/topology.txt" 2>&1
+nvidia-smi --query-gpu=name,driver_version,pcie.link.gen.current,clocks.max.mem --format=csv \
+  >"$WORK/gpus.csv" 2>&1
+probe() { # name, then nixl_probe.py arguments
+  local name=$1; shift
+  echo "== $name: $*"
+  PDD_PROBE_KEEP_UCX_LOG="$WORK/$name/ucx" timeout 240 python3 bench/nixl_probe.py \
+    --out "$WORK/$name" --src-device 0 --dst-device 1 --timeout 120 "$@"
+  echo "== $name rc=$?"
+}
+# 1. GPU0 -> GPU1 over the curve of block sizes, 1 to 16 requests in flight.
+probe requests --paths VRAM-VRAM --concurrency 1,2,4,8,16
+# 2. NIXL's own UCX thread pool instead (one request, split over its threads).
+probe threads --paths VRAM-VRAM --concurrency 1 --nixl-threads 4,8 --block-sizes 64K,1M,16M,64M
+# 3. Large blocks, 2 GiB per size: what a whole prompt's KV moves.
+probe large --paths VRAM-VRAM --concurrency 1,8 --block-sizes 16M,64M,256M \
+  --bytes-per-size 2147483648 --iterations 5
+# 4. Host memory <-> the other GPU: the baseline must be physically possible.
+probe host --paths DRAM-VRAM,VRAM-DRAM --concurrency 1 --block-sizes 1M,16M \
+  --bytes-per-size 67108864 --iterations 2
+tar czf "$OUT/nixl-two-gpu.tgz" -C "$WORK" .
