@@ -2,7 +2,8 @@
 # The two-GPU NIXL measurements in docs/benchmarks.md, as run on the lent two-H200 machine
 # (`nvidia-h200-x2`) from the repository root, with the NIXL wheels for its Python in .whl/:
 #
-#   OUT=/some/dir bash bench/nixl_two_gpu.sh
+#   OUT=/some/dir bash bench/nixl_two_gpu.sh            # every step
+#   OUT=/some/dir STEPS="requests host" bash bench/nixl_two_gpu.sh
 #
 # Writes $OUT/nixl-two-gpu.tgz (every probe's JSON and table, UCX's protocol tables, the GPU
 # topology) and prints the tables.
@@ -17,15 +18,17 @@ export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVL
 nvidia-smi topo -m >"$WORK/topology.txt" 2>&1
 nvidia-smi --query-gpu=name,driver_version,pcie.link.gen.current,clocks.max.mem --format=csv \
   >"$WORK/gpus.csv" 2>&1
+STEPS=${STEPS:-requests threads large host}
 probe() { # name, then nixl_probe.py arguments
   local name=$1; shift
+  [[ " $STEPS " == *" $name "* ]] || return 0
   echo "== $name: $*"
-  PDD_PROBE_KEEP_UCX_LOG="$WORK/$name/ucx" timeout 240 python3 bench/nixl_probe.py \
+  PDD_PROBE_KEEP_UCX_LOG="$WORK/$name/ucx" timeout 420 python3 bench/nixl_probe.py \
     --out "$WORK/$name" --src-device 0 --dst-device 1 --timeout 120 "$@"
   echo "== $name rc=$?"
 }
 # 1. GPU0 -> GPU1 over the curve of block sizes, 1 to 16 requests in flight.
-probe requests --paths VRAM-VRAM --concurrency 1,2,4,8,16
+probe requests --paths VRAM-VRAM --concurrency 1,4,8,16 --bytes-per-size 268435456
 # 2. NIXL's own UCX thread pool instead (one request, split over its threads).
 probe threads --paths VRAM-VRAM --concurrency 1 --nixl-threads 4,8 --block-sizes 64K,1M,16M,64M
 # 3. Large blocks, 2 GiB per size: what a whole prompt's KV moves.

@@ -70,6 +70,18 @@ def test_sglang_adapter_sets_disaggregation_flags() -> None:
     assert args[args.index("--disaggregation-bootstrap-port") + 1] == "8998"
 
 
+@pytest.mark.parametrize(("engine", "flag"), [("vllm", "--block-size"), ("sglang", "--page-size")])
+def test_kv_block_size_becomes_the_engines_flag(engine: str, flag: str) -> None:
+    pdd = make_pdd({"engine": {"type": engine, "kvBlockSize": 128}})
+    for role in ("prefill", "decode"):
+        sts = find(render_children(pdd, RenderContext()), "StatefulSet", f"llama-{role}")
+        args = container(sts, "engine")["args"]
+        assert args[args.index(flag) + 1] == "128"
+    default = find(render_children(make_pdd({"engine": {"type": engine}}), RenderContext()),
+                   "StatefulSet", "llama-decode")  # fmt: skip
+    assert flag not in container(default, "engine")["args"]
+
+
 def test_custom_engine_gets_env_only() -> None:
     pdd = make_pdd({"engine": {"image": "example.com/engine:1", "type": "custom"}})
     engine = container(

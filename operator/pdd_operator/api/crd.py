@@ -86,11 +86,11 @@ def _structural(node: Any, definitions: dict[str, Any]) -> Any:
         return [_structural(item, definitions) for item in node]
     if not isinstance(node, dict):
         return node
+    node = _drop_null_branch(node)  # first: an optional model's one branch is a $ref
     if "$ref" in node:
         target = definitions[node["$ref"].split("/")[-1]]
         merged = {**target, **{k: v for k, v in node.items() if k != "$ref"}}
         return _structural(merged, definitions)
-    node = _drop_null_branch(node)
     out: dict[str, Any] = {}
     for key, value in node.items():
         if key in _DROPPED_KEYS:

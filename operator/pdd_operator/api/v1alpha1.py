@@ -91,6 +91,39 @@ EnvList = Annotated[
 Args = Annotated[list[Annotated[str, Field(max_length=4096)]], Field(max_length=256)]
 
 
+class KvCacheSpec(Model):
+    """The model's KV-cache shape (its config.json), for the transfer check at the engine's
+    own descriptor size."""
+
+    layers: int = Field(
+        json_schema_extra=cel(
+            "self >= 1 && self <= 1024", "spec.model.kvCache.layers must be between 1 and 1024"
+        ),
+        description="Decoder layers (num_hidden_layers).",
+    )
+    kvHeads: int = Field(
+        json_schema_extra=cel(
+            "self >= 1 && self <= 1024", "spec.model.kvCache.kvHeads must be between 1 and 1024"
+        ),
+        description="KV heads per layer (num_key_value_heads); 1 with `latent`.",
+    )
+    headDim: int = Field(
+        json_schema_extra=cel(
+            "self >= 1 && self <= 4096", "spec.model.kvCache.headDim must be between 1 and 4096"
+        ),
+        description="Values per head (head_dim); with `latent`, the latent vector's size "
+        "(kv_lora_rank + qk_rope_head_dim, 576 for DeepSeek-V3).",
+    )
+    dtype: Literal["bfloat16", "float16", "float8"] = Field(
+        default="bfloat16", description="KV-cache data type."
+    )
+    latent: bool = Field(
+        default=False,
+        description="Multi-head latent attention: one vector per token and layer, not split "
+        "by tensor parallelism.",
+    )
+
+
 class ModelSpec(Model):
     """The model every prefill and decode instance serves."""
 
@@ -101,6 +134,12 @@ class ModelSpec(Model):
     )
     servedName: str | None = Field(
         default=None, max_length=256, description="Name clients use; defaults to `name`."
+    )
+    kvCache: KvCacheSpec | None = Field(
+        default=None,
+        description="The KV-cache shape; known model families (Llama 3, Qwen 2.5/3, Mistral, "
+        "Mixtral, DeepSeek-V3/R1) are recognised by name. Lets the transfer check measure at "
+        "the engine's own descriptor size.",
     )
 
 
@@ -132,6 +171,15 @@ class EngineSpec(Model):
             "self >= 1 && self <= 65535", "spec.engine.port must be between 1 and 65535"
         ),
         description="Port the engine serves HTTP on.",
+    )
+    kvBlockSize: int | None = Field(
+        default=None,
+        json_schema_extra=cel(
+            "self >= 1 && self <= 1024", "spec.engine.kvBlockSize must be between 1 and 1024"
+        ),
+        description="Tokens per KV-cache block (vLLM `--block-size`, SGLang `--page-size`); "
+        "unset keeps the engine's default (16, SGLang 1). One NIXL descriptor moves one "
+        "block of one layer, so larger blocks move KV faster (docs/benchmarks.md).",
     )
 
 

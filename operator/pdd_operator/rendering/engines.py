@@ -66,6 +66,8 @@ def _vllm(spec: PDDeploymentSpec, role: str) -> EngineCommand:
     ]
     if spec.model.servedName:
         args += ["--served-model-name", spec.model.servedName]
+    if spec.engine.kvBlockSize:
+        args += ["--block-size", str(spec.engine.kvBlockSize)]
     env: list[dict[str, Any]] = [
         {
             "name": "VLLM_NIXL_SIDE_CHANNEL_HOST",
@@ -105,6 +107,8 @@ def _sglang(spec: PDDeploymentSpec, role: str) -> EngineCommand:
     ]
     if spec.model.servedName:
         args += ["--served-model-name", spec.model.servedName]
+    if spec.engine.kvBlockSize:
+        args += ["--page-size", str(spec.engine.kvBlockSize)]
     ports = [
         {"name": "bootstrap", "containerPort": spec.kvTransfer.bootstrapPort, "protocol": "TCP"}
     ]

@@ -1,0 +1,127 @@
+"""The engines' KV-cache layout (pure): how many bytes one NIXL descriptor moves.
+
+An engine does not move a prompt's KV cache as one region: it registers its paged KV cache
+with NIXL and transfers one descriptor per (layer, K or V, block). What the link reaches at
+that descriptor size is what a request gets, and it can be far below the link's large-block
+figure (docs/benchmarks.md has the curve). So the operator works the size out from the model's
+shape, the engine's block size and the tensor-parallel degree, has the transfer probe measure
+at that size, and reports it beside the link's figure.
+
+The model's shape comes from ``spec.model.kvCache`` or, for a few well-known model families,
+from the table below (values from each model's published config.json).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from pdd_operator.api.v1alpha1 import ModelSpec, PDDeploymentSpec
+
+DTYPE_BYTES = {"bfloat16": 2, "float16": 2, "float8": 1}
+# Tokens per KV block when the PDDeployment does not set one (the engines' own defaults).
+DEFAULT_BLOCK_TOKENS = {"vllm": 16, "sglang": 1, "custom": 16}
+
+
+@dataclass(frozen=True)
+class KvCacheShape:
+    """Per layer: ``kv_heads`` heads of ``head_dim`` values for K and again for V; with
+    ``latent`` (multi-head latent attention, DeepSeek-V3) one vector of ``head_dim`` values
+    per token, the same on every tensor-parallel rank."""
+
+    layers: int
+    kv_heads: int
+    head_dim: int
+    dtype_bytes: int = 2
+    latent: bool = False
+
+    def bytes_per_token(self) -> int:
+        """KV bytes one token adds over all layers and all ranks."""
+        per_layer = self.head_dim * self.dtype_bytes * (1 if self.latent else 2 * self.kv_heads)
+        return self.layers * per_layer
+
+
+@dataclass(frozen=True)
+class DescriptorPlan:
+    """What one engine rank moves for a prompt: descriptor size and count."""
+
+    descriptor_bytes: int
+    descriptors: int
+
+    @property
+    def total_bytes(self) -> int:
+        return self.descriptor_bytes * self.descriptors
+
+
+# Matched against the lower-cased model name (a Hugging Face id or a path ending in one).
+KNOWN_MODELS: tuple[tuple[re.Pattern[str], KvCacheShape], ...] = tuple(
+    (re.compile(pattern), shape)
+    for pattern, shape in (
+        (r"llama-3(\.[0-9])?-8b", KvCacheShape(layers=32, kv_heads=8, head_dim=128)),
+        (r"llama-3(\.[0-9])?-70b", KvCacheShape(layers=80, kv_heads=8, head_dim=128)),
+        (r"llama-3(\.[0-9])?-405b", KvCacheShape(layers=126, kv_heads=8, head_dim=128)),
+        (r"qwen2\.5-7b", KvCacheShape(layers=28, kv_heads=4, head_dim=128)),
+        (r"qwen2\.5-72b", KvCacheShape(layers=80, kv_heads=8, head_dim=128)),
+        (r"qwen3-32b", KvCacheShape(layers=64, kv_heads=8, head_dim=128)),
+        (r"qwen3-235b-a22b", KvCacheShape(layers=94, kv_heads=4, head_dim=128)),
+        (r"mistral-7b", KvCacheShape(layers=32, kv_heads=8, head_dim=128)),
+        (r"mixtral-8x7b", KvCacheShape(layers=32, kv_heads=8, head_dim=128)),
+        # MLA: kv_lora_rank 512 + qk_rope_head_dim 64 per token and layer.
+        (r"deepseek-(v3|r1)", KvCacheShape(layers=61, kv_heads=1, head_dim=576, latent=True)),
+    )
+)
+
+
+def known_shape(model_name: str) -> KvCacheShape | None:
+    name = model_name.lower()
+    return next((shape for pattern, shape in KNOWN_MODELS if pattern.search(name)), None)
+
+
+def kv_heads_per_rank(shape: KvCacheShape, tp: int) -> int:
+    """Tensor parallelism splits the KV heads; with fewer heads than ranks each rank keeps a
+    copy of one head (the engines replicate rather than split a head)."""
+    if shape.latent:
+        return 1
+    return max(1, shape.kv_heads // max(1, tp))
+
+
+def descriptor_bytes(shape: KvCacheShape, block_tokens: int, tp: int) -> int:
+    """One descriptor: one block of tokens of one layer's K (or V, or MLA latent) on one rank.
+
+    vLLM's NixlConnector registers every layer's K and V caches as separate regions and
+    transfers block by block; SGLang's NIXL backend does the same per page (its page size is
+    the block size here)."""
+    return block_tokens * kv_heads_per_rank(shape, tp) * shape.head_dim * shape.dtype_bytes
+
+
+def prompt_plan(shape: KvCacheShape, block_tokens: int, tp: int, tokens: int) -> DescriptorPlan:
+    """The descriptors one rank moves for a prompt of ``tokens`` tokens."""
+    blocks = -(-tokens // block_tokens)
+    per_block = shape.layers * (1 if shape.latent else 2)
+    return DescriptorPlan(descriptor_bytes(shape, block_tokens, tp), blocks * per_block)
+
+
+def model_shape(model: ModelSpec) -> KvCacheShape | None:
+    """The shape the PDDeployment gives, else the known family its name belongs to."""
+    given = model.kvCache
+    if given is None:
+        return known_shape(model.name)
+    return KvCacheShape(
+        layers=given.layers,
+        kv_heads=given.kvHeads,
+        head_dim=given.headDim,
+        dtype_bytes=DTYPE_BYTES[given.dtype],
+        latent=given.latent,
+    )
+
+
+def engine_descriptor_bytes(spec: PDDeploymentSpec) -> int | None:
+    """The descriptor size the deployment's engines move KV in, or None when the model's
+    shape is unknown. With different TP degrees per role the larger one sets the (smaller)
+    descriptor: that is the side that limits the transfer."""
+    shape = model_shape(spec.model)
+    if shape is None:
+        return None
+    block = spec.engine.kvBlockSize or DEFAULT_BLOCK_TOKENS[spec.engine.type]
+    tp = max(spec.prefill.gpusPerInstance, spec.decode.gpusPerInstance)
+    return descriptor_bytes(shape, block, tp)

@@ -1,0 +1,103 @@
+"""The engines' KV descriptor sizes, worked out by hand from the models' config.json."""
+
+from __future__ import annotations
+
+import pytest
+
+from helpers.factories import make_pdd
+from pdd_operator.planning.kv_layout import (
+    KvCacheShape,
+    descriptor_bytes,
+    engine_descriptor_bytes,
+    known_shape,
+    prompt_plan,
+)
+
+LLAMA_70B = KvCacheShape(layers=80, kv_heads=8, head_dim=128)
+DEEPSEEK_V3 = KvCacheShape(layers=61, kv_heads=1, head_dim=576, latent=True)
+
+
+@pytest.mark.parametrize(
+    ("name", "layers", "kv_heads"),
+    [
+        ("meta-llama/Llama-3.1-70B-Instruct", 80, 8),
+        ("meta-llama/Meta-Llama-3-8B", 32, 8),
+        ("/models/Llama-3.3-70B-Instruct", 80, 8),
+        ("Qwen/Qwen2.5-7B-Instruct", 28, 4),
+        ("deepseek-ai/DeepSeek-R1", 61, 1),
+    ],
+)
+def test_known_models_by_name(name: str, layers: int, kv_heads: int) -> None:
+    shape = known_shape(name)
+    assert shape is not None
+    assert (shape.layers, shape.kv_heads) == (layers, kv_heads)
+
+
+def test_unknown_model_has_no_shape() -> None:
+    assert known_shape("my-org/finetune-v2") is None
+
+
+def test_bytes_per_token_70b() -> None:
+    # 80 layers x (K + V) x 8 heads x 128 values x 2 bytes
+    assert LLAMA_70B.bytes_per_token() == 327_680
+
+
+@pytest.mark.parametrize(
+    ("block_tokens", "tp", "expected"),
+    [
+        (16, 1, 32 * 1024),  # vLLM's default block: 32 KiB descriptors
+        (16, 4, 8 * 1024),
+        (16, 8, 4 * 1024),
+        (16, 16, 4 * 1024),  # more ranks than KV heads: each keeps one whole head
+        (128, 1, 256 * 1024),
+        (1, 1, 2 * 1024),  # SGLang's default page of one token
+    ],
+)
+def test_descriptor_bytes_gqa(block_tokens: int, tp: int, expected: int) -> None:
+    assert descriptor_bytes(LLAMA_70B, block_tokens, tp) == expected
+
+
+@pytest.mark.parametrize("tp", [1, 8, 16])
+def test_latent_cache_is_the_same_on_every_rank(tp: int) -> None:
+    assert descriptor_bytes(DEEPSEEK_V3, 16, tp) == 16 * 576 * 2
+
+
+def test_prompt_plan_matches_the_prompts_kv_bytes() -> None:
+    plan = prompt_plan(LLAMA_70B, block_tokens=16, tp=1, tokens=4096)
+    assert plan.descriptors == 256 * 80 * 2
+    assert plan.total_bytes == 4096 * LLAMA_70B.bytes_per_token() == 1_342_177_280
+
+
+def test_prompt_plan_rounds_up_to_whole_blocks() -> None:
+    plan = prompt_plan(LLAMA_70B, block_tokens=16, tp=1, tokens=17)
+    assert plan.descriptors == 2 * 160
+
+
+def test_engine_descriptor_from_the_known_model_and_the_larger_tp() -> None:
+    # Llama-3.1-8B: 8 KV heads; TP 2 on both roles, vLLM's 16-token blocks
+    spec = make_pdd().spec
+    assert engine_descriptor_bytes(spec) == 16 * 4 * 128 * 2
+    spec = make_pdd({"decode": {"gpusPerInstance": 8}}).spec
+    assert engine_descriptor_bytes(spec) == 16 * 1 * 128 * 2
+
+
+def test_engine_descriptor_follows_block_size_and_given_shape() -> None:
+    spec = make_pdd(
+        {
+            "model": {
+                "name": "my-org/finetune",
+                "kvCache": {"layers": 40, "kvHeads": 16, "headDim": 64, "dtype": "float8"},
+            },
+            "engine": {"kvBlockSize": 128},
+        }
+    ).spec
+    assert engine_descriptor_bytes(spec) == 128 * 8 * 64 * 1
+
+
+def test_engine_descriptor_unknown_model() -> None:
+    assert engine_descriptor_bytes(make_pdd({"model": {"name": "my-org/finetune"}}).spec) is None
+
+
+def test_sglang_default_page_is_one_token() -> None:
+    spec = make_pdd({"engine": {"type": "sglang"}}).spec
+    assert engine_descriptor_bytes(spec) == 1 * 4 * 128 * 2
