@@ -138,7 +138,7 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--block-sizes", default="", help=f"default {GPU_BLOCK_SIZES} (GPU)")
     parser.add_argument("--bytes-per-size", type=int, default=0, help="default 512 MiB GPU, 16 CPU")
     parser.add_argument("--iterations", type=int, default=0, help="default 10 GPU, 2 CPU")
-    parser.add_argument("--concurrency", default="1", help="requests in flight, a list: 1,4,8")
+    parser.add_argument("--concurrency", default="8", help="requests in flight, a list: 1,4,8")
     parser.add_argument("--nixl-threads", default="0", help="NIXL UCX thread pool sizes: 0,8")
     parser.add_argument("--src-device", type=int, default=0)
     parser.add_argument("--dst-device", type=int, default=0)

@@ -27,6 +27,7 @@ from pdd_sidecar.probe_result import ProbeResult, classify_probe
 
 __all__ = [
     "DEFAULT_BLOCK_SIZES",
+    "LINK_CONCURRENCY",
     "ProbeResult",
     "ProbeSpec",
     "Slot",
@@ -43,6 +44,9 @@ DEFAULT_BLOCK_SIZES = (256 * KIB, 1 * MIB, 4 * MIB, 16 * MIB)
 MEMORY_KINDS = ("auto", "DRAM", "VRAM")
 MAX_BYTES_PER_SIZE = 4 * GIB  # a probe must never take a GPU's memory from the engine
 MAX_CONCURRENCY = 32
+# Requests in flight that reached the link between two H200 over NVLink (4 and 8 alike,
+# 16 no better; docs/benchmarks.md): what a probe that must measure the link uses.
+LINK_CONCURRENCY = 8
 _PACKAGE_ROOT = str(Path(__file__).resolve().parent.parent)
 # Workers prefix their JSON lines with this; UCX and NIXL may print other lines to stdout.
 MARKER = "@@pdd-probe "

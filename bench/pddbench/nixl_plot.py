@@ -1,0 +1,66 @@
+"""The NIXL transfer curve (GB/s over block size) of one or more nixl_probe.json documents,
+with the engines' KV descriptor sizes marked."""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections import defaultdict
+from pathlib import Path
+from typing import Any
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt
+
+KIB = 1 << 10
+# vLLM's default 16-token blocks, Llama-3.1-70B (8 KV heads x 128 x bf16) at TP 1 and TP 8,
+# and 128-token blocks at TP 1 (pdd_operator.planning.kv_layout).
+ENGINE_MARKS = {"70B TP8, 16-token blocks": 4 * KIB, "70B TP1, 16-token blocks": 32 * KIB,
+                "70B TP1, 128-token blocks": 256 * KIB}  # fmt: skip
+
+
+def plot_curves(documents: list[dict[str, Any]], out: Path) -> Path:
+    curves: dict[str, dict[int, float]] = defaultdict(dict)
+    contiguous: dict[int, float] = {}
+    for document in documents:
+        for row in document["rows"]:
+            if row["path"] != "VRAM->VRAM" or not row["nixl_gbps"]:
+                continue
+            label = f"NIXL, {row['concurrency']} request(s) in flight"
+            if row["nixl_threads"]:
+                label += f", {row['nixl_threads']} NIXL threads"
+            curves[label][row["block_size"]] = row["nixl_gbps"]
+            contiguous[row["block_size"]] = row["copy_contiguous_gbps"]
+    fig, ax = plt.subplots(figsize=(8, 5))
+    for label, points in sorted(curves.items()):
+        sizes = sorted(points)
+        ax.plot(sizes, [points[s] for s in sizes], marker="o", label=label)
+    sizes = sorted(contiguous)
+    ax.plot(sizes, [contiguous[s] for s in sizes], "k--", label="one contiguous copy (torch)")
+    for name, size in ENGINE_MARKS.items():
+        ax.axvline(size, color="grey", alpha=0.4)
+        ax.text(size, 0.6, name, rotation=90, fontsize=7, va="bottom")
+    ax.set_xscale("log", base=2)
+    ax.set_yscale("log")
+    ax.set_xlabel("bytes per descriptor (block)")
+    ax.set_ylabel("GB/s (10^9 B/s)")
+    ax.set_title("GPU0 -> GPU1 over NVLink (2x H200, NV18), NIXL 1.5.1 + UCX cuda_ipc")
+    ax.legend(fontsize=7)
+    ax.grid(alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(out, dpi=110)
+    plt.close(fig)
+    return out
+
+
+def main() -> int:
+    *inputs, out = sys.argv[1:]
+    documents = [json.loads(Path(p).read_text()) for p in inputs]
+    print(plot_curves(documents, Path(out)))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
