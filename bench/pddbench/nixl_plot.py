@@ -15,10 +15,11 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 
 KIB = 1 << 10
-# vLLM's default 16-token blocks, Llama-3.1-70B (8 KV heads x 128 x bf16) at TP 1 and TP 8,
-# and 128-token blocks at TP 1 (pdd_operator.planning.kv_layout).
-ENGINE_MARKS = {"70B TP8, 16-token blocks": 4 * KIB, "70B TP1, 16-token blocks": 32 * KIB,
-                "70B TP1, 128-token blocks": 256 * KIB}  # fmt: skip
+# One block of one layer of Llama-3.1-70B (8 KV heads x 128 x bf16), pdd_operator.planning.
+# kv_layout: vLLM (K and V in one descriptor) at its default 16-token blocks on TP 8 and TP 1
+# and at 128-token blocks; SGLang at its default one-token pages (K or V) on TP 1.
+ENGINE_MARKS = {"SGLang TP1, page 1": 2 * KIB, "vLLM TP8, block 16": 8 * KIB,
+                "vLLM TP1, block 16": 64 * KIB, "vLLM TP1, block 128": 512 * KIB}  # fmt: skip
 
 
 def plot_curves(documents: list[dict[str, Any]], out: Path) -> Path:

@@ -1,11 +1,13 @@
 """The engines' KV-cache layout (pure): how many bytes one NIXL descriptor moves.
 
 An engine does not move a prompt's KV cache as one region: it registers its paged KV cache
-with NIXL and transfers one descriptor per (layer, K or V, block). What the link reaches at
-that descriptor size is what a request gets, and it can be far below the link's large-block
-figure (docs/benchmarks.md has the curve). So the operator works the size out from the model's
-shape, the engine's block size and the tensor-parallel degree, has the transfer probe measure
-at that size, and reports it beside the link's figure.
+with NIXL and transfers one descriptor per layer and block (vLLM 0.33 packs K and V of a block
+into one descriptor, SGLang 0.5 moves them as two). NIXL merges the descriptors of blocks that
+happen to be adjacent in memory, so one block is the smallest descriptor a request can get:
+the size on a fragmented cache. What the link reaches at that size can be far below its
+large-block figure (docs/benchmarks.md has the curve), so the operator works the size out from
+the model's shape, the engine's block size and the tensor-parallel degree, has the transfer
+check measure at that size, and reports it beside the link's figure.
 
 The model's shape comes from ``spec.model.kvCache`` or, for a few well-known model families,
 from the table below (values from each model's published config.json).
@@ -21,6 +23,9 @@ from pdd_operator.api.v1alpha1 import ModelSpec, PDDeploymentSpec
 DTYPE_BYTES = {"bfloat16": 2, "float16": 2, "float8": 1}
 # Tokens per KV block when the PDDeployment does not set one (the engines' own defaults).
 DEFAULT_BLOCK_TOKENS = {"vllm": 16, "sglang": 1, "custom": 16}
+# Engines whose descriptor holds a block's K and V together (vLLM's NixlConnector registers
+# one region per layer with K and V in the content dimension, nixl/base_worker.py).
+KV_PACKED = {"vllm": True, "sglang": False, "custom": False}
 
 
 @dataclass(frozen=True)
@@ -85,20 +90,21 @@ def kv_heads_per_rank(shape: KvCacheShape, tp: int) -> int:
     return max(1, shape.kv_heads // max(1, tp))
 
 
-def descriptor_bytes(shape: KvCacheShape, block_tokens: int, tp: int) -> int:
-    """One descriptor: one block of tokens of one layer's K (or V, or MLA latent) on one rank.
+def descriptor_bytes(shape: KvCacheShape, block_tokens: int, tp: int, packed: bool) -> int:
+    """One descriptor: one block of tokens of one layer on one rank, K and V together when
+    ``packed``, else K or V alone (an MLA latent has no separate V)."""
+    per_token = kv_heads_per_rank(shape, tp) * shape.head_dim * shape.dtype_bytes
+    together = 2 if packed and not shape.latent else 1
+    return block_tokens * per_token * together
 
-    vLLM's NixlConnector registers every layer's K and V caches as separate regions and
-    transfers block by block; SGLang's NIXL backend does the same per page (its page size is
-    the block size here)."""
-    return block_tokens * kv_heads_per_rank(shape, tp) * shape.head_dim * shape.dtype_bytes
 
-
-def prompt_plan(shape: KvCacheShape, block_tokens: int, tp: int, tokens: int) -> DescriptorPlan:
-    """The descriptors one rank moves for a prompt of ``tokens`` tokens."""
+def prompt_plan(
+    shape: KvCacheShape, block_tokens: int, tp: int, tokens: int, packed: bool
+) -> DescriptorPlan:
+    """The descriptors one rank moves for a prompt of ``tokens`` tokens, none merged."""
     blocks = -(-tokens // block_tokens)
-    per_block = shape.layers * (1 if shape.latent else 2)
-    return DescriptorPlan(descriptor_bytes(shape, block_tokens, tp), blocks * per_block)
+    per_block = shape.layers * (1 if packed or shape.latent else 2)
+    return DescriptorPlan(descriptor_bytes(shape, block_tokens, tp, packed), blocks * per_block)
 
 
 def model_shape(model: ModelSpec) -> KvCacheShape | None:
@@ -122,6 +128,7 @@ def engine_descriptor_bytes(spec: PDDeploymentSpec) -> int | None:
     shape = model_shape(spec.model)
     if shape is None:
         return None
-    block = spec.engine.kvBlockSize or DEFAULT_BLOCK_TOKENS[spec.engine.type]
+    engine = spec.engine.type
+    block = spec.engine.kvBlockSize or DEFAULT_BLOCK_TOKENS[engine]
     tp = max(spec.prefill.gpusPerInstance, spec.decode.gpusPerInstance)
-    return descriptor_bytes(shape, block, tp)
+    return descriptor_bytes(shape, block, tp, KV_PACKED[engine])

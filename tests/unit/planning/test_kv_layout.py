@@ -43,42 +43,44 @@ def test_bytes_per_token_70b() -> None:
 
 
 @pytest.mark.parametrize(
-    ("block_tokens", "tp", "expected"),
+    ("block_tokens", "tp", "packed", "expected"),
     [
-        (16, 1, 32 * 1024),  # vLLM's default block: 32 KiB descriptors
-        (16, 4, 8 * 1024),
-        (16, 8, 4 * 1024),
-        (16, 16, 4 * 1024),  # more ranks than KV heads: each keeps one whole head
-        (128, 1, 256 * 1024),
-        (1, 1, 2 * 1024),  # SGLang's default page of one token
+        (16, 1, True, 64 * 1024),  # vLLM's default block, K and V in one descriptor
+        (16, 8, True, 8 * 1024),
+        (16, 16, True, 8 * 1024),  # more ranks than KV heads: each keeps one whole head
+        (128, 1, True, 512 * 1024),
+        (16, 1, False, 32 * 1024),  # K and V apart (SGLang)
+        (1, 1, False, 2 * 1024),  # SGLang's default page of one token
+        (1, 8, False, 256),
     ],
 )
-def test_descriptor_bytes_gqa(block_tokens: int, tp: int, expected: int) -> None:
-    assert descriptor_bytes(LLAMA_70B, block_tokens, tp) == expected
+def test_descriptor_bytes_gqa(block_tokens: int, tp: int, packed: bool, expected: int) -> None:
+    assert descriptor_bytes(LLAMA_70B, block_tokens, tp, packed) == expected
 
 
-@pytest.mark.parametrize("tp", [1, 8, 16])
-def test_latent_cache_is_the_same_on_every_rank(tp: int) -> None:
-    assert descriptor_bytes(DEEPSEEK_V3, 16, tp) == 16 * 576 * 2
+@pytest.mark.parametrize(("tp", "packed"), [(1, True), (8, True), (16, False)])
+def test_latent_cache_is_the_same_on_every_rank(tp: int, packed: bool) -> None:
+    assert descriptor_bytes(DEEPSEEK_V3, 64, tp, packed) == 64 * 576 * 2
 
 
-def test_prompt_plan_matches_the_prompts_kv_bytes() -> None:
-    plan = prompt_plan(LLAMA_70B, block_tokens=16, tp=1, tokens=4096)
-    assert plan.descriptors == 256 * 80 * 2
+@pytest.mark.parametrize(("packed", "descriptors"), [(True, 256 * 80), (False, 256 * 80 * 2)])
+def test_prompt_plan_matches_the_prompts_kv_bytes(packed: bool, descriptors: int) -> None:
+    plan = prompt_plan(LLAMA_70B, block_tokens=16, tp=1, tokens=4096, packed=packed)
+    assert plan.descriptors == descriptors
     assert plan.total_bytes == 4096 * LLAMA_70B.bytes_per_token() == 1_342_177_280
 
 
 def test_prompt_plan_rounds_up_to_whole_blocks() -> None:
-    plan = prompt_plan(LLAMA_70B, block_tokens=16, tp=1, tokens=17)
-    assert plan.descriptors == 2 * 160
+    plan = prompt_plan(LLAMA_70B, block_tokens=16, tp=1, tokens=17, packed=True)
+    assert plan.descriptors == 2 * 80
 
 
 def test_engine_descriptor_from_the_known_model_and_the_larger_tp() -> None:
-    # Llama-3.1-8B: 8 KV heads; TP 2 on both roles, vLLM's 16-token blocks
+    # Llama-3.1-8B: 8 KV heads; TP 2 on both roles, vLLM's 16-token blocks, K+V packed
     spec = make_pdd().spec
-    assert engine_descriptor_bytes(spec) == 16 * 4 * 128 * 2
+    assert engine_descriptor_bytes(spec) == 16 * 4 * 128 * 2 * 2
     spec = make_pdd({"decode": {"gpusPerInstance": 8}}).spec
-    assert engine_descriptor_bytes(spec) == 16 * 1 * 128 * 2
+    assert engine_descriptor_bytes(spec) == 16 * 1 * 128 * 2 * 2
 
 
 def test_engine_descriptor_follows_block_size_and_given_shape() -> None:
@@ -91,7 +93,7 @@ def test_engine_descriptor_follows_block_size_and_given_shape() -> None:
             "engine": {"kvBlockSize": 128},
         }
     ).spec
-    assert engine_descriptor_bytes(spec) == 128 * 8 * 64 * 1
+    assert engine_descriptor_bytes(spec) == 128 * 8 * 64 * 1 * 2
 
 
 def test_engine_descriptor_unknown_model() -> None:
