@@ -69,6 +69,13 @@ class ProbeResult:
     src_role: str = ""
     dst_role: str = ""
     peer: str = ""
+    # Who measured: "preflight" (with the engine's GPUs and NICs) or "sidecar" (between the
+    # sidecars, without them), which link ("nvlink", "rdma", "gpu", "host"), and the engine's
+    # KV descriptor size the per-size figures include (0: unknown).
+    measured_by: str = ""
+    link: str = ""
+    engine_descriptor_bytes: int = 0
+    concurrency: int = 1
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

@@ -34,6 +34,7 @@ from typing import Any
 
 import numpy as np
 
+from pdd_probe.cuda import CudaDriver, CudaError, DeviceMemory
 from pdd_sidecar.probe import MARKER, VERIFY_TAG, Slot, block_plan, region_bytes
 
 # Spin on a transfer this long before backing off: sleeping while a 50 GB/s transfer of a few
@@ -43,50 +44,45 @@ _POLL_SPIN_S = 0.05
 
 @dataclass
 class Buffer:
-    """A registered-able memory region in host (numpy) or GPU (torch) memory."""
+    """A region NIXL can register: host memory (numpy) or GPU memory (CUDA driver API)."""
 
     mem: str  # "DRAM" | "VRAM"
     addr: int
     nbytes: int
     device: int
-    _keep: Any  # the array/tensor that owns the memory
+    _keep: np.ndarray | DeviceMemory  # what owns the memory
 
     def write(self, data: np.ndarray) -> None:
-        if self.mem == "DRAM":
+        if isinstance(self._keep, np.ndarray):
             self._keep[:] = data
         else:
-            import torch
-
-            self._keep.copy_(torch.from_numpy(data))
+            self._keep.write(data)
 
     def host_copy(self) -> np.ndarray:
-        if self.mem == "DRAM":
-            return np.asarray(self._keep)
-        return np.asarray(self._keep.cpu().numpy())
+        if isinstance(self._keep, np.ndarray):
+            return self._keep
+        return self._keep.read()
 
 
 def resolve_memory_kind(mem: str) -> str:
-    """``auto``: VRAM when torch sees a GPU here (KV caches live there), else DRAM."""
+    """``auto``: VRAM when this process has a GPU (KV caches live there), else DRAM."""
     if mem != "auto":
         return mem
     try:
-        import torch
-    except ImportError:
+        return "VRAM" if CudaDriver().device_count() > 0 else "DRAM"
+    except CudaError:
         return "DRAM"
-    return "VRAM" if torch.cuda.is_available() else "DRAM"
 
 
 def allocate(mem: str, nbytes: int, device: int = 0) -> Buffer:
-    """Zeroed memory of the given kind. VRAM needs torch with CUDA in this process."""
+    """Zeroed memory of the given kind."""
     mem = resolve_memory_kind(mem)
     if mem == "DRAM":
         array = np.zeros(nbytes, dtype=np.uint8)
         return Buffer("DRAM", array.ctypes.data, nbytes, 0, array)
     if mem == "VRAM":
-        import torch
-
-        tensor = torch.zeros(nbytes, dtype=torch.uint8, device=f"cuda:{device}")
-        return Buffer("VRAM", tensor.data_ptr(), nbytes, device, tensor)
+        memory = CudaDriver().allocate(nbytes, device)
+        return Buffer("VRAM", memory.addr, nbytes, device, memory)
     raise ValueError(f"unknown memory kind {mem!r} (DRAM or VRAM)")
 
 
@@ -96,7 +92,7 @@ def permutation(count: int, seed: int) -> np.ndarray:
 
 
 def pattern(nbytes: int, seed: int) -> np.ndarray:
-    """Reproducible random bytes (writable: torch.from_numpy warns on read-only arrays)."""
+    """Reproducible random bytes, writable."""
     return np.frombuffer(bytearray(np.random.default_rng(seed).bytes(nbytes)), dtype=np.uint8)
 
 

@@ -1,0 +1,86 @@
+"""The KV-path check with the engine's own devices, run by the preflight init container.
+
+The init container holds the pod's GPUs, RDMA devices and memlock before the engine starts
+(the kubelet hands an init container's devices on to the app containers), so a transfer it
+measures takes the path the engine's KV will take: between the pod's GPUs over NVLink, or
+out through the pinned NIC and back (GPUDirect RDMA loopback) when the KV leaves the node.
+The sidecar beside the engine has none of these devices; its probe only shows that the peers
+reach each other.
+
+``plan_device_check`` is pure; ``run_device_check`` runs the probe's two processes here.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+from pdd_sidecar.probe import LINK_CONCURRENCY, MIB, ProbeSpec, run_local_probe
+from pdd_sidecar.probe_result import ProbeResult
+
+# What a pod's KV path is checked with, beside the engine's own descriptor size: sizes at
+# which NIXL reaches the link when it is healthy (docs/benchmarks.md).
+LINK_BLOCK_SIZES = (16 * MIB, 64 * MIB)
+BYTES_PER_SIZE = 256 * MIB  # on a GPU the engine has not started on yet
+_NO_NIC = frozenset({"", "none", "void", "all"})
+
+
+@dataclass(frozen=True)
+class DeviceCheck:
+    """What to measure: ``path`` names the link ("nvlink", "rdma", "gpu" for a pod with one
+    GPU and no NIC, where no link can be measured, "host" without a GPU)."""
+
+    path: str
+    spec: ProbeSpec
+    ucx_tls: str
+
+
+def plan_device_check(
+    gpus: int, net_devices: str, ucx_tls: str, engine_descriptor_bytes: int | None
+) -> DeviceCheck:
+    """The probe for a pod with ``gpus`` GPUs whose engine gets ``UCX_NET_DEVICES=net_devices``
+    and ``UCX_TLS=ucx_tls``. With a NIC the check must go through it, so the GPU-to-GPU
+    shortcut inside the pod (cuda_ipc) is taken out of the transports."""
+    sizes = sorted(
+        {*LINK_BLOCK_SIZES, *([engine_descriptor_bytes] if engine_descriptor_bytes else [])}
+    )
+    has_nic = net_devices.strip().lower() not in _NO_NIC
+    if gpus == 0:
+        path, mem, last = "host", "DRAM", 0
+    else:
+        path = "rdma" if has_nic else ("nvlink" if gpus > 1 else "gpu")
+        mem, last = "VRAM", gpus - 1
+    tls = without_cuda_ipc(ucx_tls) if has_nic and gpus else ucx_tls
+    spec = ProbeSpec(
+        src_mem=mem, dst_mem=mem, src_device=0, dst_device=last, block_sizes=sizes,
+        bytes_per_size=BYTES_PER_SIZE if gpus else 16 * MIB, iterations=5 if gpus else 1,
+        concurrency=LINK_CONCURRENCY if gpus else 1, timeout_s=120.0,
+    )  # fmt: skip
+    return DeviceCheck(path, spec, tls)
+
+
+def without_cuda_ipc(ucx_tls: str) -> str:
+    """``UCX_TLS`` with cuda_ipc taken out, in UCX's own syntax (``^x`` excludes x)."""
+    value = ucx_tls.strip()
+    if value in ("", "all"):
+        return "^cuda_ipc"
+    if value.startswith("^"):
+        return value if "cuda_ipc" in value[1:].split(",") else f"{value},cuda_ipc"
+    return ",".join(t for t in value.split(",") if t.strip() != "cuda_ipc")
+
+
+def run_device_check(
+    check: DeviceCheck,
+    engine_descriptor_bytes: int | None,
+    env: Mapping[str, str],
+    extra_paths: Sequence[str] = (),
+) -> ProbeResult:
+    """Run the check between two processes here, with the engine's UCX environment."""
+    probe_env = dict(env)
+    if check.ucx_tls:
+        probe_env["UCX_TLS"] = check.ucx_tls
+    result = run_local_probe(check.spec, extra_paths=extra_paths, env=probe_env)
+    result.measured_by = "preflight"
+    result.link = check.path
+    result.engine_descriptor_bytes = engine_descriptor_bytes or 0
+    return result
