@@ -63,3 +63,10 @@ def test_a_real_check_on_this_machine_moves_and_verifies_bytes() -> None:
     assert result.measured_by == "preflight" and result.link == "host"
     assert {b.block_size for b in result.per_block_size} == {256 * 1024, *LINK_BLOCK_SIZES}
     assert all(b.gbps > 0 for b in result.per_block_size)
+
+
+def test_the_verdict_figure_is_the_links_not_the_small_descriptors() -> None:
+    check = plan_device_check(0, "", "", 4 * 1024)
+    result = run_device_check(check, 4 * 1024, dict(os.environ))
+    link = max(b.gbps for b in result.per_block_size if b.block_size in LINK_BLOCK_SIZES)
+    assert result.gbps == link

@@ -560,6 +560,18 @@ class TransferStatus(Model):
     message: str = ""
     lastProbeTime: str = ""
     requestedAt: str = Field(default="", description="When the operator last asked for a probe.")
+    measuredBy: str = Field(
+        default="",
+        description="`preflight`: with the engine's own GPUs and NICs, before it started; "
+        "`sidecar`: between the sidecars, without them.",
+    )
+    link: str = Field(default="", description="The link measured: nvlink, rdma, gpu or host.")
+    engineDescriptorBytes: int = Field(
+        default=0, description="The engine's KV descriptor size (one block of one layer)."
+    )
+    engineGBps: float = Field(
+        default=0.0, description="What the path moved at the engine's descriptor size."
+    )
 
 
 class PDDeploymentStatus(Model):

@@ -22,6 +22,9 @@ from pdd_sidecar.probe_result import classify_probe
 # the intended path is GPU->GPU over a 400 Gb/s NIC; NVLink when the probe found cuda_ipc.
 DEFAULT_EXPECTED_GBPS = {"nvlink": 400.0}
 DEFAULT_RDMA_GBPS = 50.0
+# Below this share of the link at the engine's own descriptor size, the status says which
+# setting moves it.
+ENGINE_FRACTION_HINT = 0.5
 
 
 @dataclass(frozen=True)
@@ -61,17 +64,60 @@ def transfer_outcome(pdd: PDDeployment, prober: PodSummary | None) -> TransferOu
     ok, reason, message = classify_probe(
         result, expected, pdd.spec.kvTransfer.verification.minFraction
     )
+    measured = round(float(result.get("gbps") or 0.0), 3)
+    descriptor, at_descriptor = engine_figure(result)
     status = TransferStatus(
         path=str(result.get("path", "")),
         transport=str(result.get("transport", "")),
-        measuredGBps=round(float(result.get("gbps") or 0.0), 3),
+        measuredGBps=measured,
         expectedGBps=expected,
         verified=ok,
-        message=message,
+        message=message + _where(result) + _engine_note(descriptor, at_descriptor, measured),
         lastProbeTime=str(result.get("started_at", "")),
         requestedAt=requested,
+        measuredBy=str(result.get("measured_by") or "sidecar"),
+        link=str(result.get("link", "")),
+        engineDescriptorBytes=descriptor,
+        engineGBps=at_descriptor,
     )
     return TransferOutcome(status, ok, reason)
+
+
+def engine_figure(result: Mapping[str, Any]) -> tuple[int, float]:
+    """The engine's descriptor size and what the probe moved at that size (0 when not
+    measured)."""
+    descriptor = int(result.get("engine_descriptor_bytes") or 0)
+    for row in result.get("per_block_size") or []:
+        if descriptor and isinstance(row, Mapping) and row.get("block_size") == descriptor:
+            return descriptor, round(float(row.get("gbps") or 0.0), 3)
+    return descriptor, 0.0
+
+
+def _where(result: Mapping[str, Any]) -> str:
+    if result.get("measured_by") == "preflight":
+        return f"; measured with the engine's devices ({result.get('link') or 'unknown'} link)"
+    return "; measured between the sidecars, without the engine's GPUs"
+
+
+def _engine_note(descriptor: int, at_descriptor: float, link: float) -> str:
+    """Where the engine's KV layout keeps a transfer far below the link, say so with the
+    numbers and the setting that moves it."""
+    if not descriptor or not at_descriptor or not link:
+        return ""
+    note = (
+        f"; at the engine's {_size(descriptor)} KV descriptors {at_descriptor:.1f} GB/s "
+        f"({at_descriptor / link:.0%} of the link's {link:.1f})"
+    )
+    if at_descriptor < ENGINE_FRACTION_HINT * link:
+        note += ": a larger spec.engine.kvBlockSize makes larger descriptors (docs/benchmarks.md)"
+    return note
+
+
+def _size(nbytes: int) -> str:
+    for unit, scale in (("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if nbytes >= scale and nbytes % scale == 0:
+            return f"{nbytes // scale} {unit}"
+    return f"{nbytes} B"
 
 
 def expected_gbps(result: Mapping[str, Any]) -> float:
