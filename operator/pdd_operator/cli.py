@@ -6,6 +6,9 @@ import argparse
 import logging
 import os
 import sys
+from collections.abc import Mapping
+
+from pdd_operator.config import ConfigError, OperatorConfig, add_arguments
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -14,34 +17,14 @@ def main(argv: list[str] | None = None) -> int:
         from pdd_operator.topology.cli import scan_main
 
         return scan_main(argv[2:])
-    parser = argparse.ArgumentParser(prog="pdd-operator")
-    sub = parser.add_subparsers(dest="command", required=True)
-    run = sub.add_parser("run", help="run the operator (kopf)")
-    run.add_argument("--kubeconfig", default=os.environ.get("KUBECONFIG"))
-    run.add_argument("--namespace", action="append", default=[], help="watch only these")
-    run.add_argument("--sidecar-image", default=os.environ.get("PDD_SIDECAR_IMAGE"))
-    run.add_argument(
-        "--metrics-port", type=int, default=int(os.environ.get("PDD_METRICS_PORT", "8081"))
-    )
-    run.add_argument(
-        "--liveness", default=os.environ.get("PDD_LIVENESS", "http://0.0.0.0:8080/healthz")
-    )
-    run.add_argument(
-        "--resync-seconds", type=float, default=float(os.environ.get("PDD_RESYNC_SECONDS", "300"))
-    )
-    run.add_argument(
-        "--peering",
-        default=os.environ.get("PDD_PEERING", ""),
-        help="kopf peering name (one active replica); empty: standalone",
-    )
-    run.add_argument("--verbose", action="store_true")
-    gen = sub.add_parser("generate", help="write the generated files (CRDs, chart CRDs, docs)")
-    gen.add_argument("--root", default=".")
-    gen.add_argument("--check", action="store_true", help="fail when a generated file drifted")
-    sub.add_parser("topology", help="topology scan --sysfs-root DIR --procfs-root DIR")
+    parser = _parser()
     args = parser.parse_args(argv)
     if args.command == "run":
-        return _run(args)
+        try:
+            config = OperatorConfig.from_sources(vars(args), os.environ)
+        except ConfigError as err:
+            parser.error(str(err))
+        return _run(config)
     if args.command == "generate":
         from pdd_operator.generate import generate_all
 
@@ -50,33 +33,50 @@ def main(argv: list[str] | None = None) -> int:
     return 2
 
 
-def _run(args: argparse.Namespace) -> int:
-    os.environ["PDD_RESYNC_SECONDS"] = str(args.resync_seconds)
-    os.environ["PDD_METRICS_PORT"] = str(args.metrics_port)
-    if args.sidecar_image:
-        os.environ["PDD_SIDECAR_IMAGE"] = args.sidecar_image
-    if args.kubeconfig:
-        os.environ["PDD_KUBECONFIG"] = args.kubeconfig
-        os.environ["KUBECONFIG"] = args.kubeconfig
+def run_config(argv: list[str], env: Mapping[str, str]) -> OperatorConfig:
+    """The configuration `pdd-operator run ARGV` starts with, given these variables."""
+    args = _parser().parse_args(["run", *argv])
+    return OperatorConfig.from_sources(vars(args), env)
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="pdd-operator")
+    sub = parser.add_subparsers(dest="command", required=True)
+    run = sub.add_parser(
+        "run",
+        help="run the operator (kopf)",
+        description="Each option can also be set by its environment variable; a flag wins.",
+    )
+    add_arguments(run)
+    gen = sub.add_parser("generate", help="write the generated files (CRDs, chart CRDs, docs)")
+    gen.add_argument("--root", default=".")
+    gen.add_argument("--check", action="store_true", help="fail when a generated file drifted")
+    sub.add_parser("topology", help="topology scan --sysfs-root DIR --procfs-root DIR")
+    return parser
+
+
+def _run(config: OperatorConfig) -> int:
     logging.basicConfig(
-        level=logging.DEBUG if args.verbose else logging.INFO,
+        level=logging.DEBUG if config.verbose else logging.INFO,
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
-    if not args.verbose:
+    if not config.verbose:
         # kopf logs "Handler 'on_pod' succeeded." for every watch event: thousands of lines a
         # minute on a busy cluster. Its warnings and handler failures still get through.
         logging.getLogger("kopf.objects").setLevel(logging.WARNING)
-    # Imported only now: the kubernetes client reads KUBECONFIG when it is first imported.
+    # Imported only now: `generate` and `topology scan` need neither kopf nor the handlers.
     import kopf
 
     import pdd_operator.handlers.operator  # noqa: F401  (registers the handlers)
 
     kopf.run(
-        standalone=not args.peering,
-        peering_name=args.peering or None,
-        clusterwide=not args.namespace,
-        namespaces=args.namespace,
-        liveness_endpoint=args.liveness or None,
+        standalone=not config.peering,
+        peering_name=config.peering or None,
+        clusterwide=not config.namespaces,
+        namespaces=config.namespaces,
+        liveness_endpoint=config.liveness or None,
+        # The process-wide memo: the startup handler finds the configuration here.
+        memo=kopf.Memo(config=config),
     )
     return 0
 

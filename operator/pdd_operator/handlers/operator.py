@@ -14,8 +14,10 @@ import kopf
 
 from pdd_operator.api import names
 from pdd_operator.api import v1alpha1 as api
-from pdd_operator.handlers.runtime import OperatorRuntime, runtime_settings
+from pdd_operator.config import OperatorConfig
+from pdd_operator.handlers.runtime import OperatorRuntime
 from pdd_operator.handlers.view import CHILD_INDEX_PREFIX, IndexView
+from pdd_operator.kube.client import load_configuration
 from pdd_operator.kube.resources import CHILD_KINDS
 from pdd_operator.planning.compact import compact_node, compact_pod
 from pdd_operator.reconcile import Reconciler
@@ -26,13 +28,38 @@ MANAGED = {"app.kubernetes.io/managed-by": names.MANAGED_BY}
 
 
 @kopf.on.login()
-def login(**kwargs: Any) -> kopf.ConnectionInfo | None:
-    return kopf.login_via_client(**kwargs)
+def login(memo: kopf.Memo, **_: Any) -> kopf.ConnectionInfo:
+    """kopf's own connection, from the same credentials as the operator's API client (kopf's
+    `login_via_client` would read the kubeconfig from the environment instead)."""
+    config: OperatorConfig = memo["config"]
+    return _connection_info(load_configuration(config.kubeconfig))
+
+
+def _connection_info(configuration: Any) -> kopf.ConnectionInfo:
+    # As kopf.login_via_client reads a client Configuration: the token is whatever the client
+    # would send (it may come from an exec plugin or a token file), with its scheme.
+    header = configuration.get_api_key_with_prefix(
+        "BearerToken"
+    ) or configuration.get_api_key_with_prefix("authorization")
+    scheme, _, token = header.partition(" ") if header else ("", "", "")
+    if not token:
+        scheme, token = "", scheme
+    return kopf.ConnectionInfo(
+        server=configuration.host,
+        ca_path=configuration.ssl_ca_cert,
+        insecure=not configuration.verify_ssl,
+        username=configuration.username or None,
+        password=configuration.password or None,
+        scheme=scheme or None,
+        token=token or None,
+        certificate_path=configuration.cert_file,
+        private_key_path=configuration.key_file,
+    )
 
 
 @kopf.on.startup()
 async def startup(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> None:
-    config = runtime_settings()
+    config: OperatorConfig = memo["config"]  # built once by the cli, passed to kopf.run
     # Explicit events (condition transitions) are posted; handler log lines never become
     # Event writes, or an unchanged resync would write.
     settings.posting.level = logging.CRITICAL + 10

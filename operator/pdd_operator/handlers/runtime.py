@@ -5,11 +5,11 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import logging
-import os
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
+from pdd_operator.config import OperatorConfig
 from pdd_operator.handlers.view import FleetCache
 from pdd_operator.kube.client import API_CONNECTIONS, KubeApi, load_api_client
 from pdd_operator.metrics import OperatorMetrics
@@ -19,39 +19,9 @@ from pdd_operator.rendering.context import OperatorSettings
 log = logging.getLogger(__name__)
 
 
-@dataclass(frozen=True)
-class RuntimeConfig:
-    kubeconfig: str | None = None
-    sidecar_image: str = OperatorSettings.sidecar_image
-    resync_seconds: float = 300.0
-    metrics_port: int = 0  # 0: no metrics server
-    worker_limit: int = 0  # kopf's per-object workers; 0: unlimited (see handlers.operator)
-    max_concurrent_passes: int = 64
-    # How long a pass triggered by a child or pod event waits, so that one pass answers a
-    # burst of them (a pod going Pending -> bound -> Running -> Ready).
-    coalesce_seconds: float = 0.2
-
-    @classmethod
-    def from_env(cls) -> RuntimeConfig:
-        env = os.environ
-        return cls(
-            kubeconfig=env.get("PDD_KUBECONFIG") or None,
-            sidecar_image=env.get("PDD_SIDECAR_IMAGE", OperatorSettings.sidecar_image),
-            resync_seconds=float(env.get("PDD_RESYNC_SECONDS", "300")),
-            metrics_port=int(env.get("PDD_METRICS_PORT", "0")),
-            worker_limit=int(env.get("PDD_WORKER_LIMIT", "0")),
-            max_concurrent_passes=int(env.get("PDD_MAX_CONCURRENT_PASSES", "64")),
-            coalesce_seconds=float(env.get("PDD_COALESCE_SECONDS", "0.2")),
-        )
-
-
-def runtime_settings() -> RuntimeConfig:
-    return RuntimeConfig.from_env()
-
-
 @dataclass
 class OperatorRuntime:
-    config: RuntimeConfig
+    config: OperatorConfig
     kube: KubeApi
     metrics: OperatorMetrics
     settings: OperatorSettings
@@ -64,7 +34,7 @@ class OperatorRuntime:
     tasks: list[asyncio.Task[None]] = field(default_factory=list)
 
     @classmethod
-    def start(cls, config: RuntimeConfig) -> OperatorRuntime:
+    def start(cls, config: OperatorConfig) -> OperatorRuntime:
         settings = OperatorSettings(sidecar_image=config.sidecar_image)
         kube = KubeApi(load_api_client(config.kubeconfig), settings.field_manager)
         metrics = OperatorMetrics()

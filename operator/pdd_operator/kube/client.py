@@ -27,8 +27,9 @@ RETRYABLE = {409, 429, 500, 502, 503, 504}
 API_CONNECTIONS = 32  # as many as the worker threads that call the API at once
 
 
-def load_api_client(kubeconfig: str | None = None) -> client.ApiClient:
-    """In-cluster credentials in a pod, else the kubeconfig (KUBECONFIG or the argument)."""
+def load_configuration(kubeconfig: str | None = None) -> client.Configuration:
+    """The given kubeconfig; without one, in-cluster credentials in a pod, else the client
+    library's default kubeconfig."""
     configuration = client.Configuration()
     if kubeconfig:
         config.load_kube_config(config_file=kubeconfig, client_configuration=configuration)
@@ -37,6 +38,11 @@ def load_api_client(kubeconfig: str | None = None) -> client.ApiClient:
             config.load_incluster_config(client_configuration=configuration)
         except config.ConfigException:
             config.load_kube_config(client_configuration=configuration)
+    return configuration
+
+
+def load_api_client(kubeconfig: str | None = None) -> client.ApiClient:
+    configuration = load_configuration(kubeconfig)
     configuration.connection_pool_maxsize = API_CONNECTIONS
     return client.ApiClient(configuration)
 
