@@ -100,7 +100,7 @@ class Reconciler:
         self._placements: dict[Key, _Reservation] = {}
         # Each deployment's last status write and the resourceVersion it produced: to recognise
         # its watch echo, and to read our own write when the index copy still lags behind it.
-        self._own_writes: dict[Key, tuple[str, dict[str, Any]]] = {}
+        self._own_writes: dict[Key, _OwnWrite] = {}
         # Reservations summed per domain, for one fleet snapshot (see _reserved_elsewhere).
         self._reserved_totals: tuple[Fleet, dict[tuple[str, str], int]] | None = None
         # The children last rendered per deployment, with what they were rendered from.
@@ -110,7 +110,9 @@ class Reconciler:
         """Whether this version of the PDDeployment is the status this operator just wrote:
         the pass that wrote it already saw everything else, so its watch event needs no pass."""
         written = self._own_writes.get(key)
-        return bool(resource_version) and written is not None and written[0] == resource_version
+        return (
+            bool(resource_version) and written is not None and written.version == resource_version
+        )
 
     async def reconcile(self, key: Key, delay: float = 0.0) -> None:
         """Coalesce triggers: while one pass runs, later triggers collapse into one more pass.
@@ -172,12 +174,9 @@ class Reconciler:
         transition time and renew the probe request.
         """
         written = self._own_writes.get(key)
-        if written is None:
+        if written is None or not written.predates(_version(body)):
             return body
-        version, status = written
-        if not _older(body.get("metadata", {}).get("resourceVersion", ""), version):
-            return body
-        return {**body, "status": status}
+        return {**body, "status": written.status}
 
     async def _converge(self, pdd: PDDeployment, body: Mapping[str, Any]) -> None:
         placement = self._plan(pdd)
@@ -378,8 +377,7 @@ class Reconciler:
         if new == old and (body.get("status") or {}).get("observedGeneration") == pdd.generation:
             return
         version = await asyncio.to_thread(self.kube.patch_status, pdd.namespace, pdd.name, new)
-        if version:
-            self._own_writes[(pdd.namespace, pdd.name)] = (version, new)
+        self._remember_write((pdd.namespace, pdd.name), body, version, new)
         self._count_write("status", "PDDeployment")
         self._emit_transitions(body, pdd.status.conditions, status.conditions)
 
@@ -394,6 +392,14 @@ class Reconciler:
             event = _event_for(cond)
             if event:
                 self.emit_event(body, *event)
+
+    def _remember_write(
+        self, key: Key, body: Mapping[str, Any], version: str, status: dict[str, Any]
+    ) -> None:
+        if version:  # "" when the object was gone
+            self._own_writes[key] = _OwnWrite.after(
+                self._own_writes.get(key), _version(body), version, status
+            )
 
     async def _report_invalid(self, body: Mapping[str, Any], err: ValidationError) -> None:
         first = err.errors()[0]
@@ -421,11 +427,42 @@ def _unbound(mark: _Reservation, fleet: Fleet, key: Key) -> int:
     return max(mark.needed - sum(fleet.held.get(key, {}).values()), 0)
 
 
-def _older(version: str, than: str) -> bool:
-    """Whether resourceVersion `version` predates `than`. Kubernetes calls them opaque; every
-    API server backed by etcd issues them from etcd's increasing revision, and anything else
-    (not numeric) is treated as not older, which falls back to the index copy."""
-    return version.isdigit() and than.isdigit() and int(version) < int(than)
+@dataclass(frozen=True)
+class _OwnWrite:
+    """A status this operator wrote, the resourceVersion the write produced, and the versions
+    known to predate the write.
+
+    resourceVersions are opaque: only equality means anything, so "the index copy is older
+    than our write" cannot be a comparison. Instead each write records the version its pass
+    read, which the write certainly followed; while the index still lags, the versions of
+    earlier writes and their reads are carried over. An index copy at one of these predates
+    the write. Any other version is the write itself, a change made after it (a watch
+    delivers one object's versions in order, so the index passes our write before it shows
+    a later one), or one this operator never saw (a change between a pass's read and its
+    write); for those the index copy is used as it is.
+    """
+
+    version: str
+    status: dict[str, Any]
+    predating: frozenset[str]
+
+    def predates(self, version: str) -> bool:
+        return version in self.predating
+
+    @classmethod
+    def after(
+        cls, previous: _OwnWrite | None, read: str, version: str, status: dict[str, Any]
+    ) -> _OwnWrite:
+        """The record of a write made by a pass that read version `read`."""
+        if previous is not None and previous.predates(read):  # the index still lagged
+            predating = previous.predating | {previous.version, read}
+        else:
+            predating = frozenset({read})
+        return cls(version, status, predating - {""})
+
+
+def _version(body: Mapping[str, Any]) -> str:
+    return str(body.get("metadata", {}).get("resourceVersion") or "")
 
 
 def _namespace_going_away(error: str) -> bool:

@@ -1,0 +1,145 @@
+"""The Reconciler's status writes, against a fake view and a fake API (the unit tier; the real
+API server is in tests/integration)."""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import pytest
+
+from helpers.factories import BASE_BODY
+from pdd_operator.planning.placement import Fleet
+from pdd_operator.reconcile import Reconciler, _OwnWrite
+from pdd_operator.rendering.context import OperatorSettings
+from pdd_operator.status.observe import ChildKey, ChildSummary, PodSummary
+
+KEY = ("team-a", "llama")
+
+
+class FakeKube:
+    """Answers like the API server would, without one; hands out opaque resourceVersions."""
+
+    def __init__(self, apply_error: Exception | None = None) -> None:
+        self.status_writes: list[dict[str, Any]] = []
+        self.applies = 0
+        self.apply_error = apply_error
+
+    def apply(self, obj: dict[str, Any], **_: Any) -> dict[str, Any]:
+        self.applies += 1
+        if self.apply_error is not None:
+            raise self.apply_error
+        return {}
+
+    def delete(self, *_: Any) -> None:
+        return None
+
+    def create_if_absent(self, obj: dict[str, Any]) -> bool:
+        return True
+
+    def annotate_pod(self, *_: Any) -> None:
+        return None
+
+    def patch_status(self, namespace: str, name: str, status: dict[str, Any]) -> str:
+        self.status_writes.append(copy.deepcopy(status))
+        # Not numbers, and not increasing in any order: only equality may be used.
+        return f"rv-{'zyxwvu'[len(self.status_writes) % 6]}{len(self.status_writes)}"
+
+
+class FakeView:
+    def __init__(self, body: Mapping[str, Any]) -> None:
+        self.body = body
+
+    def pdd_body(self, key: tuple[str, str]) -> Mapping[str, Any] | None:
+        return self.body
+
+    def children(self, key: tuple[str, str]) -> Mapping[ChildKey, ChildSummary]:
+        return {}
+
+    def pods(self, key: tuple[str, str]) -> Sequence[PodSummary]:
+        return ()
+
+    def fleet(self) -> Fleet:
+        return Fleet(())
+
+    def node_ready(self, name: str) -> bool | None:
+        return None
+
+
+def body(version: str, status: dict[str, Any] | None = None, **spec: Any) -> dict[str, Any]:
+    result = copy.deepcopy(BASE_BODY)
+    result["metadata"]["resourceVersion"] = version
+    result["spec"]["topology"] = {"placement": "none"}
+    result["spec"].update(spec)
+    if status is not None:
+        result["status"] = status
+    return result
+
+
+def reconciler(kube: FakeKube, view: FakeView) -> tuple[Reconciler, list[tuple[str, ...]]]:
+    events: list[tuple[str, ...]] = []
+
+    def emit(_: Mapping[str, Any], type_: str, reason: str, message: str) -> None:
+        events.append((type_, reason, message))
+
+    return Reconciler(kube, view, OperatorSettings(), emit), events  # type: ignore[arg-type]
+
+
+# ---------------------------------------------------------------- resourceVersion equality
+
+
+@pytest.mark.parametrize(
+    ("steps", "predating", "not_predating"),
+    [
+        # one write by a pass that read "m": only "m" is known to be older
+        ([("m", "c")], {"m"}, {"c", "a", "z", ""}),
+        # the index still showed "m" when the next pass wrote "q": both "m" and "c" predate it
+        ([("m", "c"), ("m", "q")], {"m", "c"}, {"q", "a"}),
+        # the index had caught up with "c" before "q" was written
+        ([("m", "c"), ("c", "q")], {"c"}, {"m", "q"}),
+        # a version this operator never wrote: someone else's change; nothing older is known
+        ([("m", "c"), ("k", "q")], {"k"}, {"m", "c", "q"}),
+        # a chain of lagging writes keeps every version it passed over
+        ([("9", "10"), ("9", "11"), ("10", "12")], {"9", "10", "11"}, {"12", "100"}),
+    ],
+)
+def test_own_writes_are_ordered_by_what_each_pass_read_not_by_comparing_versions(
+    steps: list[tuple[str, str]], predating: set[str], not_predating: set[str]
+) -> None:
+    record = None
+    for read, version in steps:
+        record = _OwnWrite.after(record, read, version, {"n": version})
+    assert record is not None and record.version == steps[-1][1]
+    assert {v for v in predating | not_predating if record.predates(v)} == predating
+
+
+async def test_a_pass_on_an_index_copy_older_than_its_own_write_writes_nothing_new() -> None:
+    kube = FakeKube()
+    view = FakeView(body("rv-1"))
+    rec, _ = reconciler(kube, view)
+    await rec.reconcile(KEY)
+    assert len(kube.status_writes) == 1
+    written = kube.status_writes[0]
+    # A pod event runs a pass before the watch delivered the write: the index copy is the
+    # version the first pass read, so the pass computes from its own write and writes nothing.
+    await rec.reconcile(KEY)
+    assert len(kube.status_writes) == 1
+    # The watch delivers the write (with the version patch_status returned): nothing either.
+    version = "rv-y1"
+    assert rec.is_own_status_write(KEY, version)
+    view.body = body(version, written)
+    await rec.reconcile(KEY)
+    assert len(kube.status_writes) == 1
+
+
+async def test_an_unknown_version_is_read_as_it_is() -> None:
+    kube = FakeKube()
+    view = FakeView(body("rv-1"))
+    rec, _ = reconciler(kube, view)
+    await rec.reconcile(KEY)
+    # Someone else wrote after the operator (their version was never seen, and versions are
+    # not compared): the index copy is taken as it is, here with its status cleared.
+    view.body = body("rv-0", {})
+    await rec.reconcile(KEY)
+    assert len(kube.status_writes) == 2
