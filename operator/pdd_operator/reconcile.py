@@ -20,7 +20,7 @@ from pydantic import ValidationError
 
 from pdd_operator.api import names
 from pdd_operator.api.v1alpha1 import Condition, PDDeployment, PDDeploymentStatus
-from pdd_operator.kube.client import KubeApi, api_error_message
+from pdd_operator.kube.client import KubeApi, api_error_message, namespace_unavailable
 from pdd_operator.kube.resources import kind_of
 from pdd_operator.planning.placement import Fleet, PlacementResult, plan_placement
 from pdd_operator.rendering.children import child_key, owner_reference, render_children
@@ -189,8 +189,9 @@ class Reconciler:
         )
         ctx = RenderContext(self.settings, placement.placement, partitions)
         desired = self._render(pdd, ctx)
-        apply_error = await self._sync_children(pdd, desired, observed)
-        if _namespace_going_away(apply_error):
+        try:
+            apply_error = await self._sync_children(pdd, desired, observed)
+        except _NamespaceGoingAway:
             return  # its namespace is being deleted: nothing to create, nobody to tell
         if not apply_error:
             apply_error = await self._ensure_token(pdd)
@@ -318,6 +319,8 @@ class Reconciler:
             for _, kind, _ in stale:
                 self._count_write("delete", kind)
         except Exception as err:  # surfaced as a condition + event, not a trace
+            if namespace_unavailable(err):
+                raise _NamespaceGoingAway from err
             message = api_error_message(err)
             log.warning("applying children of %s/%s failed: %s", pdd.namespace, pdd.name, message)
             return f"could not apply children: {message}"
@@ -465,10 +468,8 @@ def _version(body: Mapping[str, Any]) -> str:
     return str(body.get("metadata", {}).get("resourceVersion") or "")
 
 
-def _namespace_going_away(error: str) -> bool:
-    return "because it is being terminated" in error or (
-        "namespaces" in error and "not found" in error
-    )
+class _NamespaceGoingAway(Exception):
+    """A child could not be created because its namespace is being deleted or is gone."""
 
 
 def _applied_hash(obj: Mapping[str, Any]) -> str:

@@ -4,10 +4,12 @@ API server is in tests/integration)."""
 from __future__ import annotations
 
 import copy
+import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 import pytest
+from kubernetes.client.exceptions import ApiException
 
 from helpers.factories import BASE_BODY
 from pdd_operator.planning.placement import Fleet
@@ -143,3 +145,73 @@ async def test_an_unknown_version_is_read_as_it_is() -> None:
     view.body = body("rv-0", {})
     await rec.reconcile(KEY)
     assert len(kube.status_writes) == 2
+
+
+# ---------------------------------------------------------------- errors told by their Status
+
+
+def status_error(code: int, reason: str, details: dict[str, Any], message: str) -> ApiException:
+    err = ApiException(status=code, reason=reason)
+    err.body = json.dumps(
+        {
+            "kind": "Status",
+            "apiVersion": "v1",
+            "status": "Failure",
+            "message": message,
+            "reason": reason,
+            "details": details,
+            "code": code,
+        }
+    )
+    return err
+
+
+TERMINATING = status_error(
+    403,
+    "Forbidden",
+    {
+        "name": "llama-prefill",
+        "group": "apps",
+        "kind": "statefulsets",
+        "causes": [{"reason": "NamespaceTerminating", "field": "metadata.namespace"}],
+    },
+    # A message that says nothing of namespaces: the Status decides, not the words.
+    "refused",
+)
+NAMESPACE_GONE = status_error(404, "NotFound", {"name": "team-a", "kind": "namespaces"}, "x")
+OTHER_FORBIDDEN = status_error(
+    403,
+    "Forbidden",
+    {"name": "llama-prefill", "group": "apps", "kind": "statefulsets"},
+    "unable to create new content in namespace team-a because it is being terminated",
+)
+OBJECT_NOT_FOUND = status_error(
+    404, "NotFound", {"name": "llama", "group": "apps", "kind": "namespaces"}, "not found"
+)
+
+
+@pytest.mark.parametrize(
+    ("error", "going_away"),
+    [
+        (TERMINATING, True),
+        (NAMESPACE_GONE, True),
+        # the words of a terminating namespace, but no NamespaceTerminating cause
+        (OTHER_FORBIDDEN, False),
+        # a resource of another group that happens to be called "namespaces"
+        (OBJECT_NOT_FOUND, False),
+        (ApiException(status=404), False),  # no Status body at all
+    ],
+)
+async def test_a_namespace_going_away_ends_the_pass_without_a_status_write(
+    error: ApiException, going_away: bool
+) -> None:
+    kube = FakeKube(apply_error=error)
+    rec, events = reconciler(kube, FakeView(body("rv-1")))
+    await rec.reconcile(KEY)
+    assert kube.applies > 0
+    if going_away:
+        assert kube.status_writes == [] and events == []
+    else:
+        [status] = kube.status_writes
+        stalled = next(c for c in status["conditions"] if c["type"] == "Stalled")
+        assert (stalled["status"], stalled["reason"]) == ("True", "ApplyFailed")

@@ -11,6 +11,7 @@ import logging
 import random
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from kubernetes import client, config
@@ -73,13 +74,10 @@ class KubeApi:
         kind = kind_of(obj["apiVersion"], obj["kind"])
         path = kind.path(obj["metadata"].get("namespace"))
         try:
-            _retry(
-                lambda: self._call("POST", path, obj, [], "application/json"),
-                retry_on=RETRYABLE - {409},
-            )
+            _retry(lambda: self._call("POST", path, obj, [], "application/json"))
             return True
         except ApiException as err:
-            if err.status == 409:
+            if api_status(err).reason == "AlreadyExists":
                 return False
             raise
 
@@ -150,12 +148,7 @@ class KubeApi:
         return data if isinstance(data, dict) else {}
 
 
-def _retry(
-    call: Callable[[], T],
-    attempts: int = 5,
-    base_delay: float = 0.2,
-    retry_on: set[int] = RETRYABLE,
-) -> T:
+def _retry(call: Callable[[], T], attempts: int = 5, base_delay: float = 0.2) -> T:
     """Retry conflicts and server errors with jittered exponential backoff, never hot-looping.
 
     Runs in a worker thread (see module docstring), so sleeping here blocks no event loop.
@@ -164,12 +157,70 @@ def _retry(
         try:
             return call()
         except ApiException as err:
-            if err.status not in retry_on or attempt == attempts - 1:
+            if not _retryable(err) or attempt == attempts - 1:
                 raise
             delay = min(base_delay * 2**attempt, 5.0) * (0.5 + random.random())
             log.info("API answered %s; retrying in %.2fs", err.status, delay)
             time.sleep(delay)
     raise AssertionError("unreachable")
+
+
+def _retryable(err: ApiException) -> bool:
+    # A 409 is either Conflict (someone wrote in between: try again) or AlreadyExists (a
+    # create of a name that is taken: the same answer every time).
+    return err.status in RETRYABLE and api_status(err).reason != "AlreadyExists"
+
+
+@dataclass(frozen=True)
+class ApiStatus:
+    """What the API server's Status object says about a refused request: the HTTP code, the
+    machine-readable `reason` (NotFound, AlreadyExists, Conflict, Forbidden, ...), and from
+    `details` the resource kind it is about and the causes' types. Errors are told apart by
+    these, never by their message, which is for people and may change between versions."""
+
+    code: int = 0
+    reason: str = ""
+    kind: str = ""  # details.kind: for NotFound the resource, e.g. "namespaces"
+    group: str = ""  # details.group
+    causes: frozenset[str] = frozenset()  # details.causes[].reason, e.g. NamespaceTerminating
+
+
+def api_status(err: BaseException) -> ApiStatus:
+    """The Status of an API error; an empty one for anything else (no answer came)."""
+    if not isinstance(err, ApiException):
+        return ApiStatus()
+    try:
+        body: Any = json.loads(err.body or "{}")
+    except (ValueError, TypeError):
+        body = None
+    if not isinstance(body, dict) or body.get("kind") != "Status":
+        return ApiStatus(code=int(err.status or 0))
+    details: Any = body.get("details")
+    details = details if isinstance(details, dict) else {}
+    causes: Any = details.get("causes")
+    causes = causes if isinstance(causes, list) else []
+    return ApiStatus(
+        code=int(body.get("code") or err.status or 0),
+        reason=str(body.get("reason") or ""),
+        kind=str(details.get("kind") or ""),
+        group=str(details.get("group") or ""),
+        causes=frozenset(str(c.get("reason")) for c in causes if isinstance(c, dict)),
+    )
+
+
+def namespace_unavailable(err: BaseException) -> bool:
+    """Whether a create was refused because its namespace is being deleted (403 Forbidden
+    with a NamespaceTerminating cause, from the NamespaceLifecycle admission plugin) or is
+    already gone (404 NotFound about the namespace itself, not the object)."""
+    status = api_status(err)
+    if status.code == 403 and status.reason == "Forbidden":
+        return "NamespaceTerminating" in status.causes
+    return (
+        status.code == 404
+        and status.reason == "NotFound"
+        and status.kind == "namespaces"
+        and not status.group
+    )
 
 
 def api_error_message(err: Exception) -> str:
