@@ -29,6 +29,7 @@ from pdd_operator.rendering.roles import engine_revision
 from pdd_operator.rendering.sidecar import render_token_secret, sidecar_enabled
 from pdd_operator.status.compute import Observed, WorkloadState, compute_status
 from pdd_operator.status.conditions import find
+from pdd_operator.status.invalid import invalid_spec_conditions, invalid_spec_message
 from pdd_operator.status.observe import ChildKey, ChildSummary, PodSummary, pod_problems
 from pdd_operator.status.rollout import rollout_partitions
 from pdd_operator.status.transfer import probe_due, prober, transfer_outcome
@@ -150,14 +151,9 @@ class Reconciler:
         if body is None or body.get("metadata", {}).get("deletionTimestamp"):
             return  # owner references let the garbage collector remove the children
         body = self._with_own_status(key, body)
-        try:
-            pdd = PDDeployment.from_body(dict(body))
-        except ValidationError as err:
-            await self._report_invalid(body, err)
-            return
         timer = self.metrics.reconcile_timer() if self.metrics else None
         try:
-            await self._converge(pdd, body)
+            await self._converge_or_report(body)
         except Exception:
             if self.metrics:
                 self.metrics.reconcile_errors.inc()
@@ -165,6 +161,14 @@ class Reconciler:
         finally:
             if timer:
                 timer()
+
+    async def _converge_or_report(self, body: Mapping[str, Any]) -> None:
+        try:
+            pdd = PDDeployment.from_body(dict(body))
+        except ValidationError as err:
+            await self._report_invalid(body, err)
+            return
+        await self._converge(pdd, body)
 
     def _with_own_status(self, key: Key, body: Mapping[str, Any]) -> Mapping[str, Any]:
         """The body with the status this operator last wrote, when the index copy predates it.
@@ -405,11 +409,26 @@ class Reconciler:
             )
 
     async def _report_invalid(self, body: Mapping[str, Any], err: ValidationError) -> None:
-        first = err.errors()[0]
-        where = "spec." + ".".join(str(p) for p in first["loc"])
-        message = f"{where}: {first['msg']}; fix the field and apply again"
+        """Stalled=True and Ready=False with the fix in the message, then a Warning event;
+        both only when the conditions change, so a resync of the same object writes nothing."""
+        meta = body.get("metadata", {})
+        key = (meta.get("namespace", ""), meta.get("name", ""))
+        generation = int(meta.get("generation") or 1)
+        message = invalid_spec_message(err.title, err.errors(include_url=False))
+        old = dict(body.get("status") or {})
+        previous = _readable_conditions(old)
+        conditions = invalid_spec_conditions(previous, generation, message, _now())
+        if conditions == previous and old.get("observedGeneration") == generation:
+            return
+        patch = {
+            "observedGeneration": generation,
+            "conditions": [c.model_dump(mode="json") for c in conditions],
+        }
+        version = await asyncio.to_thread(self.kube.patch_status, *key, patch)
+        self._remember_write(key, body, version, {**old, **patch})
+        self._count_write("status", "PDDeployment")
         self.emit_event(body, "Warning", "InvalidSpec", message)
-        log.warning("invalid PDDeployment %s: %s", body.get("metadata", {}).get("name"), message)
+        log.warning("invalid PDDeployment %s/%s: %s", *key, message)
 
     def _count_write(self, verb: str, kind: str) -> None:
         if self.metrics:
@@ -466,6 +485,16 @@ class _OwnWrite:
 
 def _version(body: Mapping[str, Any]) -> str:
     return str(body.get("metadata", {}).get("resourceVersion") or "")
+
+
+def _readable_conditions(status: Mapping[str, Any]) -> list[Condition]:
+    readable = []
+    for raw in status.get("conditions") or []:
+        try:
+            readable.append(Condition.model_validate(raw))
+        except ValidationError:
+            continue  # written by someone else: replaced by what this operator writes
+    return readable
 
 
 class _NamespaceGoingAway(Exception):

@@ -9,6 +9,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import yaml
 from kubernetes import client
@@ -18,15 +19,21 @@ ROOT = Path(__file__).resolve().parents[2]
 CRD_FILE = ROOT / "crds" / "pdd.dev_pddeployments.yaml"
 
 
+def load_crd() -> dict[str, Any]:
+    crd: dict[str, Any] = yaml.safe_load(CRD_FILE.read_text())
+    return crd
+
+
 def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return int(sock.getsockname()[1])
 
 
-def install_crd(api: client.ApiClient) -> None:
+def install_crd(api: client.ApiClient, crd: dict[str, Any] | None = None) -> None:
+    """The generated CRD, or a variant of it (`crd`), created or replaced, and Established."""
     ext = client.ApiextensionsV1Api(api)
-    crd = yaml.safe_load(CRD_FILE.read_text())
+    crd = crd if crd is not None else load_crd()
     try:
         ext.create_custom_resource_definition(crd)
     except ApiException as err:

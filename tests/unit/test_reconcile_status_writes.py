@@ -215,3 +215,42 @@ async def test_a_namespace_going_away_ends_the_pass_without_a_status_write(
         [status] = kube.status_writes
         stalled = next(c for c in status["conditions"] if c["type"] == "Stalled")
         assert (stalled["status"], stalled["reason"]) == ("True", "ApplyFailed")
+
+
+# ---------------------------------------------------------------- an unreadable spec
+
+
+async def test_an_unreadable_spec_is_stalled_once_and_then_quiet() -> None:
+    kube = FakeKube()
+    view = FakeView(body("rv-1", futureField="x"))
+    rec, events = reconciler(kube, view)
+    await rec.reconcile(KEY)
+    assert kube.applies == 0  # nothing is rendered from a spec that was not understood
+    [patch] = kube.status_writes
+    assert set(patch) == {"observedGeneration", "conditions"}  # the rest of status is kept
+    assert patch["observedGeneration"] == 3
+    by_type = {c["type"]: c for c in patch["conditions"]}
+    assert {t: (c["status"], c["reason"]) for t, c in by_type.items()} == {
+        "Ready": ("False", "InvalidSpec"),
+        "Progressing": ("False", "InvalidSpec"),
+        "Reconciling": ("False", "InvalidSpec"),
+        "Stalled": ("True", "InvalidSpec"),
+    }
+    assert by_type["Stalled"]["message"].startswith("spec.futureField: this operator does not")
+    assert all(c["observedGeneration"] == 3 for c in patch["conditions"])
+    assert events == [("Warning", "InvalidSpec", by_type["Stalled"]["message"])]
+
+    # Resyncs of the same object, before and after the watch delivered the write: no write,
+    # no event (an event per resync would be a write per resync).
+    await rec.reconcile(KEY)
+    view.body = body("rv-y1", patch, futureField="x")
+    await rec.reconcile(KEY)
+    assert len(kube.status_writes) == 1 and len(events) == 1
+
+    # Fixed: the normal pass takes over, and Stalled turns False.
+    view.body = body("rv-2", patch)
+    view.body["metadata"]["generation"] = 4
+    await rec.reconcile(KEY)
+    assert len(kube.status_writes) == 2
+    stalled = next(c for c in kube.status_writes[1]["conditions"] if c["type"] == "Stalled")
+    assert (stalled["status"], stalled["observedGeneration"]) == ("False", 4)
