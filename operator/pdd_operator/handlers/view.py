@@ -58,7 +58,7 @@ class FleetCache:
             # Nodes change rarely; only GPU use is recounted every time. A deleted Node is
             # noticed by the count (kopf drops it from the index without an index call).
             if self._nodes_changed or len(self._bases) != len(node_index):
-                self._bases = node_facts((n for s in node_index.values() for n in s), (), None)
+                self._bases = node_facts(n for s in node_index.values() for n in s)
                 self._nodes_changed = False
             pods = (pod for store in indexes["gpu_pod_index"].values() for pod in store)
             usage = gpu_usage(pods, DEPLOYMENT_LABEL)

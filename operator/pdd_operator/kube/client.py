@@ -113,14 +113,6 @@ class KubeApi:
         body = {"metadata": {"annotations": annotations}}
         _retry(lambda: self._call("PATCH", path, body, [], "application/merge-patch+json"))
 
-    def get(self, kind: Kind, namespace: str | None, name: str) -> dict[str, Any] | None:
-        try:
-            return self._call("GET", kind.path(namespace, name), None, [], "application/json")
-        except ApiException as err:
-            if err.status == 404:
-                return None
-            raise
-
     def _call(
         self,
         method: str,

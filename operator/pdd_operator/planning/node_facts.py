@@ -17,21 +17,9 @@ from pdd_operator.planning.placement import GPU_RESOURCE, NodeFacts
 TERMINATED_PHASES = frozenset({"Succeeded", "Failed"})
 
 
-def node_facts(
-    nodes: Iterable[Mapping[str, Any]],
-    pods: Iterable[Mapping[str, Any]],
-    own_deployment_label: tuple[str, str] | None,
-) -> list[NodeFacts]:
-    """NodeFacts for every Node; pods carrying `own_deployment_label` do not count as used.
-
-    Our own pods are left out because the planner re-places them: counting them would make
-    the domain they already run in look full and move the slice on every reconcile.
-    """
-    if own_deployment_label is not None:
-        key, value = own_deployment_label
-        pods = (p for p in pods if _labels(p).get(key) != value)
-    used = gpu_usage(pods).used
-
+def node_facts(nodes: Iterable[Mapping[str, Any]]) -> list[NodeFacts]:
+    """NodeFacts for every Node, with no GPU in use: `with_usage` adds what the pods hold
+    (Nodes change rarely, GPU use with every pod, so the two are built apart)."""
     facts: list[NodeFacts] = []
     for node in nodes:
         meta = node.get("metadata") or {}
@@ -42,7 +30,7 @@ def node_facts(
                 name=name,
                 labels=dict(meta.get("labels") or {}),
                 allocatable_gpus=_quantity((status.get("allocatable") or {}).get(GPU_RESOURCE)),
-                used_gpus=used.get(name, 0),
+                used_gpus=0,
                 ready=_is_ready(status),
                 schedulable=not (node.get("spec") or {}).get("unschedulable", False),
             )

@@ -38,7 +38,7 @@ class NodeFacts:
     name: str
     labels: Mapping[str, str]
     allocatable_gpus: int
-    used_gpus: int  # requested by bound, non-terminated pods of OTHER deployments
+    used_gpus: int  # requested by bound, unfinished pods, ours too (Fleet.held says whose)
     ready: bool = True
     schedulable: bool = True
 

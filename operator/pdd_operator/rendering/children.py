@@ -34,12 +34,6 @@ def child_key(obj: dict[str, Any]) -> ChildKey:
     return (obj["apiVersion"], obj["kind"], obj["metadata"]["name"])
 
 
-def applied_hash(obj: dict[str, Any]) -> str:
-    return str(
-        obj.get("metadata", {}).get("annotations", {}).get(names.ANNOTATION_APPLIED_HASH, "")
-    )
-
-
 def owner_reference(pdd: PDDeployment) -> dict[str, Any]:
     return {
         "apiVersion": API_VERSION,

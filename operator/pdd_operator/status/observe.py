@@ -39,7 +39,6 @@ class PodSummary:
     problem: PodProblem | None
     probe_request: str = ""
     probe_result: Mapping[str, Any] | None = None
-    gpus: int = 0  # nvidia.com/gpu limits of its app containers
 
 
 def owner_key(body: Mapping[str, Any]) -> tuple[str, str] | None:
@@ -112,18 +111,9 @@ def summarize_pod(body: Mapping[str, Any]) -> PodSummary:
         ready=ready,
         revision=labels.get(names.LABEL_REVISION, ""),
         problem=pod_problem(meta["name"], role, status),
-        gpus=_gpu_limits(spec),
         probe_request=annotations.get(names.ANNOTATION_PROBE_REQUEST, ""),
         probe_result=_json_object(annotations.get(names.ANNOTATION_PROBE_RESULT, "")),
     )
-
-
-def _gpu_limits(pod_spec: Mapping[str, Any]) -> int:
-    total = 0
-    for container in pod_spec.get("containers") or []:
-        value = ((container.get("resources") or {}).get("limits") or {}).get("nvidia.com/gpu", 0)
-        total += int(value) if str(value).isdigit() else 0
-    return total
 
 
 def _json_object(text: str) -> Mapping[str, Any] | None:
