@@ -1,6 +1,6 @@
 """The node topology agent (one pod per GPU node, a DaemonSet): scans the host's sysfs/procfs
-and publishes the result on its own Node as the `pdd.dev/topology` annotation and the
-`pdd.dev/*` labels, which the operator's planner reads.
+and publishes the result on its own Node as the `pdd.dev/*` labels, which the operator's
+planner, node selectors and `kubectl get nodes -L` read.
 
 It reads the Node first and writes only the keys whose value changed, so a steady node costs
 one GET per interval and no write (thousands of agents must not churn the API server or wake
@@ -23,7 +23,7 @@ from pathlib import Path
 from types import FrameType
 from typing import Any, Protocol
 
-from pdd_operator.topology.annotation import node_annotations, node_labels
+from pdd_operator.topology.annotation import RETIRED_TOPOLOGY_ANNOTATION, node_labels
 from pdd_operator.topology.model import NodeTopology
 from pdd_operator.topology.scan import scan
 
@@ -50,18 +50,15 @@ def metadata_patch(
     current_labels: Mapping[str, str],
     topology: NodeTopology,
 ) -> dict[str, Any] | None:
-    """A merge patch with the annotation/labels that differ from the Node's, or None when the
-    Node already says what the scan found. Keys not ours are never touched."""
-    annotations = _changed(current_annotations, node_annotations(topology))
-    labels = _changed(current_labels, node_labels(topology))
-    if not annotations and not labels:
-        return None
+    """A merge patch with the labels that differ from the Node's (and the removal of the
+    annotation earlier agents wrote), or None when the Node already says what the scan found.
+    Keys not ours are never touched."""
     metadata: dict[str, Any] = {}
-    if annotations:
-        metadata["annotations"] = annotations
-    if labels:
+    if RETIRED_TOPOLOGY_ANNOTATION in current_annotations:
+        metadata["annotations"] = {RETIRED_TOPOLOGY_ANNOTATION: None}  # null: merge-patch delete
+    if labels := _changed(current_labels, node_labels(topology)):
         metadata["labels"] = labels
-    return {"metadata": metadata}
+    return {"metadata": metadata} if metadata else None
 
 
 def _changed(current: Mapping[str, str], desired: Mapping[str, str]) -> dict[str, str]:

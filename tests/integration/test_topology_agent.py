@@ -24,9 +24,8 @@ from pdd_localcluster.kubejson import KubeJson
 from pdd_operator.topology.annotation import (
     GPUDIRECT_LABEL,
     RDMA_NICS_LABEL,
-    TOPOLOGY_ANNOTATION,
+    RETIRED_TOPOLOGY_ANNOTATION,
     TOPOLOGY_VERSION_LABEL,
-    from_annotation,
 )
 from pdd_operator.topology.scan import scan
 from pdd_sidecar.agent import FIELD_MANAGER
@@ -38,6 +37,7 @@ AGENT_NAMESPACE = "pdd-topology-agent-it"
 
 # fixture tree -> the GPUDirect mode its node must be labelled with
 CASES = {"h100-hgx": "dmabuf", "old-kernel": "peermem"}
+MERGE_PATCH = "application/merge-patch+json"
 
 
 def node_name(fixture: str) -> str:
@@ -206,31 +206,21 @@ def test_agent_publishes_topology_once_and_then_writes_nothing(
     node = node_name(fixture)
     expected = scan(FIXTURES / fixture / "sys", FIXTURES / fixture / "proc")
     before = read_node(admin, node)
-    assert TOPOLOGY_ANNOTATION not in (before["metadata"].get("annotations") or {})
+    assert GPUDIRECT_LABEL not in (before["metadata"].get("labels") or {})
 
     writes0 = node_writes(control_plane)
     first_s = run_agent(agent_kubeconfig, node, fixture)
     # The counter moves when the apiserver's handler returns, a hair after the reply.
     wait_for(lambda: node_writes(control_plane) > writes0, 5, 0.05, "the agent's write counted")
-    assert node_writes(control_plane) - writes0 == 1, "one merge patch for annotation + labels"
+    assert node_writes(control_plane) - writes0 == 1, "one merge patch for the labels"
 
     after = read_node(admin, node)
     meta = after["metadata"]
-    published = from_annotation(meta["annotations"][TOPOLOGY_ANNOTATION])
-    assert published == expected
-    assert [g.pci_address for g in published.gpus] == [g.pci_address for g in expected.gpus]
-    assert len(published.gpus) == 8 and len(published.nics) == 8
-    assert [n.name for n in published.nics] == [f"mlx5_{i}" for i in range(8)]
     assert meta["labels"][GPUDIRECT_LABEL] == CASES[fixture]
     assert meta["labels"][RDMA_NICS_LABEL] == str(expected.active_nic_count)
     assert meta["labels"][TOPOLOGY_VERSION_LABEL] == "v1"
     # Only its own keys, under its own field manager; what others wrote is left alone.
-    assert agent_fields(after) == {
-        TOPOLOGY_ANNOTATION,
-        GPUDIRECT_LABEL,
-        RDMA_NICS_LABEL,
-        TOPOLOGY_VERSION_LABEL,
-    }
+    assert agent_fields(after) == {GPUDIRECT_LABEL, RDMA_NICS_LABEL, TOPOLOGY_VERSION_LABEL}
     for key, value in before["metadata"]["labels"].items():
         assert meta["labels"][key] == value
     for key, value in before["metadata"]["annotations"].items():
@@ -251,17 +241,19 @@ def test_a_changed_node_gets_only_the_changed_keys(
     topo_nodes: list[str],
     agent_kubeconfig: Path,
 ) -> None:
-    """The same node after a kernel/driver downgrade (the old-kernel tree): one write, which
-    moves the GPUDirect label to peermem and replaces the annotation."""
+    """The same node after a kernel/driver downgrade (the old-kernel tree), still carrying the
+    annotation an earlier agent wrote: one write, which moves the GPUDirect label to peermem
+    and removes the annotation."""
     node = node_name("h100-hgx")
     current = read_node(admin, node)["metadata"].get("labels", {})
     if current.get(GPUDIRECT_LABEL) != "dmabuf":  # run alone: publish the h100 tree first
         run_agent(agent_kubeconfig, node, "h100-hgx")
+    old = {"metadata": {"annotations": {RETIRED_TOPOLOGY_ANNOTATION: '{"version":"v1"}'}}}
+    admin.request("PATCH", f"/api/v1/nodes/{node}", body=old, content_type=MERGE_PATCH)
     writes0 = node_writes(control_plane)
     run_agent(agent_kubeconfig, node, "old-kernel")
     wait_for(lambda: node_writes(control_plane) > writes0, 5, 0.05, "the agent's write counted")
     assert node_writes(control_plane) - writes0 == 1
     meta = read_node(admin, node)["metadata"]
     assert meta["labels"][GPUDIRECT_LABEL] == "peermem"
-    expected = scan(FIXTURES / "old-kernel" / "sys", FIXTURES / "old-kernel" / "proc")
-    assert from_annotation(meta["annotations"][TOPOLOGY_ANNOTATION]) == expected
+    assert RETIRED_TOPOLOGY_ANNOTATION not in (meta.get("annotations") or {})

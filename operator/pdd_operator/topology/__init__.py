@@ -4,13 +4,8 @@ reads files given to it and imports no Kubernetes client)."""
 from pdd_operator.topology.annotation import (
     GPUDIRECT_LABEL,
     RDMA_NICS_LABEL,
-    TOPOLOGY_ANNOTATION,
     TOPOLOGY_VERSION_LABEL,
-    TopologyAnnotationError,
-    from_annotation,
-    node_annotations,
     node_labels,
-    to_annotation,
 )
 from pdd_operator.topology.model import (
     DISTANCE_CLASSES,
@@ -38,7 +33,6 @@ __all__ = [
     "GPUDIRECT_LABEL",
     "RDMA_NICS_LABEL",
     "SCHEMA_VERSION",
-    "TOPOLOGY_ANNOTATION",
     "TOPOLOGY_VERSION_LABEL",
     "DistanceClass",
     "Gpu",
@@ -48,15 +42,11 @@ __all__ = [
     "PortChoice",
     "RdmaNic",
     "RdmaPort",
-    "TopologyAnnotationError",
     "choose_ports",
-    "from_annotation",
     "gpudirect_mode",
     "link_limit_gbytes_per_s",
-    "node_annotations",
     "node_labels",
     "scan",
     "select_nics",
-    "to_annotation",
     "ucx_net_devices",
 ]

@@ -1,5 +1,5 @@
-"""`pdd-operator topology scan`: print what the node agent would publish, for debugging a node
-(run it in a pod with the host's /sys and /proc mounted, or on the node itself)."""
+"""`pdd-operator topology scan`: print a node's scan, or the labels the node agent would publish,
+for debugging a node (run it in a pod with the host's /sys and /proc mounted, or on the node)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import json
 import sys
 from pathlib import Path
 
-from pdd_operator.topology.annotation import node_annotations, node_labels
+from pdd_operator.topology.annotation import node_labels
 from pdd_operator.topology.scan import scan
 
 
@@ -24,16 +24,15 @@ def scan_main(argv: list[str]) -> int:
         "--output",
         choices=("model", "node-metadata"),
         default="model",
-        help="model: the topology as indented JSON (default); node-metadata: the annotation "
-        "and labels the node agent writes",
+        help="model: the topology as indented JSON (default); node-metadata: the labels the "
+        "node agent writes",
     )
     args = parser.parse_args(argv)
     topology = scan(args.sysfs_root, args.procfs_root)
     if args.output == "model":
         print(topology.model_dump_json(indent=2))
     else:
-        metadata = {"annotations": node_annotations(topology), "labels": node_labels(topology)}
-        print(json.dumps(metadata, indent=2, sort_keys=True))
+        print(json.dumps({"labels": node_labels(topology)}, indent=2, sort_keys=True))
     return 0
 
 

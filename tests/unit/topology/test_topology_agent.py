@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from helpers.topology import scan_fixture
-from pdd_operator.topology.annotation import node_annotations, node_labels, to_annotation
+from pdd_operator.topology.annotation import node_labels
 from pdd_operator.topology.model import NodeTopology
 from pdd_sidecar.agent import (
     FIELD_MANAGER,
@@ -26,14 +26,13 @@ OTHER = {"kubernetes.io/hostname": "gpu-1", "pdd.dev/unrelated": "x"}
 
 
 def current_of(topology: NodeTopology) -> tuple[dict[str, str], dict[str, str]]:
-    return {**node_annotations(topology), **OTHER}, {**node_labels(topology), **OTHER}
+    return dict(OTHER), {**node_labels(topology), **OTHER}
 
 
-def test_a_bare_node_gets_the_annotation_and_all_labels() -> None:
-    patch = metadata_patch({}, OTHER, H100)
+def test_a_bare_node_gets_all_labels_and_no_annotation() -> None:
+    patch = metadata_patch(OTHER, OTHER, H100)
     assert patch == {
         "metadata": {
-            "annotations": {"pdd.dev/topology": to_annotation(H100)},
             "labels": {
                 "pdd.dev/gpudirect": "dmabuf",
                 "pdd.dev/rdma-nics": "8",
@@ -48,13 +47,16 @@ def test_an_up_to_date_node_gets_no_patch() -> None:
 
 
 def test_only_changed_keys_are_patched() -> None:
-    # A port went down: the annotation and the NIC count change, nothing else.
+    # A port went down: the NIC count changes, nothing else.
     patch = metadata_patch(*current_of(H100), PORT_DOWN)
-    assert patch == {
-        "metadata": {
-            "annotations": {"pdd.dev/topology": to_annotation(PORT_DOWN)},
-            "labels": {"pdd.dev/rdma-nics": "7"},
-        }
+    assert patch == {"metadata": {"labels": {"pdd.dev/rdma-nics": "7"}}}
+
+
+def test_the_annotation_of_earlier_agents_is_removed() -> None:
+    annotations, labels = current_of(H100)
+    annotations["pdd.dev/topology"] = '{"version":"v1"}'
+    assert metadata_patch(annotations, labels, H100) == {
+        "metadata": {"annotations": {"pdd.dev/topology": None}}
     }
 
 
@@ -85,7 +87,11 @@ class FakeNodes:
 
     def patch_node_metadata(self, name: str, patch: Mapping[str, Any]) -> None:
         self.patches.append(patch)
-        self.annotations.update(patch["metadata"].get("annotations", {}))
+        for key, value in patch["metadata"].get("annotations", {}).items():
+            if value is None:  # a merge patch's null deletes the key
+                self.annotations.pop(key, None)
+            else:
+                self.annotations[key] = value
         self.labels.update(patch["metadata"].get("labels", {}))
 
 
@@ -95,6 +101,13 @@ def test_sync_once_writes_then_stays_quiet() -> None:
     assert sync_once(nodes, "gpu-1", H100) is False
     assert len(nodes.patches) == 1
     assert nodes.labels["kubernetes.io/hostname"] == "gpu-1"  # other keys untouched
+
+
+def test_an_upgraded_agent_removes_the_old_annotation_once() -> None:
+    nodes = FakeNodes({"pdd.dev/topology": "{}", **OTHER}, {**node_labels(H100), **OTHER})
+    assert sync_once(nodes, "gpu-1", H100) is True
+    assert sync_once(nodes, "gpu-1", H100) is False
+    assert nodes.annotations == OTHER
 
 
 def test_run_loop_retries_after_api_errors_and_stops_on_request() -> None:

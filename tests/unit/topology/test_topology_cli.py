@@ -7,7 +7,6 @@ import json
 import pytest
 
 from helpers.topology import FIXTURES
-from pdd_operator.topology.annotation import from_annotation
 from pdd_operator.topology.cli import scan_main
 from pdd_operator.topology.model import NodeTopology
 
@@ -31,8 +30,13 @@ def test_prints_the_model_as_json(capsys: pytest.CaptureFixture[str]) -> None:
 def test_prints_node_metadata(capsys: pytest.CaptureFixture[str]) -> None:
     assert scan_main([*roots("old-kernel"), "--output", "node-metadata"]) == 0
     metadata = json.loads(capsys.readouterr().out)
-    assert metadata["labels"]["pdd.dev/gpudirect"] == "peermem"
-    assert from_annotation(metadata["annotations"]["pdd.dev/topology"]).peermem_loaded
+    assert metadata == {
+        "labels": {
+            "pdd.dev/gpudirect": "peermem",
+            "pdd.dev/rdma-nics": "8",
+            "pdd.dev/topology-version": "v1",
+        }
+    }
 
 
 def test_rejects_unknown_options() -> None:

@@ -1,12 +1,12 @@
 """scan() on the machine the tests run on: whatever it has, the scan must not raise and must
-give a valid, publishable model."""
+give a valid model with publishable labels."""
 
 from __future__ import annotations
 
 import os
 from pathlib import Path
 
-from pdd_operator.topology.annotation import from_annotation, to_annotation
+from pdd_operator.topology.annotation import node_labels
 from pdd_operator.topology.nics import gpudirect_mode, select_nics
 from pdd_operator.topology.scan import scan
 
@@ -15,7 +15,7 @@ def test_scan_of_this_machine() -> None:
     topology = scan(Path("/sys"), Path("/proc"))
 
     assert topology.kernel_release == os.uname().release
-    assert from_annotation(to_annotation(topology)) == topology
+    assert node_labels(topology)["pdd.dev/gpudirect"] == topology.gpudirect
     assert gpudirect_mode(topology) == (topology.gpudirect, topology.gpudirect_reason)
     # Every GPU the driver lists under /proc is one the PCI scan found.
     proc_gpus = Path("/proc/driver/nvidia/gpus")
