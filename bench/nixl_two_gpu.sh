@@ -18,7 +18,7 @@ export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVL
 nvidia-smi topo -m >"$WORK/topology.txt" 2>&1
 nvidia-smi --query-gpu=name,driver_version,pcie.link.gen.current,clocks.max.mem --format=csv \
   >"$WORK/gpus.csv" 2>&1
-STEPS=${STEPS:-requests threads large host}
+STEPS=${STEPS:-requests threads large host engine sgl check}
 probe() { # name, then nixl_probe.py arguments
   local name=$1; shift
   [[ " $STEPS " == *" $name "* ]] || return 0
@@ -37,4 +37,20 @@ probe large --paths VRAM-VRAM --concurrency 1,8 --block-sizes 16M,64M,256M \
 # 4. Host memory <-> the other GPU: the baseline must be physically possible.
 probe host --paths DRAM-VRAM,VRAM-DRAM --concurrency 1 --block-sizes 1M,16M \
   --bytes-per-size 67108864 --iterations 2
+# 5. The engines' own descriptor sizes (pdd_operator.planning.kv_layout, Llama-3.1-70B): SGLang
+#    page 1 TP 1, vLLM block 16 TP 8 and TP 1, vLLM block 128 TP 1.
+probe engine --paths VRAM-VRAM --concurrency 1,8 --nixl-threads 0,8 --block-sizes 2K,8K,64K,512K \
+  --bytes-per-size 67108864 --iterations 5
+# 6. The same with NIXL's UCX scatter-gather offload (cuMemcpyBatchAsync), where built in.
+NIXL_UCX_SGL_ENABLE=y probe sgl --paths VRAM-VRAM --concurrency 8 --block-sizes 8K,64K \
+  --bytes-per-size 67108864 --iterations 5
+# 7. The preflight's KV-path check with this machine's devices: two GPUs, then one.
+if [[ " $STEPS " == *" check "* ]]; then
+  mkdir -p "$WORK/check"
+  python3 -m pdd_probe.device_check --gpus 2 --descriptor-bytes 65536 >"$WORK/check/two-gpus.json"
+  echo "== check two-gpus rc=$?"
+  CUDA_VISIBLE_DEVICES=0 python3 -m pdd_probe.device_check --gpus 1 --descriptor-bytes 65536 \
+    >"$WORK/check/one-gpu.json"
+  echo "== check one-gpu rc=$?"
+fi
 tar czf "$OUT/nixl-two-gpu.tgz" -C "$WORK" .

@@ -88,3 +88,26 @@ def run_device_check(
     result.link = check.path
     result.engine_descriptor_bytes = engine_descriptor_bytes or 0
     return result
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """``python -m pdd_probe.device_check --gpus 2``: the check by hand, its result as JSON."""
+    import argparse
+    import json
+    import os
+
+    parser = argparse.ArgumentParser(description="the KV-path check with this machine's devices")
+    parser.add_argument("--gpus", type=int, required=True, help="GPUs to use (0: host memory)")
+    parser.add_argument("--net-devices", default=os.environ.get("UCX_NET_DEVICES", ""))
+    parser.add_argument("--descriptor-bytes", type=int, default=0, help="the engine's size")
+    args = parser.parse_args(argv)
+    check = plan_device_check(
+        args.gpus, args.net_devices, os.environ.get("UCX_TLS", ""), args.descriptor_bytes
+    )
+    result = run_device_check(check, args.descriptor_bytes, dict(os.environ))
+    print(json.dumps(result.to_dict(), indent=1))
+    return 0 if result.verified and not result.error else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
