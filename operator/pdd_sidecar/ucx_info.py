@@ -161,12 +161,14 @@ def report_for_transfer(
 
 def _moves_between(table: ProtoTable, src_mem: str | None, dst_mem: str | None) -> bool:
     """Whether the table is for this source/destination memory (``from cuda memory to
-    cuda``, ``from host memory to cuda/dev[0]``); true when the memory types are not given."""
+    cuda``, ``from host memory to cuda/dev[0]``, and with NIXL's scatter-gather offload
+    ``from sgl cuda/GPU0 to cuda/dev[3]``); true when the memory types are not given."""
     if src_mem is None or dst_mem is None:
         return True
     text = table.operation
     src, dst = _UCX_MEMORY.get(src_mem, ""), _UCX_MEMORY.get(dst_mem, "")
-    return f"from {src}" in text and f" to {dst}" in text
+    from_src = f"from {src}" in text or f"from sgl {src}" in text
+    return from_src and f" to {dst}" in text
 
 
 def _lanes(text: str) -> list[str]:

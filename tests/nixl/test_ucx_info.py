@@ -183,3 +183,22 @@ def test_only_the_tables_of_the_probed_memory_types_count(
 ) -> None:
     report = report_for_transfer(MIXED_MEMORY, [16 << 20], src_mem=src, dst_mem=dst)
     assert report.transport == expected
+
+
+# With NIXL_UCX_SGL_ENABLE=y (two H200): the KV moves by a scatter-gather put whose table
+# names the source as "sgl cuda/GPU0"; the host tables beside it carry only notifications.
+SGL_TABLES = "\n".join(
+    [
+        "| ctx inter-node cfg#2 |",
+        "| remote memory write by ucp_put* from host memory to cuda/dev[2] |",
+        "| 0..inf | software emulation | tcp/lo |",
+        "| ctx intra-node cfg#7 |",
+        "| remote memory write by ucp_put* from sgl cuda/GPU0 to cuda/dev[3] |",
+        "| 0..inf | sgl | cuda_ipc/cuda |",
+    ]
+)
+
+
+def test_a_scatter_gather_put_counts_as_the_cuda_table() -> None:
+    report = report_for_transfer(SGL_TABLES, [64 << 10], src_mem="VRAM", dst_mem="VRAM")
+    assert report.transport == "nvlink"

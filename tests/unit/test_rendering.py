@@ -82,6 +82,17 @@ def test_kv_block_size_becomes_the_engines_flag(engine: str, flag: str) -> None:
     assert flag not in container(default, "engine")["args"]
 
 
+@pytest.mark.parametrize(("scatter_gather", "value"), [(None, "y"), (False, "n")])
+def test_nixl_scatter_gather_reaches_engine_preflight_and_sidecar(
+    scatter_gather: bool | None, value: str
+) -> None:
+    ucx = {} if scatter_gather is None else {"scatterGather": scatter_gather}
+    pdd = make_pdd({"kvTransfer": {"ucx": ucx, "metadataExchange": {"mode": "sidecar"}}})
+    sts = find(render_children(pdd, RenderContext()), "StatefulSet", "llama-decode")
+    for name in ("engine", "preflight", "nixl-sidecar"):
+        assert env_of(container(sts, name))["NIXL_UCX_SGL_ENABLE"] == value
+
+
 def test_custom_engine_gets_env_only() -> None:
     pdd = make_pdd({"engine": {"image": "example.com/engine:1", "type": "custom"}})
     engine = container(

@@ -48,6 +48,7 @@ def transfer_env(spec: PDDeploymentSpec) -> list[dict[str, Any]]:
         env.append({"name": "PDD_NIC_MAP", "value": nic_map_value(kv)})
     if kv.gpuDirect == "off":
         env.append({"name": "UCX_IB_GPU_DIRECT_RDMA", "value": "no"})
+    env.append({"name": "NIXL_UCX_SGL_ENABLE", "value": "y" if kv.ucx.scatterGather else "n"})
     env += [{"name": var.name, "value": var.value} for var in kv.ucx.extraEnv]
     return env
 
