@@ -31,6 +31,12 @@ class OperatorMetrics:
             ["verb", "kind"],
             registry=self.registry,
         )
+        self.drift_corrections = Counter(
+            "pdd_operator_drift_corrections_total",
+            "Children whose owned fields were changed outside the operator and put back.",
+            ["kind"],
+            registry=self.registry,
+        )
 
     def reconcile_timer(self) -> Callable[[], None]:
         start = time.perf_counter()

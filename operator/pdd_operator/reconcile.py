@@ -4,6 +4,10 @@ Every trigger (the object changed, a child changed, a pod changed, the periodic 
 operator restarted) calls the same `Reconciler.reconcile`. It reads only the operator's
 in-memory indexes (watch-fed caches), writes only what differs from them, and writes status
 only when it changed, so a resync of an unchanged PDDeployment makes no API write at all.
+
+"Differs" includes a child changed by hand (scaled, an env var removed, deleted): the index
+keeps a digest of the live values of the fields the operator owns (status.drift), and a child
+whose digest is not the render's is applied again, which takes those fields back.
 """
 
 from __future__ import annotations
@@ -29,6 +33,7 @@ from pdd_operator.rendering.roles import engine_revision
 from pdd_operator.rendering.sidecar import render_token_secret, sidecar_enabled
 from pdd_operator.status.compute import Observed, WorkloadState, compute_status
 from pdd_operator.status.conditions import find
+from pdd_operator.status.drift import live_fingerprint, rendered_fingerprint
 from pdd_operator.status.invalid import invalid_spec_conditions, invalid_spec_message
 from pdd_operator.status.observe import ChildKey, ChildSummary, PodSummary, pod_problems
 from pdd_operator.status.rollout import rollout_partitions
@@ -63,8 +68,24 @@ class _KeyState:
 class _Desired:
     """The children a pass wants: their fingerprints, and the objects on demand."""
 
-    hashes: Mapping[ChildKey, str]
+    hashes: Mapping[ChildKey, str]  # of the rendered object (its applied-hash annotation)
+    owned: Mapping[ChildKey, str]  # of the fields it sets, as status.drift spells them
     objects: Callable[[], list[dict[str, Any]]]
+
+
+@dataclass(frozen=True)
+class _Correction:
+    """A child this operator applied again because its owned fields had drifted.
+
+    resourceVersions are opaque (only equality means anything, see _OwnWrite): the drifted
+    copy the pass read is known to predate the correction, so an index still holding it is
+    not corrected again; any other version is the correction, a later change or one never
+    seen, and is judged by its digest."""
+
+    wanted: str  # the render's owned-fields digest it was put back to
+    result: str  # the digest of the object that apply returned
+    version: str  # that object's resourceVersion
+    read: str  # the resourceVersion of the drifted copy the pass read
 
 
 @dataclass(frozen=True)
@@ -105,7 +126,9 @@ class Reconciler:
         # Reservations summed per domain, for one fleet snapshot (see _reserved_elsewhere).
         self._reserved_totals: tuple[Fleet, dict[tuple[str, str], int]] | None = None
         # The children last rendered per deployment, with what they were rendered from.
-        self._rendered: dict[Key, tuple[Any, dict[ChildKey, str]]] = {}
+        self._rendered: dict[Key, tuple[Any, dict[ChildKey, str], dict[ChildKey, str]]] = {}
+        # Children put back after drift, per deployment (see _drifted).
+        self._corrections: dict[Key, dict[ChildKey, _Correction]] = {}
 
     def is_own_status_write(self, key: Key, resource_version: str) -> bool:
         """Whether this version of the PDDeployment is the status this operator just wrote:
@@ -145,6 +168,7 @@ class Reconciler:
             self._set_reservation(key, None)
             self._own_writes.pop(key, None)
             self._rendered.pop(key, None)
+            self._corrections.pop(key, None)
 
     async def _reconcile_once(self, key: Key) -> None:
         body = self.view.pdd_body(key)
@@ -194,7 +218,7 @@ class Reconciler:
         ctx = RenderContext(self.settings, placement.placement, partitions)
         desired = self._render(pdd, ctx)
         try:
-            apply_error = await self._sync_children(pdd, desired, observed)
+            apply_error = await self._sync_children(pdd, body, desired, observed)
         except _NamespaceGoingAway:
             return  # its namespace is being deleted: nothing to create, nobody to tell
         if not apply_error:
@@ -213,11 +237,12 @@ class Reconciler:
         inputs = (pdd.uid, pdd.generation, ctx)
         cached = self._rendered.get(key)
         if cached is not None and cached[0] == inputs:
-            return _Desired(cached[1], lambda: render_children(pdd, ctx))
+            return _Desired(cached[1], cached[2], lambda: render_children(pdd, ctx))
         objects = render_children(pdd, ctx)
         hashes = {child_key(obj): _applied_hash(obj) for obj in objects}
-        self._rendered[key] = (inputs, hashes)
-        return _Desired(hashes, lambda: objects)
+        owned = {child_key(obj): rendered_fingerprint(obj) for obj in objects}
+        self._rendered[key] = (inputs, hashes, owned)
+        return _Desired(hashes, owned, lambda: objects)
 
     async def _request_probe_if_due(
         self, pdd: PDDeployment, status: PDDeploymentStatus, now: str
@@ -294,24 +319,58 @@ class Reconciler:
         return reserved
 
     async def _sync_children(
-        self, pdd: PDDeployment, desired: _Desired, observed: Mapping[ChildKey, ChildSummary]
+        self,
+        pdd: PDDeployment,
+        body: Mapping[str, Any],
+        desired: _Desired,
+        observed: Mapping[ChildKey, ChildSummary],
     ) -> str:
-        """Apply what differs, delete what is no longer wanted; return a user-facing error."""
+        """Apply what differs, delete what is no longer wanted; return a user-facing error.
+
+        A child differs when it is missing (deleted by hand included: the watch drops it from
+        the index), when it was rendered from other inputs (its applied-hash), or when
+        someone changed a field the operator owns (_drifted)."""
+        corrections = self._corrections.get((pdd.namespace, pdd.name), {})
         differ = {
             key
             for key, wanted_hash in desired.hashes.items()
             if key not in observed or observed[key].applied_hash != wanted_hash
         }
-        changed = [obj for obj in desired.objects() if child_key(obj) in differ] if differ else []
+        drifted = {
+            key
+            for key, wanted in desired.owned.items()
+            if key not in differ and _drifted(observed[key], wanted, corrections.get(key))
+        }
+        changed = (
+            [obj for obj in desired.objects() if child_key(obj) in differ | drifted]
+            if differ or drifted
+            else []
+        )
         stale = [key for key in observed if key not in desired.hashes]
+        if corrections:  # one rendered anew since says nothing about the new render
+            self._forget_corrections(pdd, desired)
         try:
             # Two waves, each sent at once. A RoleBinding is refused while its Role does not
             # exist (the API server checks that the operator holds the rules it grants); the
             # rest need no order (a pod waiting for its ServiceAccount is retried).
             for wave in _apply_waves(changed):
-                await asyncio.gather(
-                    *(asyncio.to_thread(self.kube.apply, obj, want_result=False) for obj in wave)
+                results = await asyncio.gather(
+                    *(
+                        asyncio.to_thread(
+                            self.kube.apply, obj, want_result=child_key(obj) in drifted
+                        )
+                        for obj in wave
+                    )
                 )
+                for obj, result in zip(wave, results, strict=True):
+                    if (key := child_key(obj)) in drifted:
+                        correction = _Correction(
+                            wanted=desired.owned[key],
+                            result=live_fingerprint(result, self.settings.field_manager),
+                            version=str(result.get("metadata", {}).get("resourceVersion", "")),
+                            read=observed[key].resource_version,
+                        )
+                        self._put_back(pdd, body, obj, correction)
             for obj in changed:
                 self._count_write("apply", obj["kind"])
             await asyncio.gather(
@@ -329,6 +388,58 @@ class Reconciler:
             log.warning("applying children of %s/%s failed: %s", pdd.namespace, pdd.name, message)
             return f"could not apply children: {message}"
         return ""
+
+    def _put_back(
+        self,
+        pdd: PDDeployment,
+        body: Mapping[str, Any],
+        obj: Mapping[str, Any],
+        correction: _Correction,
+    ) -> None:
+        """Record a drift correction; tell the user when one of their changes was undone.
+
+        The digest of what the apply returned is remembered: when it is not the render's
+        (the server spells some owned value in a way status.drift does not know, or an
+        admission webhook rewrote it), that digest counts as undrifted from now on, so the
+        gap costs one write and never a loop."""
+        corrections = self._corrections.setdefault((pdd.namespace, pdd.name), {})
+        key = child_key(dict(obj))
+        previous = corrections.get(key)
+        corrections[key] = correction
+        if previous is not None and previous.version == correction.version:
+            # The apply changed nothing: the pass read a drifted copy written before the
+            # last correction and delivered after it (a status update of the scaled
+            # StatefulSet); that correction already told the user.
+            return
+        what = f"{obj['kind']} {obj['metadata']['name']}"
+        if correction.result != correction.wanted:
+            # Not the user's doing and nothing they can fix: a gap in status.drift's
+            # canonical form (the dry-run property test should have caught it).
+            log.warning(
+                "%s/%s: %s re-applied; its owned fields read back in another spelling "
+                "than rendered (taken as undrifted from now on)",
+                pdd.namespace,
+                pdd.name,
+                what,
+            )
+            return
+        if self.metrics:
+            self.metrics.drift_corrections.labels(kind=obj["kind"]).inc()
+        message = (
+            f"{what} was changed outside the operator; its fields were put back to the "
+            f"PDDeployment's spec (change the PDDeployment instead)"
+        )
+        log.info("%s/%s: %s", pdd.namespace, pdd.name, message)
+        self.emit_event(body, "Normal", "DriftCorrected", message)
+
+    def _forget_corrections(self, pdd: PDDeployment, desired: _Desired) -> None:
+        key = (pdd.namespace, pdd.name)
+        corrections = self._corrections[key]
+        for child in list(corrections):
+            if corrections[child].wanted != desired.owned.get(child):
+                del corrections[child]
+        if not corrections:
+            del self._corrections[key]
 
     async def _ensure_token(self, pdd: PDDeployment) -> str:
         ident = (pdd.namespace, pdd.name, pdd.uid)
@@ -499,6 +610,23 @@ def _readable_conditions(status: Mapping[str, Any]) -> list[Condition]:
 
 class _NamespaceGoingAway(Exception):
     """A child could not be created because its namespace is being deleted or is gone."""
+
+
+def _drifted(seen: ChildSummary, wanted: str, correction: _Correction | None) -> bool:
+    """Whether someone else changed a field the operator owns in this child.
+
+    The index holds a digest of the live owned fields, not the object, so the check costs no
+    memory per child beyond that digest, and no API call. An empty digest (the operator's
+    field manager owns nothing there, e.g. a child left by another manager) counts as drift:
+    one apply takes the fields over."""
+    if seen.owned_fingerprint == wanted:
+        return False
+    if correction is not None and correction.wanted == wanted:
+        if seen.owned_fingerprint == correction.result:
+            return False  # what the last correction produced: the server's own spelling
+        if seen.resource_version == correction.read:
+            return False  # the index still holds the copy that correction answered
+    return True
 
 
 def _applied_hash(obj: Mapping[str, Any]) -> str:

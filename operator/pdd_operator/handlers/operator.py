@@ -21,6 +21,7 @@ from pdd_operator.kube.client import load_configuration
 from pdd_operator.kube.resources import CHILD_KINDS
 from pdd_operator.planning.compact import compact_node, compact_pod
 from pdd_operator.reconcile import Reconciler
+from pdd_operator.rendering.context import OperatorSettings
 from pdd_operator.status.observe import owner_key, summarize_child, summarize_pod
 
 log = logging.getLogger(__name__)
@@ -104,9 +105,14 @@ async def pdd_index(namespace: str, name: str, body: kopf.Body, **_: Any) -> Any
 
 
 def _child_indexer(plural: str) -> Any:
-    async def index(body: kopf.Body, **_: Any) -> Any:
+    async def index(body: kopf.Body, memo: kopf.Memo, **_: Any) -> Any:
         key = owner_key(body)
-        return {key: summarize_child(body)} if key else None
+        if not key:
+            return None
+        runtime: OperatorRuntime | None = memo.get("runtime")
+        if runtime is None:
+            return {key: summarize_child(body, OperatorSettings.field_manager)}
+        return {key: summarize_child(body, runtime.settings.field_manager, runtime.digests)}
 
     return index
 

@@ -15,6 +15,7 @@ from pdd_operator.kube.client import API_CONNECTIONS, KubeApi, load_api_client
 from pdd_operator.metrics import OperatorMetrics
 from pdd_operator.reconcile import Reconciler
 from pdd_operator.rendering.context import OperatorSettings
+from pdd_operator.status.drift import LiveDigests
 
 log = logging.getLogger(__name__)
 
@@ -26,6 +27,8 @@ class OperatorRuntime:
     metrics: OperatorMetrics
     settings: OperatorSettings
     fleet: FleetCache = field(default_factory=FleetCache)
+    # The children's owned-fields digests, reused across their status-only events.
+    digests: LiveDigests = field(default_factory=LiveDigests)
     _reconciler: Reconciler | None = None
     last_view: Any = None
     # A handler's context: kopf.event() finds kopf's event queue through context variables

@@ -1,7 +1,7 @@
 """Compact summaries of observed children and pods (pure), kept in the operator's indexes.
 
-The operator keeps only these summaries in memory instead of whole objects: what status and
-the no-op check need, nothing more.
+The operator keeps only these summaries in memory instead of whole objects: what status, the
+no-op check and the drift check need, nothing more.
 """
 
 from __future__ import annotations
@@ -13,6 +13,7 @@ from typing import Any
 
 from pdd_operator.api import names
 from pdd_operator.status.compute import PodProblem, WorkloadState
+from pdd_operator.status.drift import LiveDigests, live_fingerprint
 
 ChildKey = tuple[str, str, str]  # (apiVersion, kind, name)
 
@@ -25,6 +26,10 @@ class ChildSummary:
     workload: WorkloadState | None = None
     template_revision: str = ""  # pdd.dev/revision of a StatefulSet's pod template
     partition: int = 0
+    # The live values of the fields the operator owns, as a digest (status.drift): differs
+    # from the render's when someone changed or removed one of them.
+    owned_fingerprint: str = ""
+    resource_version: str = ""
 
 
 @dataclass(frozen=True)
@@ -50,7 +55,9 @@ def owner_key(body: Mapping[str, Any]) -> tuple[str, str] | None:
     return None
 
 
-def summarize_child(body: Mapping[str, Any]) -> ChildSummary:
+def summarize_child(
+    body: Mapping[str, Any], field_manager: str, digests: LiveDigests | None = None
+) -> ChildSummary:
     meta = body["metadata"]
     role = meta.get("labels", {}).get(names.LABEL_ROLE, "")
     key = (body["apiVersion"], body["kind"], meta["name"])
@@ -66,6 +73,12 @@ def summarize_child(body: Mapping[str, Any]) -> ChildSummary:
         workload,
         template_revision=template_labels.get(names.LABEL_REVISION, ""),
         partition=int(partition or 0),
+        owned_fingerprint=(
+            digests.fingerprint(body, field_manager)
+            if digests is not None
+            else live_fingerprint(body, field_manager)
+        ),
+        resource_version=str(meta.get("resourceVersion", "")),
     )
 
 
