@@ -146,6 +146,10 @@ def test_lifecycle_create_scale_upgrade_router_delete(
         what="router svc gone",
     )
 
+    # every child read back as rendered through all of that: no drift seen where none was
+    assert "another spelling" not in operator.tail(10**7)
+    assert operator.metric("pdd_operator_drift_corrections_total") == 0
+
     # delete -> the garbage collector removes every child
     custom(api_client).delete_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, "llama")
     wait_for(
