@@ -15,8 +15,8 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
+from pdd_contract.probe_result import ProbeResult
 from pdd_sidecar.probe import LINK_CONCURRENCY, MIB, ProbeSpec, run_local_probe
-from pdd_sidecar.probe_result import ProbeResult
 
 # What a pod's KV path is checked with, beside the engine's own descriptor size: sizes at
 # which NIXL reaches the link when it is healthy (docs/benchmarks.md).

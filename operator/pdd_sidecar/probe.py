@@ -23,7 +23,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from pdd_sidecar.probe_result import ProbeResult, classify_probe
+from pdd_contract.probe_result import ProbeResult, classify_probe
 
 __all__ = [
     "DEFAULT_BLOCK_SIZES",

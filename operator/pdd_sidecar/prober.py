@@ -15,7 +15,7 @@ import logging
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
-from pdd_sidecar.probe_result import ProbeResult
+from pdd_contract.probe_result import ProbeResult
 
 log = logging.getLogger(__name__)
 

@@ -7,6 +7,7 @@ import json
 
 import pytest
 
+from pdd_contract.probe_result import ProbeResult
 from pdd_sidecar.etcd_mode import agent_prefix, metadata_key, prefix_range_end
 from pdd_sidecar.peer_view import (
     METADATA_CHANGED,
@@ -19,7 +20,6 @@ from pdd_sidecar.peer_view import (
     merge_pods,
     removal_reason,
 )
-from pdd_sidecar.probe_result import ProbeResult
 from pdd_sidecar.prober import pending_request, result_annotation
 
 

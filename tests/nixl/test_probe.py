@@ -11,8 +11,8 @@ import sys
 import pytest
 from nixl_harness import REPO, Processes, child_env, free_port, http, wait_until
 
+from pdd_contract.probe_result import REASON_TCP, REASON_VERIFIED, classify_probe
 from pdd_sidecar.probe import ProbeSpec, block_plan, run_local_probe
-from pdd_sidecar.probe_result import REASON_TCP, REASON_VERIFIED, classify_probe
 
 pytestmark = pytest.mark.nixl
 

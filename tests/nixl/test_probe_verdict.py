@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from pdd_sidecar.probe_result import (
+from pdd_contract.probe_result import (
     REASON_CORRUPT,
     REASON_FAILED,
     REASON_SLOW,

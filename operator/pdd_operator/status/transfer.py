@@ -13,10 +13,10 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
+from pdd_contract.probe_result import classify_probe
 from pdd_operator.api import names
 from pdd_operator.api.v1alpha1 import PDDeployment, TransferStatus
 from pdd_operator.status.observe import PodSummary
-from pdd_sidecar.probe_result import classify_probe
 
 # What the KV path should reach when the result does not say (GB/s, DESIGN.md's table):
 # the intended path is GPU->GPU over a 400 Gb/s NIC; NVLink when the probe found cuda_ipc.

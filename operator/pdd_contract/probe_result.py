@@ -1,7 +1,8 @@
 """The transfer probe's result and the verdict the operator derives from it.
 
-Standard library only and free of I/O, so the operator's pure status layer can import
-``classify_probe`` without pulling in aiohttp, NIXL or a Kubernetes client.
+The sidecar measures and writes a ``ProbeResult`` (as JSON in the prober pod's
+``labels.ANNOTATION_PROBE_RESULT``); the operator's status layer turns it into the
+``KVTransferVerified`` condition with ``classify_probe``.
 
 Bandwidth is in GB/s (10^9 bytes per second) everywhere, the unit of the link budgets in
 DESIGN.md ("400 GB/s NVLink", "50 GB/s per 400 Gb/s NIC").
