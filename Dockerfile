@@ -3,8 +3,9 @@
 #   docker build --target operator -t ghcr.io/pdd-dev/pdd-operator:0.1.0 .
 #   docker build --target sidecar  -t ghcr.io/pdd-dev/pdd-sidecar:0.1.0 .
 # `operator` runs `pdd-operator run` (the chart's Deployment); `sidecar` runs `pdd-sidecar`
-# (preflight init container, NIXL sidecar and probe in engine pods; `agent` in the topology
-# DaemonSet). The entrypoints are the console scripts the tests run.
+# (NIXL sidecar and probe in engine pods) and, as its command, `pdd-node` (`preflight` init
+# container in engine pods; `agent` in the topology DaemonSet). The entrypoints are the
+# console scripts the tests run.
 
 # Pinned by digest: a tag moves, a digest does not (bump both together).
 ARG PYTHON_IMAGE=python:3.11-slim-bookworm@sha256:2e32f7d302adc1c37428355c1e646897c0c53f4fd60b6a551245fb90ee129f91

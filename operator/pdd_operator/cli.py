@@ -1,4 +1,4 @@
-"""`pdd-operator`: run the operator, generate its manifests, scan a node's topology."""
+"""`pdd-operator`: run the operator, generate its manifests."""
 
 from __future__ import annotations
 
@@ -13,10 +13,6 @@ from pdd_operator.config import ConfigError, OperatorConfig, add_arguments
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
-    if argv[:2] == ["topology", "scan"]:
-        from pdd_operator.topology.cli import scan_main
-
-        return scan_main(argv[2:])
     parser = _parser()
     args = parser.parse_args(argv)
     if args.command == "run":
@@ -29,7 +25,7 @@ def main(argv: list[str] | None = None) -> int:
         from pdd_operator.generate import generate_all
 
         return generate_all(args.root, check=args.check)
-    parser.error("use: pdd-operator topology scan --sysfs-root DIR --procfs-root DIR")
+    parser.error(f"unknown command {args.command}")
     return 2
 
 
@@ -51,7 +47,6 @@ def _parser() -> argparse.ArgumentParser:
     gen = sub.add_parser("generate", help="write the generated files (CRDs, chart CRDs, docs)")
     gen.add_argument("--root", default=".")
     gen.add_argument("--check", action="store_true", help="fail when a generated file drifted")
-    sub.add_parser("topology", help="topology scan --sysfs-root DIR --procfs-root DIR")
     return parser
 
 

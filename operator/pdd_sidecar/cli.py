@@ -1,4 +1,4 @@
-"""``pdd-sidecar``: serve | probe | preflight | agent.
+"""``pdd-sidecar``: serve | probe. (The preflight and the node agent are ``pdd-node``'s.)
 
 Every ``serve`` flag has an environment variable (the operator renders env, not args), and
 the pod identity comes from the downward API (POD_NAME, POD_UID, POD_IP, POD_NAMESPACE).
@@ -39,29 +39,15 @@ from pdd_sidecar.probe import (
     run_local_probe,
 )
 
-_PASS_THROUGH = ("preflight", "agent")  # written elsewhere; their flags are their own
-
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
-    if args and args[0] in _PASS_THROUGH:
-        return _run_pass_through(args[0], args[1:])
     parsed = _parser().parse_args(args)
     logging.basicConfig(
         level=getattr(logging, parsed.log_level.upper(), logging.INFO),
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
     return int(parsed.func(parsed))
-
-
-def _run_pass_through(command: str, rest: list[str]) -> int:
-    if command == "preflight":
-        from pdd_sidecar.preflight import main as preflight_main
-
-        return int(preflight_main(rest) or 0)
-    from pdd_sidecar.agent import main as agent_main
-
-    return int(agent_main(rest) or 0)
 
 
 def _env(name: str, default: str | None = None) -> str | None:
@@ -79,8 +65,6 @@ def _parser() -> argparse.ArgumentParser:
     commands = parser.add_subparsers(dest="command", required=True)
     _add_serve(commands.add_parser("serve", help="run the sidecar HTTP server"))
     _add_probe(commands.add_parser("probe", help="run the NIXL transfer probe"))
-    for name in _PASS_THROUGH:
-        commands.add_parser(name, help=f"see `pdd-sidecar {name} --help`")
     return parser
 
 

@@ -134,6 +134,7 @@ def test_agent_daemonset(helm: Helm) -> None:
     assert pod["nodeSelector"] == {"nvidia.com/gpu.present": "true"}
     (container,) = pod["containers"]
     assert container["image"] == "ghcr.io/pdd-dev/pdd-sidecar:0.1.0"
+    assert container["command"] == ["pdd-node"]  # the image's entrypoint is pdd-sidecar
     assert container["args"][0] == "agent"
     assert container["env"][0]["valueFrom"]["fieldRef"]["fieldPath"] == "spec.nodeName"
     mounts = {m["mountPath"]: m for m in container["volumeMounts"]}

@@ -46,6 +46,8 @@ def test_targets_run_the_console_scripts_as_non_root() -> None:
         assert f'ENTRYPOINT ["{script}"]' in body
         assert f"CMD {cmd}" in body
         assert "USER 65532:65532" in body  # the chart's runAsUser
+    # The preflight init container and the node agent run the sidecar image as `pdd-node`.
+    assert "pdd-node" in scripts
 
 
 def test_base_image_is_pinned_by_digest() -> None:

@@ -3,8 +3,8 @@ from __future__ import annotations
 from functools import cache
 from pathlib import Path
 
-from pdd_operator.topology.model import NodeTopology
-from pdd_operator.topology.scan import scan
+from pdd_node.topology.model import NodeTopology
+from pdd_node.topology.scan import scan
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "topology"
 

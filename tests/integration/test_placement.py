@@ -18,13 +18,13 @@ from helpers.operator_fixture import operator  # noqa: F401  (fixture)
 from helpers.operator_proc import OperatorProcess
 from helpers.waits import wait_for
 from pdd_localcluster.nodes import SimNode, gpu_node_capacity, gpu_node_labels
-from pdd_operator.topology.scan import scan
-from pdd_sidecar.preflight import (
+from pdd_node.preflight import (
     ContainerFacts,
     PreflightConfig,
     run_preflight,
     termination_message,
 )
+from pdd_node.topology.scan import scan
 
 GROUP, VERSION, PLURAL = "pdd.dev", "v1alpha1", "pddeployments"
 RDMA = "rdma/hca"

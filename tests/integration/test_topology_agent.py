@@ -1,4 +1,4 @@
-"""The node topology agent as it runs: a separate process (`python -m pdd_sidecar.agent --once`)
+"""The node topology agent as it runs: a separate process (`python -m pdd_node.agent --once`)
 with a kubeconfig for a ServiceAccount holding only the chart's agent RBAC (get + patch on
 nodes), reading a fixture sysfs/procfs tree and publishing it on a simulated Node of the real
 API server. A second run over an unchanged tree must not write at all: thousands of agents
@@ -21,14 +21,14 @@ from kubernetes.client.exceptions import ApiException
 from helpers.waits import wait_for
 from pdd_localcluster import LocalControlPlane, NodeSimulator, SimNode
 from pdd_localcluster.kubejson import KubeJson
-from pdd_operator.topology.annotation import (
+from pdd_node.kube import FIELD_MANAGER
+from pdd_node.topology.annotation import (
     GPUDIRECT_LABEL,
     RDMA_NICS_LABEL,
     RETIRED_TOPOLOGY_ANNOTATION,
     TOPOLOGY_VERSION_LABEL,
 )
-from pdd_operator.topology.scan import scan
-from pdd_sidecar.agent import FIELD_MANAGER
+from pdd_node.topology.scan import scan
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 FIXTURES = REPO_ROOT / "tests" / "fixtures" / "topology"
@@ -158,7 +158,7 @@ def run_agent(kubeconfig: Path, node: str, fixture: str) -> float:
     argv = [
         sys.executable,
         "-m",
-        "pdd_sidecar.agent",
+        "pdd_node.agent",
         "--once",
         f"--sysfs-root={root / 'sys'}",
         f"--procfs-root={root / 'proc'}",

@@ -235,7 +235,7 @@ def _preflight_container(pdd: PDDeployment, role: str, ctx: RenderContext) -> di
         "name": "preflight",
         "image": ctx.settings.sidecar_image,
         "imagePullPolicy": "IfNotPresent",
-        "command": ["pdd-sidecar", "preflight", "--env-file", "/pdd/env/transfer.env"],
+        "command": ["pdd-node", "preflight", "--env-file", "/pdd/env/transfer.env"],
         "env": [{"name": "PDD_ROLE", "value": role}, *transfer.transfer_env(spec)],
         "resources": gpu_resources(spec, role),
         "volumeMounts": [

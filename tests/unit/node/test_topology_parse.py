@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from pdd_operator.topology.parse import (
+from pdd_node.topology.parse import (
     cuda_version_for_driver,
     gpu_uuid,
     parse_gpu_information,

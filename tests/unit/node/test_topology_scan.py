@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 
 from helpers.topology import scan_fixture
-from pdd_operator.topology.model import NodeTopology
-from pdd_operator.topology.scan import scan
+from pdd_node.topology.model import NodeTopology
+from pdd_node.topology.scan import scan
 
 H100_ADDRESSES = [
     f"0000:{bus:02x}:00.0" for bus in (0x13, 0x23, 0x33, 0x43, 0x93, 0xA3, 0xB3, 0xC3)

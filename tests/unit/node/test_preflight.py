@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 from helpers.topology import FIXTURES, scan_fixture
-from pdd_sidecar import preflight
-from pdd_sidecar.preflight import (
+from pdd_node import preflight
+from pdd_node.preflight import (
     TERMINATION_MESSAGE_LIMIT,
     CheckResult,
     ContainerFacts,

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from pdd_operator.topology.model import DistanceClass
-from pdd_operator.topology.pcie import PciePath, distance_class
+from pdd_node.topology.model import DistanceClass
+from pdd_node.topology.pcie import PciePath, distance_class
 
 ROOT_A = "/sys/devices/pci0000:10/0000:10:01.0"
 ROOT_A2 = "/sys/devices/pci0000:10/0000:10:02.0"  # second root port of the same host bridge

@@ -1,4 +1,4 @@
-"""`pdd-operator topology scan`."""
+"""`pdd-node`: its `scan` command, and the dispatch to the others."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ import json
 import pytest
 
 from helpers.topology import FIXTURES
-from pdd_operator.topology.cli import scan_main
-from pdd_operator.topology.model import NodeTopology
+from pdd_node.cli import main, scan_main
+from pdd_node.topology.model import NodeTopology
 
 
 def roots(name: str) -> list[str]:
@@ -42,3 +42,24 @@ def test_prints_node_metadata(capsys: pytest.CaptureFixture[str]) -> None:
 def test_rejects_unknown_options() -> None:
     with pytest.raises(SystemExit):
         scan_main(["--no-such-flag"])
+
+
+def test_pdd_node_runs_scan(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["scan", *roots("h100-hgx")]) == 0
+    assert NodeTopology.model_validate_json(capsys.readouterr().out).gpudirect == "dmabuf"
+
+
+@pytest.mark.parametrize("command", ["preflight", "agent"])
+def test_pdd_node_hands_the_rest_to_the_command(
+    command: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(SystemExit) as exited:
+        main([command, "--help"])
+    assert exited.value.code == 0
+    assert capsys.readouterr().out.startswith(f"usage: pdd-node {command} ")
+
+
+def test_pdd_node_rejects_unknown_commands() -> None:
+    with pytest.raises(SystemExit) as exited:
+        main(["topology", "scan"])
+    assert exited.value.code == 2

@@ -6,9 +6,9 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from pdd_operator.topology.annotation import node_labels
-from pdd_operator.topology.nics import gpudirect_mode, select_nics
-from pdd_operator.topology.scan import scan
+from pdd_node.topology.annotation import node_labels
+from pdd_node.topology.nics import gpudirect_mode, select_nics
+from pdd_node.topology.scan import scan
 
 
 def test_scan_of_this_machine() -> None:

@@ -32,16 +32,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal, get_args
 
-from pdd_operator.topology.gpudirect import (
+from pdd_node.topology.gpudirect import (
     FIX_OPEN_MODULE,
     FIX_PEERMEM,
     dmabuf_missing,
     facts_from_topology,
     gpudirect_blocker,
 )
-from pdd_operator.topology.model import DistanceClass, Gpu, NodeTopology
-from pdd_operator.topology.nics import choose_ports, distance_rank, nearest_nics
-from pdd_operator.topology.scan import scan
+from pdd_node.topology.model import DistanceClass, Gpu, NodeTopology
+from pdd_node.topology.nics import choose_ports, distance_rank, nearest_nics
+from pdd_node.topology.scan import scan
 
 DEFAULT_ENV_FILE = Path("/pdd/env/transfer.env")
 DEFAULT_TERMINATION_LOG = Path("/dev/termination-log")
@@ -597,7 +597,7 @@ def read_container_facts(dev_root: Path) -> ContainerFacts:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """`pdd-sidecar preflight [...]`; `argv` is what follows `preflight`."""
+    """`pdd-node preflight [...]`; `argv` is what follows `preflight`."""
     args = _parse_args(sys.argv[1:] if argv is None else argv)
     try:
         config = PreflightConfig.from_env(os.environ)
@@ -619,7 +619,7 @@ def main(argv: list[str] | None = None) -> int:
 
 def _parse_args(argv: list[str]) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
-        prog="pdd-sidecar preflight",
+        prog="pdd-node preflight",
         description="Pin each GPU to its nearest RDMA port and check the RDMA prerequisites.",
     )
     parser.add_argument("--env-file", type=Path, default=DEFAULT_ENV_FILE)

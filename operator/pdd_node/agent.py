@@ -23,13 +23,12 @@ from pathlib import Path
 from types import FrameType
 from typing import Any, Protocol
 
-from pdd_operator.topology.annotation import RETIRED_TOPOLOGY_ANNOTATION, node_labels
-from pdd_operator.topology.model import NodeTopology
-from pdd_operator.topology.scan import scan
+from pdd_node.topology.annotation import RETIRED_TOPOLOGY_ANNOTATION, node_labels
+from pdd_node.topology.model import NodeTopology
+from pdd_node.topology.scan import scan
 
-log = logging.getLogger("pdd_sidecar.agent")
+log = logging.getLogger("pdd_node.agent")
 
-FIELD_MANAGER = "pdd-topology-agent"
 DEFAULT_INTERVAL_S = 60.0
 # After a failed API call retry sooner than a full interval, but back off: 5 s, 10 s, 20 s...
 FIRST_RETRY_S = 5.0
@@ -105,34 +104,18 @@ def run_loop(
         stop.wait(wait_s)
 
 
-class KubernetesNodeClient:
-    """NodeMetadataClient over the official client."""
-
-    def __init__(self, core_v1: Any) -> None:
-        self._core_v1 = core_v1
-
-    def read_node_metadata(self, name: str) -> NodeMetadata:
-        metadata = self._core_v1.read_node(name).metadata
-        return dict(metadata.annotations or {}), dict(metadata.labels or {})
-
-    def patch_node_metadata(self, name: str, patch: Mapping[str, Any]) -> None:
-        self._core_v1.patch_node(
-            name,
-            dict(patch),
-            field_manager=FIELD_MANAGER,
-            _content_type="application/merge-patch+json",
-        )
-
-
 def main(argv: list[str] | None = None) -> int:
-    """`pdd-sidecar topology-agent [...]`; `argv` is what follows the subcommand."""
+    """`pdd-node agent [...]`; `argv` is what follows the subcommand."""
     args = _parse_args(sys.argv[1:] if argv is None else argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
     node_name = os.environ.get("NODE_NAME", "")
     if not node_name:
         log.error("NODE_NAME is not set: give the container env NODE_NAME from spec.nodeName")
         return 2
-    client = KubernetesNodeClient(_core_v1_api(args.kubeconfig))
+    # Imported only now, so the pure functions above load without the Kubernetes client.
+    from pdd_node.kube import KubernetesNodeClient, core_v1_api
+
+    client = KubernetesNodeClient(core_v1_api(args.kubeconfig))
     stop = threading.Event()
     _stop_on_signals(stop)
 
@@ -146,15 +129,6 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-def _core_v1_api(kubeconfig: str | None) -> Any:
-    # Imported here so the pure functions above load without the Kubernetes client.
-    from kubernetes import client
-
-    from pdd_operator.kube.client import load_api_client
-
-    return client.CoreV1Api(load_api_client(kubeconfig))
-
-
 def _stop_on_signals(stop: threading.Event) -> None:
     def handle(signum: int, frame: FrameType | None) -> None:
         stop.set()
@@ -165,7 +139,7 @@ def _stop_on_signals(stop: threading.Event) -> None:
 
 def _parse_args(argv: list[str]) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
-        prog="pdd-sidecar topology-agent",
+        prog="pdd-node agent",
         description="Publish this node's GPU/NIC topology on its Node object.",
     )
     parser.add_argument("--sysfs-root", type=Path, default=Path("/host/sys"))

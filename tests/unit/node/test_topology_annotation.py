@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from helpers.topology import scan_fixture
-from pdd_operator.topology.annotation import (
+from pdd_node.topology.annotation import (
     GPUDIRECT_LABEL,
     RDMA_NICS_LABEL,
     TOPOLOGY_VERSION_LABEL,

@@ -1,13 +1,13 @@
 """Node topology: GPUs, RDMA NICs, PCIe distances and GPUDirect RDMA facts (a pure layer: it
 reads files given to it and imports no Kubernetes client)."""
 
-from pdd_operator.topology.annotation import (
+from pdd_node.topology.annotation import (
     GPUDIRECT_LABEL,
     RDMA_NICS_LABEL,
     TOPOLOGY_VERSION_LABEL,
     node_labels,
 )
-from pdd_operator.topology.model import (
+from pdd_node.topology.model import (
     DISTANCE_CLASSES,
     SCHEMA_VERSION,
     DistanceClass,
@@ -18,7 +18,7 @@ from pdd_operator.topology.model import (
     RdmaNic,
     RdmaPort,
 )
-from pdd_operator.topology.nics import (
+from pdd_node.topology.nics import (
     PortChoice,
     choose_ports,
     gpudirect_mode,
@@ -26,7 +26,7 @@ from pdd_operator.topology.nics import (
     select_nics,
     ucx_net_devices,
 )
-from pdd_operator.topology.scan import scan
+from pdd_node.topology.scan import scan
 
 __all__ = [
     "DISTANCE_CLASSES",

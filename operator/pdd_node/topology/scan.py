@@ -12,8 +12,8 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from pdd_operator.topology.gpudirect import GpuDirectFacts, decide_gpudirect
-from pdd_operator.topology.model import (
+from pdd_node.topology.gpudirect import GpuDirectFacts, decide_gpudirect
+from pdd_node.topology.model import (
     Gpu,
     GpuNicPair,
     NodeTopology,
@@ -21,7 +21,7 @@ from pdd_operator.topology.model import (
     RdmaPort,
     nic_sort_key,
 )
-from pdd_operator.topology.parse import (
+from pdd_node.topology.parse import (
     cuda_version_for_driver,
     gpu_uuid,
     parse_cuda_version,
@@ -33,7 +33,7 @@ from pdd_operator.topology.parse import (
     parse_port_rate,
     parse_port_state,
 )
-from pdd_operator.topology.pcie import PciePath, distance_class
+from pdd_node.topology.pcie import PciePath, distance_class
 
 NVIDIA_VENDOR_ID = 0x10DE
 # PCI class codes (class >> 8): 0x0300 VGA controller, 0x0302 3D controller. NVSwitches

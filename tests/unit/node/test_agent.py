@@ -9,16 +9,10 @@ from typing import Any
 import pytest
 
 from helpers.topology import scan_fixture
-from pdd_operator.topology.annotation import node_labels
-from pdd_operator.topology.model import NodeTopology
-from pdd_sidecar.agent import (
-    FIELD_MANAGER,
-    KubernetesNodeClient,
-    NodeMetadata,
-    metadata_patch,
-    run_loop,
-    sync_once,
-)
+from pdd_node.agent import NodeMetadata, metadata_patch, run_loop, sync_once
+from pdd_node.kube import FIELD_MANAGER, KubernetesNodeClient
+from pdd_node.topology.annotation import node_labels
+from pdd_node.topology.model import NodeTopology
 
 H100 = scan_fixture("h100-hgx")
 PORT_DOWN = scan_fixture("port-down")

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from pdd_operator.topology.model import GpuDirectMode, NodeTopology
-from pdd_operator.topology.parse import parse_cuda_version
+from pdd_node.topology.model import GpuDirectMode, NodeTopology
+from pdd_node.topology.parse import parse_cuda_version
 
 DMABUF_MIN_KERNEL = (5, 12)
 DMABUF_MIN_CUDA = (11, 7)

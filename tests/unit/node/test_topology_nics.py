@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from helpers.topology import scan_fixture
-from pdd_operator.topology.gpudirect import GpuDirectFacts, decide_gpudirect
-from pdd_operator.topology.model import (
+from pdd_node.topology.gpudirect import GpuDirectFacts, decide_gpudirect
+from pdd_node.topology.model import (
     DistanceClass,
     Gpu,
     GpuNicPair,
@@ -14,7 +14,7 @@ from pdd_operator.topology.model import (
     RdmaNic,
     RdmaPort,
 )
-from pdd_operator.topology.nics import (
+from pdd_node.topology.nics import (
     choose_ports,
     gpudirect_mode,
     link_limit_gbytes_per_s,

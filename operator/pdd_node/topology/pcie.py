@@ -17,7 +17,7 @@ import re
 from dataclasses import dataclass
 from pathlib import PurePath
 
-from pdd_operator.topology.model import DistanceClass
+from pdd_node.topology.model import DistanceClass
 
 _HOST_BRIDGE = re.compile(r"^pci[0-9a-f]{4,8}:[0-9a-f]{2}$")
 _BDF = re.compile(r"^[0-9a-f]{4,8}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]$")

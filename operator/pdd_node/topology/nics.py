@@ -11,8 +11,8 @@ from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-from pdd_operator.topology.gpudirect import decide_gpudirect, facts_from_topology
-from pdd_operator.topology.model import (
+from pdd_node.topology.gpudirect import decide_gpudirect, facts_from_topology
+from pdd_node.topology.model import (
     DISTANCE_CLASSES,
     DistanceClass,
     GpuDirectMode,
