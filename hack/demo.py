@@ -24,6 +24,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests"))
 
 from helpers.operator_proc import OperatorProcess, install_crd  # noqa: E402
+from pdd_contract.labels import LABEL_DEPLOYMENT, LABEL_GPUDIRECT, LABEL_RDMA_NICS  # noqa: E402
 from pdd_localcluster.controlplane import LocalControlPlane  # noqa: E402
 from pdd_localcluster.nodes import SimNode, gpu_fleet, gpu_node_capacity  # noqa: E402
 from pdd_localcluster.nodesim import NodeSimulator  # noqa: E402
@@ -37,7 +38,7 @@ def demo_nodes() -> list[SimNode]:
     nodes = []
     for node in gpu_fleet(cliques=2, nodes_per_clique=4, racks_per_clique=2):
         capacity = {**gpu_node_capacity(8), RDMA_RESOURCE: "1k"}
-        labels = {**node.labels, "pdd.dev/gpudirect": "dmabuf", "pdd.dev/rdma-nics": "8"}
+        labels = {**node.labels, LABEL_GPUDIRECT: "dmabuf", LABEL_RDMA_NICS: "8"}
         nodes.append(SimNode(node.name, labels=labels, capacity=capacity))
     return nodes
 
@@ -125,7 +126,7 @@ def print_ready(api: client.ApiClient, pdd: dict[str, Any], ns: str) -> None:
     for cond in pdd["status"]["conditions"]:
         print(f"  {cond['type']:<20} {cond['status']:<6} {cond['reason']:<22} {cond['message']}")
     print("\npods:")
-    pods = client.CoreV1Api(api).list_namespaced_pod(ns, label_selector="pdd.dev/deployment")
+    pods = client.CoreV1Api(api).list_namespaced_pod(ns, label_selector=LABEL_DEPLOYMENT)
     for pod in sorted(pods.items, key=lambda p: p.metadata.name):
         node, ip = pod.spec.node_name, pod.status.pod_ip
         print(f"  {pod.metadata.name:<34} {pod.status.phase:<8} node={node:<10} ip={ip}")

@@ -7,6 +7,8 @@ import math
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
+from pdd_contract.labels import LABEL_DEPLOYMENT, LABEL_ROLE
+
 # The KV cache of a 4,096-token prompt of a 70B-class model (80 layers, 8 KV heads, head dim
 # 128, bf16): 2 (K and V) x 80 x 8 x 128 x 2 bytes = 320 KiB per token.
 KV_BYTES_PER_TOKEN = 2 * 80 * 8 * 128 * 2
@@ -64,7 +66,7 @@ def deployment_pairs(
     by_dep: dict[str, dict[str, list[tuple[str, str, str]]]] = {}
     for pod in pods:
         labels = pod["metadata"].get("labels") or {}
-        dep, role = labels.get("pdd.dev/deployment"), labels.get("pdd.dev/role")
+        dep, role = labels.get(LABEL_DEPLOYMENT), labels.get(LABEL_ROLE)
         node = (pod.get("spec") or {}).get("nodeName")
         if not dep or role not in ("prefill", "decode") or not node or node not in domains:
             continue

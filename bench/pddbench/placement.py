@@ -13,7 +13,10 @@ from typing import Any
 
 from kubernetes import config as kconfig
 
+from pdd_contract.labels import LABEL_DEPLOYMENT
+from pdd_contract.resources import GPU_RESOURCE
 from pdd_operator.kube.client import KubeApi
+from pdd_operator.planning.node_facts import pod_gpu_request
 from pddbench import analysis
 from pddbench.cluster import (
     APPLY_USER,
@@ -29,7 +32,6 @@ from pddbench.workload import PLACEMENT_MIX, pdd_body, pick_shapes
 
 NS = "place"
 FILLER_NS = "filler"
-GPU = "nvidia.com/gpu"
 GPUS_PER_NODE = 8
 # GPUs already taken on a node by other work: weights for 0..8 used GPUs.
 USED_WEIGHTS = (2, 1, 1, 2, 2, 2, 2, 1, 1)
@@ -123,8 +125,8 @@ def _fill(cl: BenchCluster, rng: random.Random) -> dict[str, int]:
                                 "name": "work",
                                 "image": "registry.k8s.io/pause:3.10",
                                 "resources": {
-                                    "requests": {GPU: str(size)},
-                                    "limits": {GPU: str(size)},
+                                    "requests": {GPU_RESOURCE: str(size)},
+                                    "limits": {GPU_RESOURCE: str(size)},
                                 },
                             }
                         ],
@@ -142,12 +144,8 @@ def _free_by_node(cl: BenchCluster) -> dict[str, int]:
     for pod in pods:
         if pod.get("status", {}).get("phase") in ("Succeeded", "Failed"):
             continue
-        gpus = sum(
-            int((c.get("resources") or {}).get("limits", {}).get(GPU, 0))
-            for c in pod["spec"].get("containers") or []
-        )
         node = pod["spec"]["nodeName"]
-        used[node] = used.get(node, 0) + gpus
+        used[node] = used.get(node, 0) + pod_gpu_request(pod["spec"])
     return {n.name: GPUS_PER_NODE - used.get(n.name, 0) for n in cl.nodes}
 
 
@@ -232,7 +230,7 @@ def _run_arm(
 def _wait_bound(cl: BenchCluster, name: str, want: int, timeout: float) -> list[dict[str, Any]]:
     assert cl.kube is not None
     deadline = time.monotonic() + timeout
-    selector = {"labelSelector": f"pdd.dev/deployment={name}"}
+    selector = {"labelSelector": f"{LABEL_DEPLOYMENT}={name}"}
     while True:
         pods, _ = cl.kube.list_all(f"/api/v1/namespaces/{NS}/pods", selector)
         bound = [

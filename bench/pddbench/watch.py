@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from pdd_localcluster.kubejson import KubeJson, watch_events
+from pdd_operator.api.names import ANNOTATION_APPLIED_HASH
 
 log = logging.getLogger(__name__)
 Json = dict[str, Any]
@@ -206,7 +207,7 @@ class Watcher:
                 self.sts_partition_changes += 1
             st.extra["partition"] = partition
             st.extra["hash"] = (obj["metadata"].get("annotations") or {}).get(
-                "pdd.dev/applied-hash", ""
+                ANNOTATION_APPLIED_HASH, ""
             )
             self._set_ready(st, sts_ready(obj), now)
 

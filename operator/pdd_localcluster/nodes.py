@@ -11,6 +11,8 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from pdd_contract.resources import GPU_RESOURCE
+
 GPU_PRODUCT = "NVIDIA-H100-80GB-HBM3"
 KUBELET_VERSION = "v1.35.4"
 # The kernel and driver of an HGX H100 node where GPUDirect RDMA through dma-buf works
@@ -44,7 +46,7 @@ def gpu_node_labels(
 
 def gpu_node_capacity(gpus: int = 8) -> dict[str, str]:
     return {
-        "nvidia.com/gpu": str(gpus),
+        GPU_RESOURCE: str(gpus),
         "cpu": "128",
         "memory": "2Ti",
         "pods": "256",

@@ -32,6 +32,20 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal, get_args
 
+from pdd_contract.env import (
+    PDD_GPU_NIC_MAP,
+    PDD_GPUDIRECT,
+    PDD_GPUDIRECT_MODE,
+    PDD_NIC_MAP,
+    PDD_NIC_SELECTION,
+    PDD_REQUIRE_RDMA,
+    UCX_IB_GPU_DIRECT_RDMA,
+    UCX_NET_DEVICES,
+    GpuDirectRequest,
+    NicSelectionMode,
+)
+from pdd_contract.paths import ENV_FILE
+from pdd_contract.resources import GPU_RESOURCE
 from pdd_node.topology.gpudirect import (
     FIX_OPEN_MODULE,
     FIX_PEERMEM,
@@ -43,7 +57,7 @@ from pdd_node.topology.model import DistanceClass, Gpu, NodeTopology
 from pdd_node.topology.nics import choose_ports, distance_rank, nearest_nics
 from pdd_node.topology.scan import scan
 
-DEFAULT_ENV_FILE = Path("/pdd/env/transfer.env")
+DEFAULT_ENV_FILE = Path(ENV_FILE)
 DEFAULT_TERMINATION_LOG = Path("/dev/termination-log")
 # The kubelet keeps at most 4096 bytes of a termination message.
 TERMINATION_MESSAGE_LIMIT = 4096
@@ -52,8 +66,6 @@ TERMINATION_MESSAGE_LIMIT = 4096
 MIN_SHM_BYTES = 1 << 30
 
 Status = Literal["ok", "warning", "failed"]
-GpuDirectRequest = Literal["auto", "dmabuf", "peermem", "off"]
-NicSelectionMode = Literal["auto", "explicit"]
 
 _UVERBS = re.compile(r"^uverbs\d+$")
 _UCX_DEVICE = re.compile(r"^([A-Za-z0-9_.-]+):(\d+)$")
@@ -90,23 +102,23 @@ class PreflightConfig:
 
     @classmethod
     def from_env(cls, env: Mapping[str, str]) -> PreflightConfig:
-        gpudirect = _GPUDIRECT_REQUESTS.get(env.get("PDD_GPUDIRECT", "auto").strip().lower())
+        gpudirect = _GPUDIRECT_REQUESTS.get(env.get(PDD_GPUDIRECT, "auto").strip().lower())
         if gpudirect is None:
             raise PreflightError(
-                f"PDD_GPUDIRECT={env['PDD_GPUDIRECT']!r} is not one of auto, dmabuf, peermem, "
+                f"{PDD_GPUDIRECT}={env[PDD_GPUDIRECT]!r} is not one of auto, dmabuf, peermem, "
                 "off: fix spec.kvTransfer.gpuDirect"
             )
-        selection = _NIC_SELECTION_MODES.get(env.get("PDD_NIC_SELECTION", "auto").strip().lower())
+        selection = _NIC_SELECTION_MODES.get(env.get(PDD_NIC_SELECTION, "auto").strip().lower())
         if selection is None:
             raise PreflightError(
-                f"PDD_NIC_SELECTION={env['PDD_NIC_SELECTION']!r} is not auto or explicit: fix "
+                f"{PDD_NIC_SELECTION}={env[PDD_NIC_SELECTION]!r} is not auto or explicit: fix "
                 "spec.kvTransfer.nicSelection.mode"
             )
         return cls(
-            require_rdma=_parse_bool("PDD_REQUIRE_RDMA", env.get("PDD_REQUIRE_RDMA", "false")),
+            require_rdma=_parse_bool(PDD_REQUIRE_RDMA, env.get(PDD_REQUIRE_RDMA, "false")),
             gpudirect=gpudirect,
             nic_selection=selection,
-            nic_map=parse_nic_map(env.get("PDD_NIC_MAP", "")),
+            nic_map=parse_nic_map(env.get(PDD_NIC_MAP, "")),
             nvidia_visible_devices=env.get("NVIDIA_VISIBLE_DEVICES"),
             cuda_visible_devices=env.get("CUDA_VISIBLE_DEVICES"),
         )
@@ -229,7 +241,7 @@ def _gpu_by_uuid(gpus: list[Gpu], token: str, variable: str) -> Gpu:
     if token.startswith("MIG-"):
         raise PreflightError(
             f"{variable} names a MIG device ({token}); KV transfer over RDMA needs whole GPUs: "
-            "request nvidia.com/gpu, not a MIG profile"
+            f"request {GPU_RESOURCE}, not a MIG profile"
         )
     matches = [gpu for gpu in gpus if gpu.uuid and gpu.uuid.startswith(token)]
     if len(matches) != 1:
@@ -283,7 +295,7 @@ def check_gpus_visible(ranks: Sequence[RankDevices], config: PreflightConfig) ->
         "gpus",
         "warning",
         "no GPU is visible in this container (NVIDIA_VISIBLE_DEVICES="
-        f"{config.nvidia_visible_devices!r}), so no RDMA port is pinned: request nvidia.com/gpu "
+        f"{config.nvidia_visible_devices!r}), so no RDMA port is pinned: request {GPU_RESOURCE} "
         "for the pod if the engine should use GPUs",
     )
 
@@ -476,7 +488,7 @@ def _check_dmabuf(topology: NodeTopology) -> CheckResult:
     return CheckResult(
         "gpudirect",
         "failed",
-        f"PDD_GPUDIRECT=dmabuf, but this node cannot do GPUDirect RDMA through dma-buf: "
+        f"{PDD_GPUDIRECT}=dmabuf, but this node cannot do GPUDirect RDMA through dma-buf: "
         f"{blocker}; or set spec.kvTransfer.gpuDirect to auto{alternative}",
     )
 
@@ -490,7 +502,7 @@ def _check_peermem(topology: NodeTopology) -> CheckResult:
     return CheckResult(
         "gpudirect",
         "failed",
-        f"PDD_GPUDIRECT=peermem, but GPUDirect RDMA through nvidia-peermem is unavailable on "
+        f"{PDD_GPUDIRECT}=peermem, but GPUDirect RDMA through nvidia-peermem is unavailable on "
         f"this node: {blocker}; or set spec.kvTransfer.gpuDirect to auto",
     )
 
@@ -555,10 +567,10 @@ def render_env_file(report: PreflightReport) -> str:
         *(f"# warning [{check.name}]: {_one_line(check.message)}" for check in report.warnings),
     ]
     variables = {
-        "UCX_NET_DEVICES": report.ucx_net_devices,
-        "PDD_GPU_NIC_MAP": report.gpu_nic_map,
-        "PDD_GPUDIRECT_MODE": report.gpudirect_mode,
-        "UCX_IB_GPU_DIRECT_RDMA": report.ucx_gpu_direct_rdma or "",
+        UCX_NET_DEVICES: report.ucx_net_devices,
+        PDD_GPU_NIC_MAP: report.gpu_nic_map,
+        PDD_GPUDIRECT_MODE: report.gpudirect_mode,
+        UCX_IB_GPU_DIRECT_RDMA: report.ucx_gpu_direct_rdma or "",
     }
     # An empty UCX_NET_DEVICES would not mean "any device" to UCX: leave unset ones out.
     lines += [f"export {name}={shlex.quote(value)}" for name, value in variables.items() if value]
@@ -644,7 +656,7 @@ def parse_nic_map(value: str) -> dict[int, tuple[str, ...]]:
             or not all(_UCX_DEVICE.match(d) for d in parsed)
         ):
             raise PreflightError(
-                f"PDD_NIC_MAP entry {entry!r} is not `<gpu index>=<device>:<port>[,...]`: fix "
+                f"{PDD_NIC_MAP} entry {entry!r} is not `<gpu index>=<device>:<port>[,...]`: fix "
                 "spec.kvTransfer.nicSelection.map"
             )
         nic_map[int(key)] = parsed

@@ -15,6 +15,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
+from pdd_contract.env import UCX_NET_DEVICES, UCX_TLS
 from pdd_contract.probe_result import ProbeResult
 from pdd_sidecar.probe import LINK_CONCURRENCY, MIB, ProbeSpec, run_local_probe
 
@@ -78,7 +79,7 @@ def run_device_check(
     """Run the check between two processes here, with the engine's UCX environment."""
     probe_env = dict(env)
     if check.ucx_tls:
-        probe_env["UCX_TLS"] = check.ucx_tls
+        probe_env[UCX_TLS] = check.ucx_tls
     result = run_local_probe(check.spec, extra_paths=extra_paths, env=probe_env)
     # The verdict is about the link: its figure is the best of the large-block sizes, not an
     # average that the engine's small descriptors would pull down (they are reported apart).
@@ -98,11 +99,11 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     parser = argparse.ArgumentParser(description="the KV-path check with this machine's devices")
     parser.add_argument("--gpus", type=int, required=True, help="GPUs to use (0: host memory)")
-    parser.add_argument("--net-devices", default=os.environ.get("UCX_NET_DEVICES", ""))
+    parser.add_argument("--net-devices", default=os.environ.get(UCX_NET_DEVICES, ""))
     parser.add_argument("--descriptor-bytes", type=int, default=0, help="the engine's size")
     args = parser.parse_args(argv)
     check = plan_device_check(
-        args.gpus, args.net_devices, os.environ.get("UCX_TLS", ""), args.descriptor_bytes
+        args.gpus, args.net_devices, os.environ.get(UCX_TLS, ""), args.descriptor_bytes
     )
     result = run_device_check(check, args.descriptor_bytes, dict(os.environ))
     print(json.dumps(result.to_dict(), indent=1))

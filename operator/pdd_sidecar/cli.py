@@ -15,9 +15,32 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
+from pdd_contract.env import (
+    NIXL_ETCD_ENDPOINTS,
+    NIXL_ETCD_NAMESPACE,
+    PDD_DECODE_SERVICE,
+    PDD_DEPLOYMENT,
+    PDD_PREFILL_SERVICE,
+    PDD_PROBER_POD,
+    PDD_REVISION,
+    PDD_ROLE,
+    PDD_SIDE_CHANNEL,
+    PDD_SIDE_CHANNEL_PORTS,
+    PDD_SIDECAR_TOKEN_FILE,
+    PDD_SIDECAR_URL,
+    POD_IP,
+    POD_NAME,
+    POD_UID,
+    SIDE_CHANNELS,
+)
+from pdd_contract.paths import TOKEN_FILE
+from pdd_contract.ports import (
+    SGLANG_BOOTSTRAP_PORT,
+    VLLM_SIDE_CHANNEL_BASE_PORT,
+    vllm_side_channel_ports,
+)
 from pdd_sidecar.config import (
     DEFAULT_PORT,
-    DEFAULT_TOKEN_FILE,
     ROLES,
     EtcdSettings,
     Identity,
@@ -72,16 +95,16 @@ def _add_serve(p: argparse.ArgumentParser) -> None:
     p.add_argument("--host", default=_env("PDD_SIDECAR_HOST", "0.0.0.0"))
     p.add_argument("--port", type=int, default=int(_env_num("PDD_SIDECAR_PORT", DEFAULT_PORT)))
     p.add_argument("--unix-socket", default=_env("PDD_SIDECAR_UNIX_SOCKET"))
-    p.add_argument("--token-file", default=_env("PDD_SIDECAR_TOKEN_FILE", DEFAULT_TOKEN_FILE))
-    p.add_argument("--role", choices=ROLES, default=_env("PDD_ROLE"))
-    p.add_argument("--deployment", default=_env("PDD_DEPLOYMENT", ""))
+    p.add_argument("--token-file", default=_env(PDD_SIDECAR_TOKEN_FILE, TOKEN_FILE))
+    p.add_argument("--role", choices=ROLES, default=_env(PDD_ROLE))
+    p.add_argument("--deployment", default=_env(PDD_DEPLOYMENT, ""))
     p.add_argument("--namespace", default=_env("POD_NAMESPACE", "default"))
-    p.add_argument("--pod-name", default=_env("POD_NAME", ""))
-    p.add_argument("--pod-uid", default=_env("POD_UID", ""))
-    p.add_argument("--pod-ip", default=_env("POD_IP", ""))
+    p.add_argument("--pod-name", default=_env(POD_NAME, ""))
+    p.add_argument("--pod-uid", default=_env(POD_UID, ""))
+    p.add_argument("--pod-ip", default=_env(POD_IP, ""))
     p.add_argument(
         "--revision",
-        default=_env("PDD_REVISION", ""),
+        default=_env(PDD_REVISION, ""),
         help="this pod's engine revision (pdd.dev/revision); pair only with peers of the other "
         "role that report the same one. Empty: no filtering",
     )
@@ -99,19 +122,17 @@ def _add_serve(p: argparse.ArgumentParser) -> None:
         help="POD_IP=ADDRESS or CIDR=CIDR (same prefix length, host bits kept), comma-"
         "separated: what to dial instead of EndpointSlice addresses (local clusters)",
     )
-    p.add_argument("--prefill-service", default=_env("PDD_PREFILL_SERVICE"))
-    p.add_argument("--decode-service", default=_env("PDD_DECODE_SERVICE"))
-    p.add_argument("--etcd-endpoints", default=_env("NIXL_ETCD_ENDPOINTS", ""))
-    p.add_argument("--etcd-namespace", default=_env("NIXL_ETCD_NAMESPACE", DEFAULT_NAMESPACE))
-    p.add_argument(
-        "--side-channel",
-        choices=("vllm", "sglang", "none"),
-        default=_env("PDD_SIDE_CHANNEL", "none"),
-    )
+    p.add_argument("--prefill-service", default=_env(PDD_PREFILL_SERVICE))
+    p.add_argument("--decode-service", default=_env(PDD_DECODE_SERVICE))
+    p.add_argument("--etcd-endpoints", default=_env(NIXL_ETCD_ENDPOINTS, ""))
+    p.add_argument("--etcd-namespace", default=_env(NIXL_ETCD_NAMESPACE, DEFAULT_NAMESPACE))
+    p.add_argument("--side-channel", choices=SIDE_CHANNELS, default=_env(PDD_SIDE_CHANNEL, "none"))
+    base = VLLM_SIDE_CHANNEL_BASE_PORT
     p.add_argument(
         "--side-channel-ports",
-        default=_env("PDD_SIDE_CHANNEL_PORTS", ""),
-        help="comma-separated; default 5600..5600+dp-1 (vllm) or 8998 (sglang)",
+        default=_env(PDD_SIDE_CHANNEL_PORTS, ""),
+        help=f"comma-separated; default {base}..{base}+dp-1 (vllm) or {SGLANG_BOOTSTRAP_PORT} "
+        "(sglang)",
     )
     p.add_argument("--vllm-dp-size", type=int, default=int(_env_num("PDD_VLLM_DP_SIZE", 1)))
     p.add_argument(
@@ -127,7 +148,7 @@ def _add_serve(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument(
         "--prober-pod",
-        default=_env("PDD_PROBER_POD", ""),
+        default=_env(PDD_PROBER_POD, ""),
         help="the pod that answers the operator's probe requests; this one if the names match",
     )
     p.add_argument("--access-log", action="store_true")
@@ -141,8 +162,8 @@ def _add_probe(p: argparse.ArgumentParser) -> None:
     loopback.set_defaults(func=_probe_loopback)
     run = modes.add_parser("run", help="ask the local sidecar to probe a peer pod")
     run.add_argument("--peer", required=True, help="peer pod name")
-    run.add_argument("--url", default=_env("PDD_SIDECAR_URL", f"http://127.0.0.1:{DEFAULT_PORT}"))
-    run.add_argument("--token-file", default=_env("PDD_SIDECAR_TOKEN_FILE", DEFAULT_TOKEN_FILE))
+    run.add_argument("--url", default=_env(PDD_SIDECAR_URL, f"http://127.0.0.1:{DEFAULT_PORT}"))
+    run.add_argument("--token-file", default=_env(PDD_SIDECAR_TOKEN_FILE, TOKEN_FILE))
     _add_spec_flags(run)
     run.set_defaults(func=_probe_run)
     classify = modes.add_parser("classify", help="verdict for a result JSON read from stdin")
@@ -186,7 +207,7 @@ def read_token(path: str) -> str:
 
 def build_config(args: argparse.Namespace) -> SidecarConfig:
     if not args.role:
-        raise SystemExit("--role (or PDD_ROLE) is required: prefill or decode")
+        raise SystemExit(f"--role (or {PDD_ROLE}) is required: prefill or decode")
     identity = Identity(
         deployment=args.deployment,
         namespace=args.namespace,
@@ -200,11 +221,11 @@ def build_config(args: argparse.Namespace) -> SidecarConfig:
     if args.exchange == "etcd":
         endpoints = tuple(e.strip() for e in args.etcd_endpoints.split(",") if e.strip())
         if not endpoints:
-            raise SystemExit("--exchange etcd needs --etcd-endpoints (or NIXL_ETCD_ENDPOINTS)")
+            raise SystemExit(f"--exchange etcd needs --etcd-endpoints (or {NIXL_ETCD_ENDPOINTS})")
         etcd = EtcdSettings(endpoints, args.etcd_namespace)
     ports = tuple(int(p) for p in args.side_channel_ports.split(",") if p.strip())
     if args.side_channel == "vllm" and not ports:
-        ports = tuple(5600 + rank for rank in range(args.vllm_dp_size))
+        ports = vllm_side_channel_ports(args.vllm_dp_size)
     return SidecarConfig(
         identity=identity,
         token=read_token(args.token_file),

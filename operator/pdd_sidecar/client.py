@@ -22,8 +22,12 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-DEFAULT_URL = "http://127.0.0.1:8790"
+# The values of pdd_contract.env and .paths, spelled out rather than imported so that this
+# file alone can be copied into an engine image; a unit test keeps them equal.
+URL_ENV = "PDD_SIDECAR_URL"
+TOKEN_FILE_ENV = "PDD_SIDECAR_TOKEN_FILE"
 DEFAULT_TOKEN_FILE = "/var/run/pdd/token/token"
+DEFAULT_URL = "http://127.0.0.1:8790"
 
 
 class SidecarError(Exception):
@@ -66,10 +70,10 @@ class SidecarClient:
 
     @classmethod
     def from_env(cls, timeout_s: float = 10.0) -> SidecarClient:
-        token_file = os.environ.get("PDD_SIDECAR_TOKEN_FILE", DEFAULT_TOKEN_FILE)
+        token_file = os.environ.get(TOKEN_FILE_ENV, DEFAULT_TOKEN_FILE)
         with open(token_file, encoding="utf-8") as fh:
             token = fh.read().strip()
-        return cls(os.environ.get("PDD_SIDECAR_URL", DEFAULT_URL), token, timeout_s)
+        return cls(os.environ.get(URL_ENV, DEFAULT_URL), token, timeout_s)
 
     # -- the API
 

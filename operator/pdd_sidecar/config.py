@@ -6,7 +6,6 @@ from dataclasses import dataclass, field
 
 ROLES = ("prefill", "decode")
 DEFAULT_PORT = 8790
-DEFAULT_TOKEN_FILE = "/var/run/pdd/token/token"
 
 
 def other_role(role: str) -> str:

@@ -34,6 +34,7 @@ from typing import Any
 
 import numpy as np
 
+from pdd_contract.env import UCX_NET_DEVICES, UCX_TLS
 from pdd_probe.cuda import CudaDriver, CudaError, DeviceMemory
 from pdd_sidecar.probe import MARKER, VERIFY_TAG, Slot, block_plan, region_bytes
 
@@ -265,8 +266,8 @@ def _initiate(spec: dict[str, Any]) -> dict[str, Any]:
         "concurrency": concurrency,
         "nixl_threads": int(spec.get("nixl_threads", 0)),
         "per_block_size": timings,
-        "ucx_tls": os.environ.get("UCX_TLS", ""),
-        "ucx_net_devices": os.environ.get("UCX_NET_DEVICES", ""),
+        "ucx_tls": os.environ.get(UCX_TLS, ""),
+        "ucx_net_devices": os.environ.get(UCX_NET_DEVICES, ""),
         "error": None,
     }
 

@@ -15,12 +15,10 @@ import logging
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
+from pdd_contract.labels import ANNOTATION_PROBE_REQUEST, ANNOTATION_PROBE_RESULT
 from pdd_contract.probe_result import ProbeResult
 
 log = logging.getLogger(__name__)
-
-ANNOTATION_PROBE_REQUEST = "pdd.dev/probe-request"
-ANNOTATION_PROBE_RESULT = "pdd.dev/probe-result"
 
 
 def pending_request(annotations: Mapping[str, str], attempted: str | None) -> str | None:

@@ -15,12 +15,10 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from pdd_contract.ports import SGLANG_BOOTSTRAP_PORT, vllm_side_channel_ports
 from pdd_sidecar.config import ROLES, other_role
 from pdd_sidecar.metrics import SidecarMetrics
 from pdd_sidecar.peers import PeerState
-
-VLLM_SIDE_CHANNEL_BASE = 5600
-SGLANG_BOOTSTRAP_PORT = 8998
 
 
 @dataclass(frozen=True)
@@ -36,7 +34,7 @@ def side_channel_for(
 ) -> SideChannel | None:
     """The side channel this engine kind listens on, seen from a pod of ``own_role``."""
     if engine == "vllm":
-        chosen = ports or tuple(VLLM_SIDE_CHANNEL_BASE + rank for rank in range(dp_size))
+        chosen = ports or vllm_side_channel_ports(dp_size)
         return SideChannel(chosen, frozenset({other_role(own_role)}))
     if engine == "sglang":
         # Only prefill runs a bootstrap server; decode connects to it.

@@ -19,15 +19,11 @@ import yaml
 from kubernetes.client.exceptions import ApiException
 
 from helpers.waits import wait_for
+from pdd_contract.labels import LABEL_GPUDIRECT, LABEL_RDMA_NICS, LABEL_TOPOLOGY_VERSION
 from pdd_localcluster import LocalControlPlane, NodeSimulator, SimNode
 from pdd_localcluster.kubejson import KubeJson
 from pdd_node.kube import FIELD_MANAGER
-from pdd_node.topology.annotation import (
-    GPUDIRECT_LABEL,
-    RDMA_NICS_LABEL,
-    RETIRED_TOPOLOGY_ANNOTATION,
-    TOPOLOGY_VERSION_LABEL,
-)
+from pdd_node.topology.annotation import RETIRED_TOPOLOGY_ANNOTATION
 from pdd_node.topology.scan import scan
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -206,7 +202,7 @@ def test_agent_publishes_topology_once_and_then_writes_nothing(
     node = node_name(fixture)
     expected = scan(FIXTURES / fixture / "sys", FIXTURES / fixture / "proc")
     before = read_node(admin, node)
-    assert GPUDIRECT_LABEL not in (before["metadata"].get("labels") or {})
+    assert LABEL_GPUDIRECT not in (before["metadata"].get("labels") or {})
 
     writes0 = node_writes(control_plane)
     first_s = run_agent(agent_kubeconfig, node, fixture)
@@ -216,11 +212,11 @@ def test_agent_publishes_topology_once_and_then_writes_nothing(
 
     after = read_node(admin, node)
     meta = after["metadata"]
-    assert meta["labels"][GPUDIRECT_LABEL] == CASES[fixture]
-    assert meta["labels"][RDMA_NICS_LABEL] == str(expected.active_nic_count)
-    assert meta["labels"][TOPOLOGY_VERSION_LABEL] == "v1"
+    assert meta["labels"][LABEL_GPUDIRECT] == CASES[fixture]
+    assert meta["labels"][LABEL_RDMA_NICS] == str(expected.active_nic_count)
+    assert meta["labels"][LABEL_TOPOLOGY_VERSION] == "v1"
     # Only its own keys, under its own field manager; what others wrote is left alone.
-    assert agent_fields(after) == {GPUDIRECT_LABEL, RDMA_NICS_LABEL, TOPOLOGY_VERSION_LABEL}
+    assert agent_fields(after) == {LABEL_GPUDIRECT, LABEL_RDMA_NICS, LABEL_TOPOLOGY_VERSION}
     for key, value in before["metadata"]["labels"].items():
         assert meta["labels"][key] == value
     for key, value in before["metadata"]["annotations"].items():
@@ -246,7 +242,7 @@ def test_a_changed_node_gets_only_the_changed_keys(
     and removes the annotation."""
     node = node_name("h100-hgx")
     current = read_node(admin, node)["metadata"].get("labels", {})
-    if current.get(GPUDIRECT_LABEL) != "dmabuf":  # run alone: publish the h100 tree first
+    if current.get(LABEL_GPUDIRECT) != "dmabuf":  # run alone: publish the h100 tree first
         run_agent(agent_kubeconfig, node, "h100-hgx")
     old = {"metadata": {"annotations": {RETIRED_TOPOLOGY_ANNOTATION: '{"version":"v1"}'}}}
     admin.request("PATCH", f"/api/v1/nodes/{node}", body=old, content_type=MERGE_PATCH)
@@ -255,5 +251,5 @@ def test_a_changed_node_gets_only_the_changed_keys(
     wait_for(lambda: node_writes(control_plane) > writes0, 5, 0.05, "the agent's write counted")
     assert node_writes(control_plane) - writes0 == 1
     meta = read_node(admin, node)["metadata"]
-    assert meta["labels"][GPUDIRECT_LABEL] == "peermem"
+    assert meta["labels"][LABEL_GPUDIRECT] == "peermem"
     assert RETIRED_TOPOLOGY_ANNOTATION not in (meta.get("annotations") or {})

@@ -1,18 +1,12 @@
 """Node topology: GPUs, RDMA NICs, PCIe distances and GPUDirect RDMA facts (a pure layer: it
 reads files given to it and imports no Kubernetes client)."""
 
-from pdd_node.topology.annotation import (
-    GPUDIRECT_LABEL,
-    RDMA_NICS_LABEL,
-    TOPOLOGY_VERSION_LABEL,
-    node_labels,
-)
+from pdd_node.topology.annotation import node_labels
 from pdd_node.topology.model import (
     DISTANCE_CLASSES,
     SCHEMA_VERSION,
     DistanceClass,
     Gpu,
-    GpuDirectMode,
     GpuNicPair,
     NodeTopology,
     RdmaNic,
@@ -30,13 +24,9 @@ from pdd_node.topology.scan import scan
 
 __all__ = [
     "DISTANCE_CLASSES",
-    "GPUDIRECT_LABEL",
-    "RDMA_NICS_LABEL",
     "SCHEMA_VERSION",
-    "TOPOLOGY_VERSION_LABEL",
     "DistanceClass",
     "Gpu",
-    "GpuDirectMode",
     "GpuNicPair",
     "NodeTopology",
     "PortChoice",

@@ -9,17 +9,16 @@ now removes it where an earlier version left it.
 
 from __future__ import annotations
 
+from pdd_contract.labels import LABEL_GPUDIRECT, LABEL_RDMA_NICS, LABEL_TOPOLOGY_VERSION
 from pdd_node.topology.model import NodeTopology
 
-GPUDIRECT_LABEL = "pdd.dev/gpudirect"
-RDMA_NICS_LABEL = "pdd.dev/rdma-nics"
-TOPOLOGY_VERSION_LABEL = "pdd.dev/topology-version"
+# Only the agent still knows this key, to delete it: nothing else reads or writes it.
 RETIRED_TOPOLOGY_ANNOTATION = "pdd.dev/topology"
 
 
 def node_labels(topology: NodeTopology) -> dict[str, str]:
     return {
-        GPUDIRECT_LABEL: topology.gpudirect,
-        RDMA_NICS_LABEL: str(topology.active_nic_count),
-        TOPOLOGY_VERSION_LABEL: topology.version,
+        LABEL_GPUDIRECT: topology.gpudirect,
+        LABEL_RDMA_NICS: str(topology.active_nic_count),
+        LABEL_TOPOLOGY_VERSION: topology.version,
     }

@@ -9,7 +9,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from pdd_node.topology.model import GpuDirectMode, NodeTopology
+from pdd_contract.labels import GpuDirectMode
+from pdd_node.topology.model import NodeTopology
 from pdd_node.topology.parse import parse_cuda_version
 
 DMABUF_MIN_KERNEL = (5, 12)

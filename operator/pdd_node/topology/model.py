@@ -13,6 +13,8 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from pdd_contract.labels import GpuDirectMode
+
 SCHEMA_VERSION: Literal["v1"] = "v1"
 
 # nvidia-smi's `topo -m` classes for a GPU-NIC pair, nearest first. PIX: at most one PCIe
@@ -20,8 +22,6 @@ SCHEMA_VERSION: Literal["v1"] = "v1"
 # bridge (root complex); NODE: across host bridges of one NUMA node; SYS: across sockets.
 DistanceClass = Literal["PIX", "PXB", "PHB", "NODE", "SYS"]
 DISTANCE_CLASSES: tuple[DistanceClass, ...] = ("PIX", "PXB", "PHB", "NODE", "SYS")
-
-GpuDirectMode = Literal["dmabuf", "peermem", "none"]
 
 PORT_ACTIVE = "ACTIVE"
 

@@ -11,11 +11,11 @@ from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
+from pdd_contract.labels import GpuDirectMode
 from pdd_node.topology.gpudirect import decide_gpudirect, facts_from_topology
 from pdd_node.topology.model import (
     DISTANCE_CLASSES,
     DistanceClass,
-    GpuDirectMode,
     NodeTopology,
     nic_sort_key,
 )

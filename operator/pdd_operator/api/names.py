@@ -12,17 +12,19 @@ from __future__ import annotations
 import hashlib
 import re
 
+# The pod labels and probe annotations are shared with the sidecar: their keys live in the
+# contract, re-exported here with the operator's own keys so its modules find all in one place.
+from pdd_contract.labels import ANNOTATION_PROBE_REQUEST as ANNOTATION_PROBE_REQUEST
+from pdd_contract.labels import ANNOTATION_PROBE_RESULT as ANNOTATION_PROBE_RESULT
+from pdd_contract.labels import LABEL_DEPLOYMENT as LABEL_DEPLOYMENT
+from pdd_contract.labels import LABEL_REVISION as LABEL_REVISION
+from pdd_contract.labels import LABEL_ROLE as LABEL_ROLE
+
 MAX_INSTANCE_ID = 40  # + "-prefill" (8) stays under the 52 a StatefulSet name may use
 MANAGED_BY = "pdd-operator"
-LABEL_DEPLOYMENT = "pdd.dev/deployment"
-LABEL_ROLE = "pdd.dev/role"
-LABEL_REVISION = "pdd.dev/revision"
+# The operator's own bookkeeping on its children; nothing else reads them.
 ANNOTATION_OWNER_NAME = "pdd.dev/deployment-name"
 ANNOTATION_APPLIED_HASH = "pdd.dev/applied-hash"
-# The operator asks the prober pod (prefill ordinal 0) for a transfer probe by stamping a
-# request id on it; that pod's sidecar answers with the result on the same pod.
-ANNOTATION_PROBE_REQUEST = "pdd.dev/probe-request"
-ANNOTATION_PROBE_RESULT = "pdd.dev/probe-result"
 
 
 def prober_pod_name(name: str) -> str:

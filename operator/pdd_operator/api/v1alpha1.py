@@ -12,6 +12,8 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from pdd_contract.env import GpuDirectRequest, NicSelectionMode
+from pdd_contract.ports import SGLANG_BOOTSTRAP_PORT, VLLM_SIDE_CHANNEL_BASE_PORT
 from pdd_operator.api.schema import cel, free_form, quantity
 
 GROUP = "pdd.dev"
@@ -325,7 +327,7 @@ class NicMapping(Model):
 
 
 class NicSelection(Model):
-    mode: Literal["auto", "explicit"] = Field(
+    mode: NicSelectionMode = Field(
         default="auto",
         description="`auto`: per GPU the nearest ACTIVE RDMA port by PCIe distance, computed "
         "by the preflight container from the node's topology; `explicit`: use `map`.",
@@ -404,7 +406,7 @@ class KVTransferSpec(Model):
 
     backend: Literal["nixl"] = "nixl"
     connector: Literal["NixlConnector"] = "NixlConnector"
-    gpuDirect: Literal["auto", "dmabuf", "peermem", "off"] = Field(
+    gpuDirect: GpuDirectRequest = Field(
         default="auto",
         description="GPUDirect RDMA: `auto` = dma-buf where the node is eligible (kernel >= "
         "5.12, open kernel module, CUDA >= 11.7), else nvidia-peermem where loaded.",
@@ -416,7 +418,7 @@ class KVTransferSpec(Model):
         default="16Gi", description="Size of /dev/shm (a memory emptyDir)."
     )
     sideChannelPort: int = Field(
-        default=5600,
+        default=VLLM_SIDE_CHANNEL_BASE_PORT,
         json_schema_extra=cel(
             "self >= 1024 && self <= 65000",
             "spec.kvTransfer.sideChannelPort must be between 1024 and 65000",
@@ -424,7 +426,7 @@ class KVTransferSpec(Model):
         description="vLLM NIXL side-channel base port (VLLM_NIXL_SIDE_CHANNEL_PORT).",
     )
     bootstrapPort: int = Field(
-        default=8998,
+        default=SGLANG_BOOTSTRAP_PORT,
         json_schema_extra=cel(
             "self >= 1024 && self <= 65535",
             "spec.kvTransfer.bootstrapPort must be between 1024 and 65535",

@@ -8,7 +8,7 @@ from typing import Any
 
 import kopf
 
-from pdd_operator.planning.compact import DEPLOYMENT_LABEL
+from pdd_contract.labels import LABEL_DEPLOYMENT
 from pdd_operator.planning.node_facts import gpu_usage, node_facts, with_usage
 from pdd_operator.planning.placement import Fleet, NodeFacts
 from pdd_operator.status.observe import ChildKey, ChildSummary, PodSummary
@@ -61,7 +61,7 @@ class FleetCache:
                 self._bases = node_facts(n for s in node_index.values() for n in s)
                 self._nodes_changed = False
             pods = (pod for store in indexes["gpu_pod_index"].values() for pod in store)
-            usage = gpu_usage(pods, DEPLOYMENT_LABEL)
+            usage = gpu_usage(pods, LABEL_DEPLOYMENT)
             self._fleet = Fleet(with_usage(self._bases, usage.used), usage.held)
             self._at = now
         return self._fleet

@@ -9,8 +9,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-GPU = "nvidia.com/gpu"
-DEPLOYMENT_LABEL = "pdd.dev/deployment"
+from pdd_contract.labels import LABEL_DEPLOYMENT
+from pdd_contract.resources import GPU_RESOURCE
 
 
 def compact_node(node: Mapping[str, Any]) -> dict[str, Any]:
@@ -22,7 +22,7 @@ def compact_node(node: Mapping[str, Any]) -> dict[str, Any]:
         },
         "spec": {"unschedulable": bool(node.get("spec", {}).get("unschedulable", False))},
         "status": {
-            "allocatable": {GPU: (status.get("allocatable") or {}).get(GPU, "0")},
+            "allocatable": {GPU_RESOURCE: (status.get("allocatable") or {}).get(GPU_RESOURCE, "0")},
             "conditions": [
                 {"type": c.get("type"), "status": c.get("status")}
                 for c in status.get("conditions") or []
@@ -46,14 +46,14 @@ def compact_pod(pod: Mapping[str, Any]) -> dict[str, Any] | None:
     return {
         "metadata": {
             "namespace": pod.get("metadata", {}).get("namespace", ""),
-            "labels": {k: v for k, v in labels.items() if k == DEPLOYMENT_LABEL},
+            "labels": {k: v for k, v in labels.items() if k == LABEL_DEPLOYMENT},
         },
         "spec": {
             "nodeName": spec.get("nodeName"),
             "containers": containers,
             "initContainers": inits,
-            "overhead": {GPU: overhead}
-            if (overhead := (spec.get("overhead") or {}).get(GPU))
+            "overhead": {GPU_RESOURCE: overhead}
+            if (overhead := (spec.get("overhead") or {}).get(GPU_RESOURCE))
             else {},
         },
         "status": {"phase": phase},
@@ -66,9 +66,9 @@ def _gpu_only(container: Mapping[str, Any]) -> dict[str, Any]:
     resources = container.get("resources") or {}
     out: dict[str, Any] = {
         "resources": {
-            part: {GPU: values[GPU]}
+            part: {GPU_RESOURCE: values[GPU_RESOURCE]}
             for part in ("requests", "limits")
-            if GPU in (values := resources.get(part) or {})
+            if GPU_RESOURCE in (values := resources.get(part) or {})
         }
     }
     if container.get("restartPolicy"):

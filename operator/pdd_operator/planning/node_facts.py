@@ -12,7 +12,8 @@ from decimal import Decimal, InvalidOperation
 from math import ceil
 from typing import Any
 
-from pdd_operator.planning.placement import GPU_RESOURCE, NodeFacts
+from pdd_contract.resources import GPU_RESOURCE
+from pdd_operator.planning.placement import NodeFacts
 
 TERMINATED_PHASES = frozenset({"Succeeded", "Failed"})
 

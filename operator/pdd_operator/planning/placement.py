@@ -14,6 +14,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
+from pdd_contract.labels import LABEL_GPUDIRECT
+from pdd_contract.resources import GPU_RESOURCE
 from pdd_operator.api.v1alpha1 import PDDeploymentSpec, PlacementStatus
 
 
@@ -25,10 +27,6 @@ class Placement:
     level: str = ""  # node label key, e.g. nvidia.com/gpu.clique
     domain: str = ""  # its value
     node_requirements: tuple[tuple[str, tuple[str, ...]], ...] = field(default_factory=tuple)
-
-
-GPU_RESOURCE = "nvidia.com/gpu"
-GPUDIRECT_LABEL = "pdd.dev/gpudirect"
 
 
 @dataclass(frozen=True)
@@ -49,7 +47,7 @@ class NodeFacts:
     @property
     def gpudirect(self) -> str:
         """dmabuf | peermem | none | unknown (no topology agent label)."""
-        return self.labels.get(GPUDIRECT_LABEL, "unknown")
+        return self.labels.get(LABEL_GPUDIRECT, "unknown")
 
 
 @dataclass(frozen=True)
@@ -108,7 +106,7 @@ class Fleet:
         # {(namespace, name): {node: gpus}} (see node_facts.gpu_usage).
         self.held: Mapping[tuple[str, str], Mapping[str, int]] = held or {}
         self.by_name = {n.name: n for n in self.nodes}
-        self.has_gpudirect_labels = any(GPUDIRECT_LABEL in n.labels for n in self.nodes)
+        self.has_gpudirect_labels = any(LABEL_GPUDIRECT in n.labels for n in self.nodes)
         self.usable = tuple(
             n for n in self.nodes if n.ready and n.schedulable and n.allocatable_gpus > 0
         )
@@ -204,7 +202,7 @@ def plan_placement(
         )
     fleet = nodes if isinstance(nodes, Fleet) else Fleet(nodes)
     gpudirect = gpudirect_filter(spec, fleet)
-    requirements = ((GPUDIRECT_LABEL, gpudirect.values),) if gpudirect.values else ()
+    requirements = ((LABEL_GPUDIRECT, gpudirect.values),) if gpudirect.values else ()
     unplaced = Placement(mode=mode, node_requirements=requirements)
     groups = _instance_groups(spec)
     needed = sum(size * count for size, count in groups)
@@ -445,9 +443,9 @@ def _gpudirect_summary(usable: Sequence[NodeFacts]) -> str:
     for node in usable:
         by_value.setdefault(node.gpudirect, []).append(node.name)
     if set(by_value) == {"unknown"}:
-        return f"No ready GPU node carries {GPUDIRECT_LABEL}: is the pdd topology agent running?"
+        return f"No ready GPU node carries {LABEL_GPUDIRECT}: is the pdd topology agent running?"
     parts = [
-        f"{GPUDIRECT_LABEL}={value} on {_sample(sorted(names))}"
+        f"{LABEL_GPUDIRECT}={value} on {_sample(sorted(names))}"
         for value, names in sorted(by_value.items())
     ]
     return "Ready GPU nodes: " + "; ".join(parts)

@@ -11,9 +11,9 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
+from pdd_contract.env import PDD_MODEL
+from pdd_contract.paths import ENV_FILE
 from pdd_operator.api.v1alpha1 import PDDeploymentSpec
-
-ENV_FILE = "/pdd/env/transfer.env"
 
 # Sources the env file the preflight container wrote (UCX_NET_DEVICES for the GPUs this pod
 # really got), then execs the engine with its arguments untouched ("$0" "$@").
@@ -117,5 +117,5 @@ def _sglang(spec: PDDeploymentSpec, role: str) -> EngineCommand:
 
 def _custom(spec: PDDeploymentSpec, role: str) -> EngineCommand:
     del role
-    env = [{"name": "PDD_MODEL", "value": spec.model.name}]
+    env = [{"name": PDD_MODEL, "value": spec.model.name}]
     return EngineCommand([], [], env, [])

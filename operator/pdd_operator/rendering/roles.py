@@ -7,6 +7,9 @@ import hashlib
 import json
 from typing import Any
 
+from pdd_contract.env import PDD_DEPLOYMENT, PDD_ROLE, POD_IP
+from pdd_contract.paths import ENV_DIR, ENV_FILE
+from pdd_contract.resources import GPU_RESOURCE
 from pdd_operator.api import names
 from pdd_operator.api.v1alpha1 import PDDeployment, PDDeploymentSpec, RoleSpec
 from pdd_operator.planning.placement import Placement
@@ -160,7 +163,7 @@ def gpu_resources(spec: PDDeploymentSpec, role: str) -> dict[str, Any]:
     limits: dict[str, str] = dict(rspec.resources.limits)
     requests: dict[str, str] = dict(rspec.resources.requests)
     if not spec.topology.dra.enabled:
-        limits["nvidia.com/gpu"] = str(rspec.gpusPerInstance)
+        limits[GPU_RESOURCE] = str(rspec.gpusPerInstance)
     limits.update(transfer.rdma_resources(spec))
     for key, value in limits.items():
         if key not in requests and "/" in key:
@@ -177,9 +180,9 @@ def _engine_container(pdd: PDDeployment, role: str, ctx: RenderContext) -> dict[
     engine = engine_command(spec, role)
     command, args = wrap_with_env_file(engine.command, engine.args)
     env: list[dict[str, Any]] = [
-        {"name": "PDD_ROLE", "value": role},
-        {"name": "PDD_DEPLOYMENT", "value": names.instance_id(pdd.name)},
-        {"name": "POD_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}},
+        {"name": PDD_ROLE, "value": role},
+        {"name": PDD_DEPLOYMENT, "value": names.instance_id(pdd.name)},
+        {"name": POD_IP, "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}},
         *engine.env,
         *transfer.transfer_env(spec),
         *sidecar.engine_env(pdd, ctx.settings.sidecar_port),
@@ -198,7 +201,7 @@ def _engine_container(pdd: PDDeployment, role: str, ctx: RenderContext) -> dict[
         "resources": gpu_resources(spec, role),
         "volumeMounts": [
             {"name": SHM_VOLUME, "mountPath": "/dev/shm"},
-            {"name": ENV_VOLUME, "mountPath": "/pdd/env", "readOnly": True},
+            {"name": ENV_VOLUME, "mountPath": ENV_DIR, "readOnly": True},
         ],
         "readinessProbe": {
             "httpGet": {"path": "/health", "port": HTTP_PORT_NAME},
@@ -235,11 +238,11 @@ def _preflight_container(pdd: PDDeployment, role: str, ctx: RenderContext) -> di
         "name": "preflight",
         "image": ctx.settings.sidecar_image,
         "imagePullPolicy": "IfNotPresent",
-        "command": ["pdd-node", "preflight", "--env-file", "/pdd/env/transfer.env"],
-        "env": [{"name": "PDD_ROLE", "value": role}, *transfer.transfer_env(spec)],
+        "command": ["pdd-node", "preflight", "--env-file", ENV_FILE],
+        "env": [{"name": PDD_ROLE, "value": role}, *transfer.transfer_env(spec)],
         "resources": gpu_resources(spec, role),
         "volumeMounts": [
-            {"name": ENV_VOLUME, "mountPath": "/pdd/env"},
+            {"name": ENV_VOLUME, "mountPath": ENV_DIR},
             {"name": SHM_VOLUME, "mountPath": "/dev/shm"},
         ],
         "terminationMessagePolicy": "FallbackToLogsOnError",

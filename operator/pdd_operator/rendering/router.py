@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from pdd_contract.env import PDD_DECODE_SERVICE, PDD_ENGINE_PORT, PDD_MODEL, PDD_PREFILL_SERVICE
 from pdd_operator.api import names
 from pdd_operator.api.v1alpha1 import PDDeployment
 from pdd_operator.rendering.roles import child_metadata
@@ -22,10 +23,10 @@ def render_router_deployment(pdd: PDDeployment) -> dict[str, Any]:
     router = spec.router
     labels = names.common_labels(pdd.name, "router")
     env = [
-        {"name": "PDD_PREFILL_SERVICE", "value": _service_host(pdd, "prefill")},
-        {"name": "PDD_DECODE_SERVICE", "value": _service_host(pdd, "decode")},
-        {"name": "PDD_ENGINE_PORT", "value": str(spec.engine.port)},
-        {"name": "PDD_MODEL", "value": spec.model.servedName or spec.model.name},
+        {"name": PDD_PREFILL_SERVICE, "value": _service_host(pdd, "prefill")},
+        {"name": PDD_DECODE_SERVICE, "value": _service_host(pdd, "decode")},
+        {"name": PDD_ENGINE_PORT, "value": str(spec.engine.port)},
+        {"name": PDD_MODEL, "value": spec.model.servedName or spec.model.name},
         *[e.model_dump(exclude_none=True) for e in router.env],
     ]
     container: dict[str, Any] = {

@@ -10,14 +10,26 @@ from __future__ import annotations
 
 from typing import Any
 
+from pdd_contract.env import (
+    NIXL_ETCD_ENDPOINTS,
+    NIXL_ETCD_NAMESPACE,
+    PDD_PROBER_POD,
+    PDD_REVISION,
+    PDD_SIDE_CHANNEL,
+    PDD_SIDE_CHANNEL_PORTS,
+    PDD_SIDECAR_TOKEN_FILE,
+    PDD_SIDECAR_URL,
+    POD_IP,
+    POD_NAME,
+    POD_UID,
+)
+from pdd_contract.paths import ENV_DIR, TOKEN_DIR, TOKEN_FILE, TOKEN_KEY
 from pdd_operator.api import names
 from pdd_operator.api.v1alpha1 import PDDeployment, PDDeploymentSpec
 from pdd_operator.rendering.context import RenderContext
 from pdd_operator.rendering.transfer import transfer_env
 
 TOKEN_VOLUME = "sidecar-token"
-TOKEN_DIR = "/var/run/pdd/token"
-TOKEN_KEY = "token"
 SCRATCH_VOLUME = "sidecar-tmp"
 
 
@@ -35,11 +47,11 @@ def engine_env(pdd: PDDeployment, sidecar_port: int) -> list[dict[str, Any]]:
     exchange = spec.kvTransfer.metadataExchange
     env: list[dict[str, Any]] = []
     if sidecar_enabled(spec):
-        env.append({"name": "PDD_SIDECAR_URL", "value": f"http://127.0.0.1:{sidecar_port}"})
-        env.append({"name": "PDD_SIDECAR_TOKEN_FILE", "value": f"{TOKEN_DIR}/{TOKEN_KEY}"})
+        env.append({"name": PDD_SIDECAR_URL, "value": f"http://127.0.0.1:{sidecar_port}"})
+        env.append({"name": PDD_SIDECAR_TOKEN_FILE, "value": TOKEN_FILE})
     if exchange.mode == "etcd":
-        env.append({"name": "NIXL_ETCD_ENDPOINTS", "value": ",".join(exchange.etcdEndpoints)})
-        env.append({"name": "NIXL_ETCD_NAMESPACE", "value": etcd_namespace(pdd)})
+        env.append({"name": NIXL_ETCD_ENDPOINTS, "value": ",".join(exchange.etcdEndpoints)})
+        env.append({"name": NIXL_ETCD_NAMESPACE, "value": etcd_namespace(pdd)})
     return env
 
 
@@ -71,18 +83,18 @@ def sidecar_containers(
                 "--namespace",
                 pdd.namespace,
                 "--token-file",
-                f"{TOKEN_DIR}/{TOKEN_KEY}",
+                TOKEN_FILE,
                 "--exchange",
                 spec.kvTransfer.metadataExchange.mode,
                 "--peer-source",
                 "k8s",
             ],
             "env": [
-                {"name": "POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
-                {"name": "POD_UID", "valueFrom": {"fieldRef": {"fieldPath": "metadata.uid"}}},
-                {"name": "POD_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}},
-                {"name": "PDD_PROBER_POD", "value": names.prober_pod_name(pdd.name)},
-                {"name": "PDD_REVISION", "value": revision},
+                {"name": POD_NAME, "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
+                {"name": POD_UID, "valueFrom": {"fieldRef": {"fieldPath": "metadata.uid"}}},
+                {"name": POD_IP, "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}},
+                {"name": PDD_PROBER_POD, "value": names.prober_pod_name(pdd.name)},
+                {"name": PDD_REVISION, "value": revision},
                 *side_channel_env(spec),
                 # The probe must take the engine's KV path: same UCX settings.
                 *transfer_env(spec),
@@ -100,7 +112,7 @@ def sidecar_containers(
             },
             "volumeMounts": [
                 {"name": TOKEN_VOLUME, "mountPath": TOKEN_DIR, "readOnly": True},
-                {"name": "pdd-env", "mountPath": "/pdd/env", "readOnly": True},
+                {"name": "pdd-env", "mountPath": ENV_DIR, "readOnly": True},
                 {"name": "dshm", "mountPath": "/dev/shm"},  # UCX shared-memory lanes
                 {"name": SCRATCH_VOLUME, "mountPath": "/tmp"},  # probe logs; root fs read-only
             ],
@@ -131,10 +143,10 @@ def side_channel_env(spec: PDDeploymentSpec) -> list[dict[str, Any]]:
     """Which engine side channel the sidecar checks for reachability, and on which port."""
     ports = {"vllm": spec.kvTransfer.sideChannelPort, "sglang": spec.kvTransfer.bootstrapPort}
     if spec.engine.type not in ports:
-        return [{"name": "PDD_SIDE_CHANNEL", "value": "none"}]
+        return [{"name": PDD_SIDE_CHANNEL, "value": "none"}]
     return [
-        {"name": "PDD_SIDE_CHANNEL", "value": spec.engine.type},
-        {"name": "PDD_SIDE_CHANNEL_PORTS", "value": str(ports[spec.engine.type])},
+        {"name": PDD_SIDE_CHANNEL, "value": spec.engine.type},
+        {"name": PDD_SIDE_CHANNEL_PORTS, "value": str(ports[spec.engine.type])},
     ]
 
 

@@ -8,6 +8,14 @@ from __future__ import annotations
 
 from typing import Any
 
+from pdd_contract.env import (
+    PDD_GPUDIRECT,
+    PDD_NIC_MAP,
+    PDD_NIC_SELECTION,
+    PDD_REQUIRE_RDMA,
+    UCX_IB_GPU_DIRECT_RDMA,
+    UCX_TLS,
+)
 from pdd_operator.api.v1alpha1 import KVTransferSpec, PDDeploymentSpec
 
 # RC for the bulk data, UD for RC's connection wire-up, shared memory and self for the local
@@ -39,15 +47,15 @@ def nic_map_value(kv: KVTransferSpec) -> str:
 def transfer_env(spec: PDDeploymentSpec) -> list[dict[str, Any]]:
     kv = spec.kvTransfer
     env: list[dict[str, Any]] = [
-        {"name": "UCX_TLS", "value": ucx_tls(spec)},
-        {"name": "PDD_GPUDIRECT", "value": kv.gpuDirect},
-        {"name": "PDD_REQUIRE_RDMA", "value": "true" if kv.rdma.required else "false"},
-        {"name": "PDD_NIC_SELECTION", "value": kv.nicSelection.mode},
+        {"name": UCX_TLS, "value": ucx_tls(spec)},
+        {"name": PDD_GPUDIRECT, "value": kv.gpuDirect},
+        {"name": PDD_REQUIRE_RDMA, "value": "true" if kv.rdma.required else "false"},
+        {"name": PDD_NIC_SELECTION, "value": kv.nicSelection.mode},
     ]
     if kv.nicSelection.mode == "explicit":
-        env.append({"name": "PDD_NIC_MAP", "value": nic_map_value(kv)})
+        env.append({"name": PDD_NIC_MAP, "value": nic_map_value(kv)})
     if kv.gpuDirect == "off":
-        env.append({"name": "UCX_IB_GPU_DIRECT_RDMA", "value": "no"})
+        env.append({"name": UCX_IB_GPU_DIRECT_RDMA, "value": "no"})
     env.append({"name": "NIXL_UCX_SGL_ENABLE", "value": "y" if kv.ucx.scatterGather else "n"})
     env += [{"name": var.name, "value": var.value} for var in kv.ucx.extraEnv]
     return env

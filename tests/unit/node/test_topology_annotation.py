@@ -5,12 +5,8 @@ from __future__ import annotations
 import pytest
 
 from helpers.topology import scan_fixture
-from pdd_node.topology.annotation import (
-    GPUDIRECT_LABEL,
-    RDMA_NICS_LABEL,
-    TOPOLOGY_VERSION_LABEL,
-    node_labels,
-)
+from pdd_contract.labels import LABEL_GPUDIRECT, LABEL_RDMA_NICS, LABEL_TOPOLOGY_VERSION
+from pdd_node.topology.annotation import node_labels
 
 
 @pytest.mark.parametrize(
@@ -29,7 +25,7 @@ def test_labels(fixture: str, labels: dict[str, str]) -> None:
 
 
 def test_label_keys() -> None:
-    assert (GPUDIRECT_LABEL, RDMA_NICS_LABEL, TOPOLOGY_VERSION_LABEL) == (
+    assert (LABEL_GPUDIRECT, LABEL_RDMA_NICS, LABEL_TOPOLOGY_VERSION) == (
         "pdd.dev/gpudirect",
         "pdd.dev/rdma-nics",
         "pdd.dev/topology-version",

@@ -7,9 +7,9 @@ from typing import Any
 
 import pytest
 
+from pdd_contract.labels import LABEL_GPUDIRECT
 from pdd_operator.api.v1alpha1 import PDDeploymentSpec, PlacementStatus
 from pdd_operator.planning.placement import (
-    GPUDIRECT_LABEL,
     Fleet,
     NodeFacts,
     Placement,
@@ -22,9 +22,9 @@ CLIQUE = "nvidia.com/gpu.clique"
 RACK = "topology.kubernetes.io/rack"
 ZONE = "topology.kubernetes.io/zone"
 DEFAULT_LABELS = f"{CLIQUE}, {RACK} or {ZONE}"
-DMABUF = ((GPUDIRECT_LABEL, ("dmabuf",)),)
-PEERMEM = ((GPUDIRECT_LABEL, ("peermem",)),)
-CAPABLE = ((GPUDIRECT_LABEL, ("dmabuf", "peermem")),)
+DMABUF = ((LABEL_GPUDIRECT, ("dmabuf",)),)
+PEERMEM = ((LABEL_GPUDIRECT, ("peermem",)),)
+CAPABLE = ((LABEL_GPUDIRECT, ("dmabuf", "peermem")),)
 
 
 def make_spec(
@@ -64,7 +64,7 @@ def node(
 ) -> NodeFacts:
     labels = {
         key: value
-        for key, value in ((GPUDIRECT_LABEL, gpudirect), (CLIQUE, clique), (RACK, rack))
+        for key, value in ((LABEL_GPUDIRECT, gpudirect), (CLIQUE, clique), (RACK, rack))
         if value is not None
     }
     return NodeFacts(name, labels, allocatable, allocatable - free, ready, schedulable)
@@ -349,7 +349,7 @@ CASES = [
             "NoEligibleNodes",
             "no node is dma-buf capable: GPUDirect dma-buf needs Linux >= 5.12 and the NVIDIA "
             "open kernel module; set spec.kvTransfer.gpuDirect to auto or peermem. Ready GPU "
-            f"nodes: {GPUDIRECT_LABEL}=none on b1 and b2; {GPUDIRECT_LABEL}=peermem on a1, a2, "
+            f"nodes: {LABEL_GPUDIRECT}=none on b1 and b2; {LABEL_GPUDIRECT}=peermem on a1, a2, "
             "a3 and 3 more",
             DMABUF,
         ),
@@ -362,7 +362,7 @@ CASES = [
             "NoEligibleNodes",
             "no node is dma-buf capable: GPUDirect dma-buf needs Linux >= 5.12 and the NVIDIA "
             "open kernel module; set spec.kvTransfer.gpuDirect to auto or peermem. No ready GPU "
-            f"node carries {GPUDIRECT_LABEL}: is the pdd topology agent running?",
+            f"node carries {LABEL_GPUDIRECT}: is the pdd topology agent running?",
             DMABUF,
         ),
     ),
@@ -375,7 +375,7 @@ CASES = [
             "no node is GPUDirect RDMA capable: dma-buf needs Linux >= 5.12 and the NVIDIA open "
             "kernel module, peermem needs the nvidia-peermem module; set "
             "spec.kvTransfer.gpuDirect to off to move KV blocks through host memory. Ready GPU "
-            f"nodes: {GPUDIRECT_LABEL}=none on a1; {GPUDIRECT_LABEL}=unknown on a2",
+            f"nodes: {LABEL_GPUDIRECT}=none on a1; {LABEL_GPUDIRECT}=unknown on a2",
             CAPABLE,
         ),
     ),
@@ -502,7 +502,7 @@ def test_unplaced_slice_still_only_goes_to_eligible_nodes() -> None:
                 "nodeSelectorTerms": [
                     {
                         "matchExpressions": [
-                            {"key": GPUDIRECT_LABEL, "operator": "In", "values": ["dmabuf"]}
+                            {"key": LABEL_GPUDIRECT, "operator": "In", "values": ["dmabuf"]}
                         ]
                     }
                 ]
@@ -522,7 +522,7 @@ def test_placed_slice_becomes_domain_affinity() -> None:
             "preference": {
                 "matchExpressions": [
                     {"key": CLIQUE, "operator": "In", "values": ["clique-b"]},
-                    {"key": GPUDIRECT_LABEL, "operator": "In", "values": ["dmabuf"]},
+                    {"key": LABEL_GPUDIRECT, "operator": "In", "values": ["dmabuf"]},
                 ]
             },
         }
@@ -539,7 +539,7 @@ def test_large_cluster_is_planned() -> None:
                 CLIQUE: f"c{i // 8:04d}",
                 RACK: f"r{i // 64:03d}",
                 ZONE: f"z{i // 512:02d}",
-                GPUDIRECT_LABEL: "dmabuf",
+                LABEL_GPUDIRECT: "dmabuf",
             },
             8,
             0 if i % 3 else 4,

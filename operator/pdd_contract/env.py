@@ -1,0 +1,59 @@
+"""Environment variables one package sets and another reads.
+
+Each constant is spelled like its value, so code that sets or reads one reads like the
+environment it builds.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+# --- set by the operator on the engine and sidecar containers -------------------------------
+
+PDD_ROLE = "PDD_ROLE"  # prefill | decode
+PDD_DEPLOYMENT = "PDD_DEPLOYMENT"  # the deployment's instance id (the child-name prefix)
+PDD_REVISION = "PDD_REVISION"  # the pod's labels.LABEL_REVISION
+PDD_PROBER_POD = "PDD_PROBER_POD"  # the pod whose sidecar answers probe requests
+PDD_SIDECAR_URL = "PDD_SIDECAR_URL"  # where the engine finds its sidecar
+PDD_SIDECAR_TOKEN_FILE = "PDD_SIDECAR_TOKEN_FILE"
+# Which engine side channel the sidecar checks for reachability, and its ports
+# (comma-separated; see ports.py for the engines' defaults).
+PDD_SIDE_CHANNEL = "PDD_SIDE_CHANNEL"
+PDD_SIDE_CHANNEL_PORTS = "PDD_SIDE_CHANNEL_PORTS"
+SideChannel = Literal["vllm", "sglang", "none"]
+SIDE_CHANNELS: tuple[SideChannel, ...] = ("vllm", "sglang", "none")
+
+# The router's and a custom engine's view of the deployment.
+PDD_PREFILL_SERVICE = "PDD_PREFILL_SERVICE"
+PDD_DECODE_SERVICE = "PDD_DECODE_SERVICE"
+PDD_ENGINE_PORT = "PDD_ENGINE_PORT"
+PDD_MODEL = "PDD_MODEL"
+
+# The downward API: who the pod is.
+POD_NAME = "POD_NAME"
+POD_UID = "POD_UID"
+POD_IP = "POD_IP"
+
+# --- set by the operator, read by the preflight init container on the node ----------------
+
+PDD_GPUDIRECT = "PDD_GPUDIRECT"
+GpuDirectRequest = Literal["auto", "dmabuf", "peermem", "off"]
+PDD_REQUIRE_RDMA = "PDD_REQUIRE_RDMA"  # true | false
+PDD_NIC_SELECTION = "PDD_NIC_SELECTION"
+NicSelectionMode = Literal["auto", "explicit"]
+# `<gpu index>=<device>:<port>[,<device>:<port>...]` entries joined by `;`, e.g.
+# `0=mlx5_0:1;1=mlx5_1:1`; the GPU index is the node's (nvidia-smi's).
+PDD_NIC_MAP = "PDD_NIC_MAP"
+
+# --- written by the preflight into paths.ENV_FILE, sourced by the engine --------------------
+
+PDD_GPU_NIC_MAP = "PDD_GPU_NIC_MAP"  # `0:mlx5_0:1,1:mlx5_1:1` (CUDA ordinal -> port)
+PDD_GPUDIRECT_MODE = "PDD_GPUDIRECT_MODE"  # a labels.GpuDirectMode, or `off`
+
+# --- UCX and NIXL: set by the operator or the preflight, reported by the transfer probe -----
+
+UCX_TLS = "UCX_TLS"
+UCX_NET_DEVICES = "UCX_NET_DEVICES"
+UCX_IB_GPU_DIRECT_RDMA = "UCX_IB_GPU_DIRECT_RDMA"
+NIXL_ETCD_ENDPOINTS = "NIXL_ETCD_ENDPOINTS"
+NIXL_ETCD_NAMESPACE = "NIXL_ETCD_NAMESPACE"
