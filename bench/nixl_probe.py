@@ -39,7 +39,7 @@ def main(argv: list[str] | None = None) -> int:
     args = _parse(argv)
     extra_paths = [args.site] if args.site and os.path.isdir(args.site) else []
     sys.path[:0] = extra_paths
-    from pdd_sidecar.probe import ProbeSpec, block_plan, run_local_probe
+    from pdd_probe.probe import ProbeSpec, block_plan, run_local_probe
 
     torch = _cuda_torch()
     on_gpu = torch is not None

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 from pdd_contract.env import UCX_NET_DEVICES, UCX_TLS
 from pdd_contract.probe_result import ProbeResult
-from pdd_sidecar.probe import LINK_CONCURRENCY, MIB, ProbeSpec, run_local_probe
+from pdd_probe.probe import LINK_CONCURRENCY, MIB, ProbeSpec, run_local_probe
 
 # What a pod's KV path is checked with, beside the engine's own descriptor size: sizes at
 # which NIXL reaches the link when it is healthy (docs/benchmarks.md).

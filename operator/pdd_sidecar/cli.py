@@ -39,6 +39,13 @@ from pdd_contract.ports import (
     VLLM_SIDE_CHANNEL_BASE_PORT,
     vllm_side_channel_ports,
 )
+from pdd_probe.probe import (
+    DEFAULT_BLOCK_SIZES,
+    MEMORY_KINDS,
+    ProbeSpec,
+    classify_probe,
+    run_local_probe,
+)
 from pdd_sidecar.config import (
     DEFAULT_PORT,
     ROLES,
@@ -53,13 +60,6 @@ from pdd_sidecar.peers import (
     FilePeerSource,
     PeerSource,
     StaticPeerSource,
-)
-from pdd_sidecar.probe import (
-    DEFAULT_BLOCK_SIZES,
-    MEMORY_KINDS,
-    ProbeSpec,
-    classify_probe,
-    run_local_probe,
 )
 
 

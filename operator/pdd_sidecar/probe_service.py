@@ -2,7 +2,7 @@
 
 ``POST /v1/probe`` (on the initiating sidecar) asks the peer's ``POST /v1/probe/targets`` for a
 target process, runs the initiator locally against it, and collects the target's verdict from
-``GET /v1/probe/targets/{id}``. Both halves are ``pdd_sidecar.probe_worker`` subprocesses with
+``GET /v1/probe/targets/{id}``. Both halves are ``pdd_probe.worker`` subprocesses with
 this sidecar's environment, which the operator renders with the engine's UCX settings.
 """
 
@@ -21,7 +21,7 @@ from typing import IO, Any
 
 import aiohttp
 
-from pdd_sidecar.probe import (
+from pdd_probe.probe import (
     MARKER,
     ProbeResult,
     ProbeSpec,

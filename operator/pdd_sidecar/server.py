@@ -22,12 +22,12 @@ import aiohttp
 from aiohttp import web
 from aiohttp.typedefs import Middleware
 
+from pdd_probe.probe import ProbeResult, ProbeSpec
 from pdd_sidecar.config import ROLES, SidecarConfig, other_role
 from pdd_sidecar.etcd_mode import EtcdGateway, EtcdJanitor
 from pdd_sidecar.metrics import CONTENT_TYPE_LATEST, SidecarMetrics
 from pdd_sidecar.peer_view import AgentRecord, Removal
 from pdd_sidecar.peers import PeerSource, PeerState, PeerTracker
-from pdd_sidecar.probe import ProbeResult, ProbeSpec
 from pdd_sidecar.probe_service import ProbeBusy, ProbeTargets, run_remote_probe
 from pdd_sidecar.prober import PodAnnotations, ProbeRequests
 from pdd_sidecar.reachability import ReachabilityChecker, side_channel_for

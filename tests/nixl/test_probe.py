@@ -12,7 +12,7 @@ import pytest
 from nixl_harness import REPO, Processes, child_env, free_port, http, wait_until
 
 from pdd_contract.probe_result import REASON_TCP, REASON_VERIFIED, classify_probe
-from pdd_sidecar.probe import ProbeSpec, block_plan, run_local_probe
+from pdd_probe.probe import ProbeSpec, block_plan, run_local_probe
 
 pytestmark = pytest.mark.nixl
 

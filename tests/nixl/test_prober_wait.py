@@ -8,9 +8,9 @@ from __future__ import annotations
 import asyncio
 import time
 
+from pdd_probe.probe import ProbeResult, ProbeSpec
 from pdd_sidecar.config import Identity, SidecarConfig
 from pdd_sidecar.peers import PeerEndpoint, PeerState, StaticPeerSource
-from pdd_sidecar.probe import ProbeResult, ProbeSpec
 from pdd_sidecar.server import Sidecar
 
 

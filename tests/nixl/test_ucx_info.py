@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from pdd_sidecar.ucx_info import (
+from pdd_probe.ucx_info import (
     classify_tl,
     overall_class,
     parse_proto_tables,

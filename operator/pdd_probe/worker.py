@@ -1,7 +1,7 @@
 """The two NIXL processes of the transfer probe: a target that registers memory and checks
 what arrived, and an initiator that WRITEs a KV-like block mix into it and times it.
 
-Each runs in its own process (``python -m pdd_sidecar.probe_worker target|initiator``) so that
+Each runs in its own process (``python -m pdd_probe.worker target|initiator``) so that
 the UCX environment is read fresh, exactly as the engine's would be, and so that NIXL's blocking
 calls never run inside the sidecar's event loop. A process reads one JSON document (its spec) on
 stdin, because agent metadata is secret and must not appear in ``ps`` output, and answers with
@@ -36,7 +36,7 @@ import numpy as np
 
 from pdd_contract.env import UCX_NET_DEVICES, UCX_TLS
 from pdd_probe.cuda import CudaDriver, CudaError, DeviceMemory
-from pdd_sidecar.probe import MARKER, VERIFY_TAG, Slot, block_plan, region_bytes
+from pdd_probe.probe import MARKER, VERIFY_TAG, Slot, block_plan, region_bytes
 
 # Spin on a transfer this long before backing off: sleeping while a 50 GB/s transfer of a few
 # milliseconds completes would add the oversleep to the measurement.
@@ -210,7 +210,7 @@ def run_initiator(spec: dict[str, Any]) -> int:
 
 
 def _initiate(spec: dict[str, Any]) -> dict[str, Any]:
-    from pdd_sidecar.ucx_info import report_for_transfer
+    from pdd_probe.ucx_info import report_for_transfer
 
     target = spec["target"]
     plan = block_plan([int(s) for s in spec["block_sizes"]], int(spec["bytes_per_size"]))
@@ -404,7 +404,7 @@ def _prepare_ucx_env(role: str) -> str:
 def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else argv
     if len(args) != 1 or args[0] not in ("target", "initiator"):
-        sys.stderr.write("usage: python -m pdd_sidecar.probe_worker target|initiator < spec.json\n")
+        sys.stderr.write("usage: python -m pdd_probe.worker target|initiator < spec.json\n")
         return 2
     spec = json.loads(sys.stdin.readline())
     log_dir = _prepare_ucx_env(args[0])

@@ -2,7 +2,7 @@
 
 A probe is a target process (registers memory, publishes its metadata, checks what arrived)
 and an initiator process (WRITEs a KV-sized block mix into it, times it, reads from UCX which
-transport carried it). Both are ``pdd_sidecar.probe_worker``; this module builds their specs
+transport carried it). Both are ``pdd_probe.worker``; this module builds their specs
 and merges their answers into a ``ProbeResult``. ``run_local_probe`` runs both on this machine
 (CLI ``probe loopback``, the benchmark, the tests); the sidecar runs the two halves in two pods
 (``pdd_sidecar.probe_service``).
@@ -164,7 +164,7 @@ def new_agent_name(role: str) -> str:
 
 
 def worker_command(role: str) -> list[str]:
-    return [sys.executable, "-m", "pdd_sidecar.probe_worker", role]
+    return [sys.executable, "-m", "pdd_probe.worker", role]
 
 
 def worker_env(
