@@ -36,6 +36,10 @@ POD_IP = "POD_IP"
 
 # --- set by the operator, read by the preflight init container on the node ----------------
 
+# The preflight measures the KV path with the pod's devices (true | false), at the engine's
+# KV descriptor size too when the operator knows it (bytes).
+PDD_VERIFY_TRANSFER = "PDD_VERIFY_TRANSFER"
+PDD_KV_DESCRIPTOR_BYTES = "PDD_KV_DESCRIPTOR_BYTES"
 PDD_GPUDIRECT = "PDD_GPUDIRECT"
 GpuDirectRequest = Literal["auto", "dmabuf", "peermem", "off"]
 PDD_REQUIRE_RDMA = "PDD_REQUIRE_RDMA"  # true | false

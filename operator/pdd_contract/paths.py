@@ -6,6 +6,9 @@ from __future__ import annotations
 # sources it before the engine starts (UCX_NET_DEVICES for the GPUs the pod really got).
 ENV_DIR = "/pdd/env"
 ENV_FILE = f"{ENV_DIR}/transfer.env"
+# The preflight's KV-path check with the pod's own devices (a ProbeResult as JSON), which the
+# prober pod's sidecar hands to the operator.
+KV_PATH_FILE = f"{ENV_DIR}/kv-path.json"
 
 # The per-deployment sidecar token: a Secret with one key, mounted into the sidecar and the
 # engine at TOKEN_DIR.

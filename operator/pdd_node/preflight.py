@@ -36,16 +36,19 @@ from pdd_contract.env import (
     PDD_GPU_NIC_MAP,
     PDD_GPUDIRECT,
     PDD_GPUDIRECT_MODE,
+    PDD_KV_DESCRIPTOR_BYTES,
     PDD_NIC_MAP,
     PDD_NIC_SELECTION,
     PDD_REQUIRE_RDMA,
+    PDD_VERIFY_TRANSFER,
     UCX_IB_GPU_DIRECT_RDMA,
     UCX_NET_DEVICES,
     GpuDirectRequest,
     NicSelectionMode,
 )
-from pdd_contract.paths import ENV_FILE
+from pdd_contract.paths import ENV_FILE, KV_PATH_FILE
 from pdd_contract.resources import GPU_RESOURCE
+from pdd_node.kv_path import check_kv_path, summary
 from pdd_node.topology.gpudirect import (
     FIX_OPEN_MODULE,
     FIX_PEERMEM,
@@ -99,6 +102,8 @@ class PreflightConfig:
     nic_map: Mapping[int, tuple[str, ...]] = field(default_factory=dict)
     nvidia_visible_devices: str | None = None
     cuda_visible_devices: str | None = None
+    verify_transfer: bool = False
+    kv_descriptor_bytes: int = 0
 
     @classmethod
     def from_env(cls, env: Mapping[str, str]) -> PreflightConfig:
@@ -121,6 +126,10 @@ class PreflightConfig:
             nic_map=parse_nic_map(env.get(PDD_NIC_MAP, "")),
             nvidia_visible_devices=env.get("NVIDIA_VISIBLE_DEVICES"),
             cuda_visible_devices=env.get("CUDA_VISIBLE_DEVICES"),
+            verify_transfer=_parse_bool(PDD_VERIFY_TRANSFER, env.get(PDD_VERIFY_TRANSFER, "")),
+            kv_descriptor_bytes=_parse_count(
+                PDD_KV_DESCRIPTOR_BYTES, env.get(PDD_KV_DESCRIPTOR_BYTES, "")
+            ),
         )
 
 
@@ -626,7 +635,17 @@ def main(argv: list[str] | None = None) -> int:
     args.env_file.parent.mkdir(parents=True, exist_ok=True)
     args.env_file.write_text(render_env_file(report))
     print(f"preflight: wrote {args.env_file}")
+    if config.verify_transfer:
+        _check_kv_path(report, config, args.kv_path_file)
     return 0
+
+
+def _check_kv_path(report: PreflightReport, config: PreflightConfig, out: Path) -> None:
+    result = check_kv_path(
+        len(report.ranks), report.ucx_net_devices, config.kv_descriptor_bytes, os.environ, out
+    )
+    status = "ok" if result.verified and not result.error else "warning"
+    print(f"preflight [{status}] kv-path: {summary(result)}")
 
 
 def _parse_args(argv: list[str]) -> argparse.Namespace:
@@ -635,6 +654,7 @@ def _parse_args(argv: list[str]) -> argparse.Namespace:
         description="Pin each GPU to its nearest RDMA port and check the RDMA prerequisites.",
     )
     parser.add_argument("--env-file", type=Path, default=DEFAULT_ENV_FILE)
+    parser.add_argument("--kv-path-file", type=Path, default=Path(KV_PATH_FILE))
     parser.add_argument("--termination-log", type=Path, default=DEFAULT_TERMINATION_LOG)
     parser.add_argument("--sysfs-root", type=Path, default=Path("/sys"))
     parser.add_argument("--procfs-root", type=Path, default=Path("/proc"))
@@ -670,6 +690,14 @@ def _parse_bool(name: str, value: str) -> bool:
     if lowered in ("false", "0", "no", ""):
         return False
     raise PreflightError(f"{name}={value!r} is not true or false")
+
+
+def _parse_count(name: str, value: str) -> int:
+    if not value.strip():
+        return 0
+    if not value.strip().isdigit():
+        raise PreflightError(f"{name}={value!r} is not a whole number of bytes")
+    return int(value)
 
 
 def _required(required: bool) -> Status:

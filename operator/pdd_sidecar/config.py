@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from pdd_contract.paths import KV_PATH_FILE
+
 ROLES = ("prefill", "decode")
 DEFAULT_PORT = 8790
 
@@ -73,3 +75,4 @@ class SidecarConfig:
     prober: bool = False
     probe_poll_s: float = 5.0
     probe_peer_wait_s: float = 30.0  # a request seen before any peer answered waits this long
+    kv_path_file: str = KV_PATH_FILE  # the preflight's check with the engine's devices

@@ -13,6 +13,8 @@ import asyncio
 import json
 import logging
 from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import replace
+from pathlib import Path
 from typing import Any
 
 from pdd_contract.labels import ANNOTATION_PROBE_REQUEST, ANNOTATION_PROBE_RESULT
@@ -33,6 +35,25 @@ def pending_request(annotations: Mapping[str, str], attempted: str | None) -> st
     if isinstance(answered, dict) and answered.get("request_id") == request:
         return None
     return request
+
+
+def operator_answer(peer: ProbeResult, device: ProbeResult | None) -> ProbeResult:
+    """What the operator's KVTransferVerified is computed from. The sidecar has none of the
+    engine's GPUs or NICs, so its own probe only shows the peers reach each other; the
+    bandwidth and the transport come from the preflight's check with the engine's devices
+    when it ran. A peer that cannot be reached fails the answer either way."""
+    if device is None or peer.error:
+        return peer
+    return replace(device, src_role=peer.src_role, dst_role=peer.dst_role, peer=peer.peer)
+
+
+def read_kv_path_check(path: Path) -> ProbeResult | None:
+    """The preflight's result, or None where it did not run (or left nothing readable)."""
+    try:
+        document = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+    return ProbeResult.from_dict(document) if isinstance(document, dict) else None
 
 
 def result_annotation(result: ProbeResult, request_id: str) -> dict[str, str]:

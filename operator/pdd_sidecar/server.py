@@ -16,6 +16,7 @@ import re
 import signal
 import time
 from collections.abc import Awaitable, Callable
+from pathlib import Path
 from typing import Any
 
 import aiohttp
@@ -29,7 +30,12 @@ from pdd_sidecar.metrics import CONTENT_TYPE_LATEST, SidecarMetrics
 from pdd_sidecar.peer_view import AgentRecord, Removal
 from pdd_sidecar.peers import PeerSource, PeerState, PeerTracker
 from pdd_sidecar.probe_service import ProbeBusy, ProbeTargets, run_remote_probe
-from pdd_sidecar.prober import PodAnnotations, ProbeRequests
+from pdd_sidecar.prober import (
+    PodAnnotations,
+    ProbeRequests,
+    operator_answer,
+    read_kv_path_check,
+)
 from pdd_sidecar.reachability import ReachabilityChecker, side_channel_for
 from pdd_sidecar.registry import LocalAgents
 
@@ -343,7 +349,8 @@ class Sidecar:
         if not peers:
             error = f"no {role} pod with a reachable sidecar to probe"
             return ProbeResult(src_role=self.identity.role, dst_role=role, error=error)
-        return await self.probe_peer(peers[0], ProbeSpec())
+        peer = await self.probe_peer(peers[0], ProbeSpec())
+        return operator_answer(peer, read_kv_path_check(Path(self.config.kv_path_file)))
 
     def _record_probe(self, result: ProbeResult, dst_role: str, peer: str) -> None:
         result.src_role, result.dst_role, result.peer = self.identity.role, dst_role, peer

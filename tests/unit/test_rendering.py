@@ -93,6 +93,23 @@ def test_nixl_scatter_gather_reaches_engine_preflight_and_sidecar(
         assert env_of(container(sts, name))["NIXL_UCX_SGL_ENABLE"] == value
 
 
+def test_preflight_checks_the_kv_path_at_the_engines_descriptor_size(pdd: PDDeployment) -> None:
+    preflight = container(
+        find(render_children(pdd, RenderContext()), "StatefulSet", "llama-prefill"), "preflight"
+    )
+    env = env_of(preflight)
+    # Llama-3.1-8B at TP 2: 16 tokens x 4 KV heads x 128 x 2 bytes x (K and V) per descriptor
+    assert env["PDD_VERIFY_TRANSFER"] == "true"
+    assert env["PDD_KV_DESCRIPTOR_BYTES"] == str(16 * 4 * 128 * 2 * 2)
+    assert {"name": "preflight-tmp", "mountPath": "/tmp"} in preflight["volumeMounts"]
+    off = make_pdd({"kvTransfer": {"verification": {"enabled": False}}})
+    preflight = container(
+        find(render_children(off, RenderContext()), "StatefulSet", "llama-prefill"), "preflight"
+    )
+    assert env_of(preflight)["PDD_VERIFY_TRANSFER"] == "false"
+    assert "PDD_KV_DESCRIPTOR_BYTES" not in env_of(preflight)
+
+
 def test_custom_engine_gets_env_only() -> None:
     pdd = make_pdd({"engine": {"image": "example.com/engine:1", "type": "custom"}})
     engine = container(

@@ -20,6 +20,7 @@ from pdd_operator.rendering.merge import merge_template
 
 SHM_VOLUME = "dshm"
 ENV_VOLUME = "pdd-env"
+PREFLIGHT_TMP_VOLUME = "preflight-tmp"
 HTTP_PORT_NAME = "http"
 
 
@@ -239,11 +240,16 @@ def _preflight_container(pdd: PDDeployment, role: str, ctx: RenderContext) -> di
         "image": ctx.settings.sidecar_image,
         "imagePullPolicy": "IfNotPresent",
         "command": ["pdd-node", "preflight", "--env-file", ENV_FILE],
-        "env": [{"name": PDD_ROLE, "value": role}, *transfer.transfer_env(spec)],
+        "env": [
+            {"name": PDD_ROLE, "value": role},
+            *transfer.transfer_env(spec),
+            *transfer.kv_path_check_env(spec),
+        ],
         "resources": gpu_resources(spec, role),
         "volumeMounts": [
             {"name": ENV_VOLUME, "mountPath": ENV_DIR},
             {"name": SHM_VOLUME, "mountPath": "/dev/shm"},
+            {"name": PREFLIGHT_TMP_VOLUME, "mountPath": "/tmp"},  # the KV-path check's UCX logs
         ],
         "terminationMessagePolicy": "FallbackToLogsOnError",
         # Reads sysfs/procfs (world-readable) and its own limits: no privilege needed.
@@ -265,6 +271,7 @@ def _volumes(spec: PDDeploymentSpec) -> list[dict[str, Any]]:
             "emptyDir": {"medium": "Memory", "sizeLimit": spec.kvTransfer.sharedMemorySize},
         },
         {"name": ENV_VOLUME, "emptyDir": {"medium": "Memory", "sizeLimit": "1Mi"}},
+        {"name": PREFLIGHT_TMP_VOLUME, "emptyDir": {"sizeLimit": "64Mi"}},
     ]
 
 

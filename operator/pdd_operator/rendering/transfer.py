@@ -10,13 +10,16 @@ from typing import Any
 
 from pdd_contract.env import (
     PDD_GPUDIRECT,
+    PDD_KV_DESCRIPTOR_BYTES,
     PDD_NIC_MAP,
     PDD_NIC_SELECTION,
     PDD_REQUIRE_RDMA,
+    PDD_VERIFY_TRANSFER,
     UCX_IB_GPU_DIRECT_RDMA,
     UCX_TLS,
 )
 from pdd_operator.api.v1alpha1 import KVTransferSpec, PDDeploymentSpec
+from pdd_operator.planning.kv_layout import engine_descriptor_bytes
 
 # RC for the bulk data, UD for RC's connection wire-up, shared memory and self for the local
 # lanes, and the CUDA transports so GPU memory is a valid source and target.
@@ -58,6 +61,18 @@ def transfer_env(spec: PDDeploymentSpec) -> list[dict[str, Any]]:
         env.append({"name": UCX_IB_GPU_DIRECT_RDMA, "value": "no"})
     env.append({"name": "NIXL_UCX_SGL_ENABLE", "value": "y" if kv.ucx.scatterGather else "n"})
     env += [{"name": var.name, "value": var.value} for var in kv.ucx.extraEnv]
+    return env
+
+
+def kv_path_check_env(spec: PDDeploymentSpec) -> list[dict[str, Any]]:
+    """Whether the preflight measures the KV path with the pod's devices, and at which engine
+    descriptor size besides the link's (pdd_node.kv_path)."""
+    if not spec.kvTransfer.verification.enabled:
+        return [{"name": PDD_VERIFY_TRANSFER, "value": "false"}]
+    env = [{"name": PDD_VERIFY_TRANSFER, "value": "true"}]
+    descriptor = engine_descriptor_bytes(spec)
+    if descriptor:
+        env.append({"name": PDD_KV_DESCRIPTOR_BYTES, "value": str(descriptor)})
     return env
 
 
