@@ -18,7 +18,7 @@ export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVL
 nvidia-smi topo -m >"$WORK/topology.txt" 2>&1
 nvidia-smi --query-gpu=name,driver_version,pcie.link.gen.current,clocks.max.mem --format=csv \
   >"$WORK/gpus.csv" 2>&1
-STEPS=${STEPS:-requests threads large host engine sgl check}
+STEPS=${STEPS:-requests threads large host engine sgl sglarge check preflight}
 probe() { # name, then nixl_probe.py arguments
   local name=$1; shift
   [[ " $STEPS " == *" $name "* ]] || return 0
@@ -44,7 +44,10 @@ probe engine --paths VRAM-VRAM --concurrency 1,8 --nixl-threads 0,8 --block-size
 # 6. The same with NIXL's UCX scatter-gather offload (cuMemcpyBatchAsync), where built in.
 NIXL_UCX_SGL_ENABLE=y probe sgl --paths VRAM-VRAM --concurrency 8 --block-sizes 8K,64K \
   --bytes-per-size 67108864 --iterations 5
-# 7. The preflight's KV-path check with this machine's devices: two GPUs, then one.
+# 7. The offload at large blocks too (the operator turns it on by default).
+NIXL_UCX_SGL_ENABLE=y probe sglarge --paths VRAM-VRAM --concurrency 1,8 \
+  --block-sizes 64K,1M,16M,64M --bytes-per-size 268435456 --iterations 5
+# 8. The preflight's KV-path check with this machine's devices: two GPUs, then one.
 if [[ " $STEPS " == *" check "* ]]; then
   mkdir -p "$WORK/check"
   python3 -m pdd_probe.device_check --gpus 2 --descriptor-bytes 65536 >"$WORK/check/two-gpus.json"
@@ -52,5 +55,16 @@ if [[ " $STEPS " == *" check "* ]]; then
   CUDA_VISIBLE_DEVICES=0 python3 -m pdd_probe.device_check --gpus 1 --descriptor-bytes 65536 \
     >"$WORK/check/one-gpu.json"
   echo "== check one-gpu rc=$?"
+fi
+# 9. The preflight init container as the operator renders it (PDD_VERIFY_TRANSFER, the
+#    engine's descriptor size, the scatter-gather offload), on this machine's real topology.
+if [[ " $STEPS " == *" preflight "* ]]; then
+  mkdir -p "$WORK/preflight"
+  PDD_VERIFY_TRANSFER=true PDD_KV_DESCRIPTOR_BYTES=65536 NIXL_UCX_SGL_ENABLE=y \
+    python3 -m pdd_node preflight --env-file "$WORK/preflight/transfer.env" \
+    --termination-log "$WORK/preflight/termination-log" \
+    --kv-path-file "$WORK/preflight/kv-path.json" >"$WORK/preflight/log.txt" 2>&1
+  echo "== preflight rc=$?"
+  cat "$WORK/preflight/log.txt"
 fi
 tar czf "$OUT/nixl-two-gpu.tgz" -C "$WORK" .
