@@ -26,12 +26,15 @@ def plot_curves(documents: list[dict[str, Any]], out: Path) -> Path:
     curves: dict[str, dict[int, float]] = defaultdict(dict)
     contiguous: dict[int, float] = {}
     for document in documents:
+        sgl = document["machine"].get("ucx_env", {}).get("NIXL_UCX_SGL_ENABLE") == "y"
         for row in document["rows"]:
             if row["path"] != "VRAM->VRAM" or not row["nixl_gbps"]:
                 continue
             label = f"NIXL, {row['concurrency']} request(s) in flight"
             if row["nixl_threads"]:
                 label += f", {row['nixl_threads']} NIXL threads"
+            if sgl:
+                label += ", scatter-gather"
             curves[label][row["block_size"]] = row["nixl_gbps"]
             contiguous[row["block_size"]] = row["copy_contiguous_gbps"]
     fig, ax = plt.subplots(figsize=(8, 5))
