@@ -7,6 +7,7 @@ import logging
 import os
 import sys
 from collections.abc import Mapping
+from typing import Any
 
 from pdd_operator.config import ConfigError, OperatorConfig, add_arguments
 
@@ -25,6 +26,8 @@ def main(argv: list[str] | None = None) -> int:
         from pdd_operator.generate import generate_all
 
         return generate_all(args.root, check=args.check)
+    if args.command == "render":
+        return _render(args.file, args.nodes)
     parser.error(f"unknown command {args.command}")
     return 2
 
@@ -47,7 +50,39 @@ def _parser() -> argparse.ArgumentParser:
     gen = sub.add_parser("generate", help="write the generated files (CRDs, chart CRDs, docs)")
     gen.add_argument("--root", default=".")
     gen.add_argument("--check", action="store_true", help="fail when a generated file drifted")
+    render = sub.add_parser(
+        "render",
+        help="print every child the operator would create for a PDDeployment (no cluster)",
+        description="Plan and render as the operator does, and print the children as YAML.",
+    )
+    render.add_argument("-f", "--file", action="append", required=True, help="YAML file or -")
+    render.add_argument("--nodes", help="the cluster's Nodes (kubectl get nodes -o yaml)")
     return parser
+
+
+def _render(files: list[str], nodes_file: str | None) -> int:
+    import yaml
+
+    from pdd_operator.offline import RenderError, render_documents
+
+    try:
+        documents = [doc for path in files for doc in _yaml_documents(path)]
+        nodes = _yaml_documents(nodes_file) if nodes_file else None
+        rendered = render_documents(documents, nodes)
+    except (OSError, yaml.YAMLError, RenderError) as err:
+        print(f"pdd-operator render: {err}", file=sys.stderr)
+        return 2
+    for item in rendered:
+        sys.stdout.write(f"# PDDeployment {item.name}: placement {item.placement}\n")
+        sys.stdout.write(yaml.safe_dump_all(item.children, explicit_start=True, sort_keys=False))
+    return 0
+
+
+def _yaml_documents(path: str) -> list[Any]:
+    import yaml
+
+    text = sys.stdin.read() if path == "-" else open(path, encoding="utf-8").read()  # noqa: SIM115
+    return [doc for doc in yaml.safe_load_all(text) if doc is not None]
 
 
 def _run(config: OperatorConfig) -> int:

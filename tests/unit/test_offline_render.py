@@ -1,0 +1,83 @@
+"""`pdd-operator render`: what the operator would create, from files, without a cluster."""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from helpers.factories import BASE_BODY
+from pdd_operator.cli import main
+from pdd_operator.offline import RenderError, render_documents
+
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
+
+
+def body(**spec_patch: Any) -> dict[str, Any]:
+    document = copy.deepcopy(BASE_BODY)
+    document.update(apiVersion="pdd.dev/v1alpha1", kind="PDDeployment")
+    document["spec"].update(spec_patch)
+    return document
+
+
+def node(name: str, clique: str, gpus: int = 8) -> dict[str, Any]:
+    return {
+        "kind": "Node",
+        "metadata": {"name": name, "labels": {"nvidia.com/gpu.clique": clique}},
+        "status": {
+            "allocatable": {"nvidia.com/gpu": str(gpus)},
+            "conditions": [{"type": "Ready", "status": "True"}],
+        },
+    }
+
+
+def test_renders_every_child_without_placement_when_no_nodes_are_given() -> None:
+    (rendered,) = render_documents([body()])
+    kinds = {(c["kind"], c["metadata"]["name"]) for c in rendered.children}
+    assert {("StatefulSet", "llama-prefill"), ("StatefulSet", "llama-decode")} <= kinds
+    assert "no nodes given" in rendered.placement
+    prefill = next(c for c in rendered.children if c["metadata"]["name"] == "llama-prefill")
+    assert "affinity" not in prefill["spec"]["template"]["spec"]
+
+
+def test_with_nodes_the_slice_is_placed_in_one_domain() -> None:
+    # 2P + 4D at TP 2 = 12 GPUs: clique b (two 8-GPU nodes) fits, clique a (one node) does not
+    nodes = [{"kind": "NodeList", "items": [node("a-0", "a"), node("b-0", "b"), node("b-1", "b")]}]
+    (rendered,) = render_documents([body()], nodes)
+    assert rendered.placement.startswith("Placed: ")
+    assert "nvidia.com/gpu.clique=b" in rendered.placement
+    prefill = next(c for c in rendered.children if c["metadata"]["name"] == "llama-prefill")
+    preferred = prefill["spec"]["template"]["spec"]["affinity"]["nodeAffinity"][
+        "preferredDuringSchedulingIgnoredDuringExecution"
+    ]
+    expression = preferred[0]["preference"]["matchExpressions"][0]
+    assert (expression["key"], expression["values"]) == ("nvidia.com/gpu.clique", ["b"])
+
+
+def test_other_kinds_are_skipped_and_an_input_without_a_pdddeployment_is_an_error() -> None:
+    (rendered,) = render_documents([{"kind": "ConfigMap"}, body()])
+    assert rendered.name == "llama"
+    with pytest.raises(RenderError, match="no PDDeployment in the input"):
+        render_documents([{"kind": "ConfigMap"}])
+
+
+def test_an_invalid_spec_names_the_field() -> None:
+    with pytest.raises(RenderError, match=r"PDDeployment llama: spec\.prefill\.replicas"):
+        render_documents([body(prefill={"replicas": "many"})])
+
+
+def test_the_command_prints_yaml_and_fails_cleanly(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["render", "-f", str(EXAMPLES / "vllm-2p4d.yaml")]) == 0
+    children = [d for d in yaml.safe_load_all(capsys.readouterr().out) if d]
+    assert {"StatefulSet", "Service", "Deployment"} <= {c["kind"] for c in children}
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(yaml.safe_dump(body(prefill={"replicas": "many"})))
+    assert main(["render", "-f", str(bad)]) == 2
+    assert "spec.prefill.replicas" in capsys.readouterr().err
+    assert main(["render", "-f", str(tmp_path / "missing.yaml")]) == 2
+    assert "No such file" in capsys.readouterr().err
