@@ -16,12 +16,12 @@ PDD_REVISION = "PDD_REVISION"  # the pod's labels.LABEL_REVISION
 PDD_PROBER_POD = "PDD_PROBER_POD"  # the pod whose sidecar answers probe requests
 PDD_SIDECAR_URL = "PDD_SIDECAR_URL"  # where the engine finds its sidecar
 PDD_SIDECAR_TOKEN_FILE = "PDD_SIDECAR_TOKEN_FILE"
-# Which engine side channel the sidecar checks for reachability, and its ports
-# (comma-separated; see ports.py for the engines' defaults).
+# Which engine side channel the sidecar checks for reachability (a name, or ports.py's
+# NO_SIDE_CHANNEL), its ports, and the roles whose pods serve it (all comma-separated; see
+# ports.py for the channels whose ports and roles need not be given).
 PDD_SIDE_CHANNEL = "PDD_SIDE_CHANNEL"
 PDD_SIDE_CHANNEL_PORTS = "PDD_SIDE_CHANNEL_PORTS"
-SideChannel = Literal["vllm", "sglang", "none"]
-SIDE_CHANNELS: tuple[SideChannel, ...] = ("vllm", "sglang", "none")
+PDD_SIDE_CHANNEL_ROLES = "PDD_SIDE_CHANNEL_ROLES"
 
 # The router's and a custom engine's view of the deployment.
 PDD_PREFILL_SERVICE = "PDD_PREFILL_SERVICE"

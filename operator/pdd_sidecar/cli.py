@@ -26,18 +26,19 @@ from pdd_contract.env import (
     PDD_ROLE,
     PDD_SIDE_CHANNEL,
     PDD_SIDE_CHANNEL_PORTS,
+    PDD_SIDE_CHANNEL_ROLES,
     PDD_SIDECAR_TOKEN_FILE,
     PDD_SIDECAR_URL,
     POD_IP,
     POD_NAME,
     POD_UID,
-    SIDE_CHANNELS,
 )
 from pdd_contract.paths import TOKEN_FILE
 from pdd_contract.ports import (
+    NO_SIDE_CHANNEL,
     SGLANG_BOOTSTRAP_PORT,
     VLLM_SIDE_CHANNEL_BASE_PORT,
-    vllm_side_channel_ports,
+    default_side_channel_ports,
 )
 from pdd_probe.probe import (
     DEFAULT_BLOCK_SIZES,
@@ -61,6 +62,7 @@ from pdd_sidecar.peers import (
     PeerSource,
     StaticPeerSource,
 )
+from pdd_sidecar.reachability import side_channel_for
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -126,13 +128,24 @@ def _add_serve(p: argparse.ArgumentParser) -> None:
     p.add_argument("--decode-service", default=_env(PDD_DECODE_SERVICE))
     p.add_argument("--etcd-endpoints", default=_env(NIXL_ETCD_ENDPOINTS, ""))
     p.add_argument("--etcd-namespace", default=_env(NIXL_ETCD_NAMESPACE, DEFAULT_NAMESPACE))
-    p.add_argument("--side-channel", choices=SIDE_CHANNELS, default=_env(PDD_SIDE_CHANNEL, "none"))
+    p.add_argument(
+        "--side-channel",
+        default=_env(PDD_SIDE_CHANNEL, NO_SIDE_CHANNEL),
+        help=f"the engine side channel to check: vllm, sglang, another name with "
+        f"--side-channel-roles, or {NO_SIDE_CHANNEL}",
+    )
     base = VLLM_SIDE_CHANNEL_BASE_PORT
     p.add_argument(
         "--side-channel-ports",
         default=_env(PDD_SIDE_CHANNEL_PORTS, ""),
         help=f"comma-separated; default {base}..{base}+dp-1 (vllm) or {SGLANG_BOOTSTRAP_PORT} "
         "(sglang)",
+    )
+    p.add_argument(
+        "--side-channel-roles",
+        default=_env(PDD_SIDE_CHANNEL_ROLES, ""),
+        help="comma-separated roles whose pods serve the side channel; default: prefill,decode "
+        "(vllm) or prefill (sglang)",
     )
     p.add_argument("--vllm-dp-size", type=int, default=int(_env_num("PDD_VLLM_DP_SIZE", 1)))
     p.add_argument(
@@ -224,8 +237,14 @@ def build_config(args: argparse.Namespace) -> SidecarConfig:
             raise SystemExit(f"--exchange etcd needs --etcd-endpoints (or {NIXL_ETCD_ENDPOINTS})")
         etcd = EtcdSettings(endpoints, args.etcd_namespace)
     ports = tuple(int(p) for p in args.side_channel_ports.split(",") if p.strip())
-    if args.side_channel == "vllm" and not ports:
-        ports = vllm_side_channel_ports(args.vllm_dp_size)
+    ports = ports or default_side_channel_ports(args.side_channel, args.vllm_dp_size)
+    side_roles = tuple(r.strip() for r in args.side_channel_roles.split(",") if r.strip())
+    if unknown := [r for r in side_roles if r not in ROLES]:
+        raise SystemExit(f"--side-channel-roles: {', '.join(unknown)} is not prefill or decode")
+    try:
+        side_channel_for(args.side_channel, args.role, ports, side_roles)
+    except ValueError as exc:
+        raise SystemExit(f"--side-channel: {exc}") from exc
     return SidecarConfig(
         identity=identity,
         token=read_token(args.token_file),
@@ -236,6 +255,7 @@ def build_config(args: argparse.Namespace) -> SidecarConfig:
         etcd=etcd,
         side_channel=args.side_channel,
         side_channel_ports=ports,
+        side_channel_roles=side_roles,
         peer_grace_s=args.peer_grace_seconds,
         resync_s=args.resync_seconds,
         reachability_interval_s=args.reachability_interval_seconds,

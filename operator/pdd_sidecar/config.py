@@ -62,8 +62,9 @@ class SidecarConfig:
     port: int = DEFAULT_PORT
     unix_socket: str | None = None
     etcd: EtcdSettings | None = None
-    side_channel: str = "none"  # "vllm" | "sglang" | "none"
+    side_channel: str = "none"  # a channel name (pdd_contract.ports) or "none"
     side_channel_ports: tuple[int, ...] = ()
+    side_channel_roles: tuple[str, ...] = ()  # empty: what pdd_contract.ports knows
     # A peer sidecar that has not answered for this long stops being served (its engine's
     # writes would fail anyway); the K8s source drops a deleted pod at once.
     peer_grace_s: float = 15.0

@@ -4,7 +4,9 @@ vLLM's NixlConnector exchanges NIXL metadata over a ZMQ side channel on port 560
 ``VLLM_NIXL_SIDE_CHANNEL_HOST`` (which must be the pod IP); SGLang's decode side fetches it from
 the prefill side's bootstrap server on port 8998. A side channel that is not reachable (wrong
 host, NetworkPolicy, engine not up) makes every request wait for a handshake timeout, so the
-sidecar checks each peer's port with a plain TCP connect and reports it.
+sidecar checks each peer's port with a plain TCP connect and reports it. Which ports to check
+on peers of which roles comes from the operator's environment (pdd_contract.ports), so an
+engine the sidecar has never heard of is checked the same way.
 """
 
 from __future__ import annotations
@@ -15,8 +17,9 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from pdd_contract.ports import SGLANG_BOOTSTRAP_PORT, vllm_side_channel_ports
-from pdd_sidecar.config import ROLES, other_role
+from pdd_contract.env import PDD_SIDE_CHANNEL_PORTS, PDD_SIDE_CHANNEL_ROLES
+from pdd_contract.ports import NO_SIDE_CHANNEL, SIDE_CHANNEL_SERVED_BY
+from pdd_sidecar.config import ROLES
 from pdd_sidecar.metrics import SidecarMetrics
 from pdd_sidecar.peers import PeerState
 
@@ -30,19 +33,22 @@ class SideChannel:
 
 
 def side_channel_for(
-    engine: str, own_role: str, dp_size: int = 1, ports: tuple[int, ...] = ()
+    channel: str, own_role: str, ports: tuple[int, ...], served_by: tuple[str, ...] = ()
 ) -> SideChannel | None:
-    """The side channel this engine kind listens on, seen from a pod of ``own_role``."""
-    if engine == "vllm":
-        chosen = ports or vllm_side_channel_ports(dp_size)
-        return SideChannel(chosen, frozenset({other_role(own_role)}))
-    if engine == "sglang":
-        # Only prefill runs a bootstrap server; decode connects to it.
-        roles = frozenset({"prefill"}) if own_role == "decode" else frozenset()
-        return SideChannel(ports or (SGLANG_BOOTSTRAP_PORT,), roles)
-    if engine == "none":
+    """The side channel seen from a pod of ``own_role``: ``ports`` on the peers of the roles
+    that serve it other than its own. ``served_by`` defaults to what ports.py knows of the
+    channel."""
+    if channel == NO_SIDE_CHANNEL:
         return None
-    raise ValueError(f"side channel must be vllm, sglang or none, not {engine!r}")
+    roles = served_by or SIDE_CHANNEL_SERVED_BY.get(channel, ())
+    if not roles:
+        raise ValueError(
+            f"side channel {channel!r}: name the roles whose pods serve it "
+            f"({PDD_SIDE_CHANNEL_ROLES}), or use {NO_SIDE_CHANNEL!r}"
+        )
+    if not ports:
+        raise ValueError(f"side channel {channel!r}: give its ports ({PDD_SIDE_CHANNEL_PORTS})")
+    return SideChannel(ports, frozenset(roles) - {own_role})
 
 
 @dataclass(frozen=True)

@@ -119,7 +119,10 @@ class Sidecar:
         self.targets = ProbeTargets()
         self.janitor: EtcdJanitor | None = None
         channel = side_channel_for(
-            config.side_channel, self.identity.role, ports=config.side_channel_ports
+            config.side_channel,
+            self.identity.role,
+            config.side_channel_ports,
+            config.side_channel_roles,
         )
         self.reachability = (
             ReachabilityChecker(
