@@ -2,7 +2,8 @@
 
 An engine does not move a prompt's KV cache as one region: it registers its paged KV cache
 with NIXL and transfers one descriptor per layer and block (vLLM 0.33 packs K and V of a block
-into one descriptor, SGLang 0.5 moves them as two). NIXL merges the descriptors of blocks that
+into one descriptor, SGLang 0.5 moves them as two: each engine's adapter says which, and its
+default block size, in its ``kv_layout``). NIXL merges the descriptors of blocks that
 happen to be adjacent in memory, so one block is the smallest descriptor a request can get:
 the size on a fragmented cache. What the link reaches at that size can be far below its
 large-block figure (docs/benchmarks.md has the curve), so the operator works the size out from
@@ -19,13 +20,10 @@ import re
 from dataclasses import dataclass
 
 from pdd_operator.api.v1alpha1 import ModelSpec, PDDeploymentSpec
+from pdd_operator.engines.base import KvLayout
+from pdd_operator.engines.registry import adapter_for
 
 DTYPE_BYTES = {"bfloat16": 2, "float16": 2, "float8": 1}
-# Tokens per KV block when the PDDeployment does not set one (the engines' own defaults).
-DEFAULT_BLOCK_TOKENS = {"vllm": 16, "sglang": 1, "custom": 16}
-# Engines whose descriptor holds a block's K and V together (vLLM's NixlConnector registers
-# one region per layer with K and V in the content dimension, nixl/base_worker.py).
-KV_PACKED = {"vllm": True, "sglang": False, "custom": False}
 
 
 @dataclass(frozen=True)
@@ -121,14 +119,15 @@ def model_shape(model: ModelSpec) -> KvCacheShape | None:
     )
 
 
-def engine_descriptor_bytes(spec: PDDeploymentSpec) -> int | None:
+def engine_descriptor_bytes(spec: PDDeploymentSpec, layout: KvLayout | None = None) -> int | None:
     """The descriptor size the deployment's engines move KV in, or None when the model's
-    shape is unknown. With different TP degrees per role the larger one sets the (smaller)
-    descriptor: that is the side that limits the transfer."""
+    shape is unknown. ``layout`` is the engine's (its adapter's, unless given). With different
+    TP degrees per role the larger one sets the (smaller) descriptor: that is the side that
+    limits the transfer."""
     shape = model_shape(spec.model)
     if shape is None:
         return None
-    engine = spec.engine.type
-    block = spec.engine.kvBlockSize or DEFAULT_BLOCK_TOKENS[engine]
+    layout = layout or adapter_for(spec.engine.type).kv_layout
+    block = spec.engine.kvBlockSize or layout.default_block_tokens
     tp = max(spec.prefill.gpusPerInstance, spec.decode.gpusPerInstance)
-    return descriptor_bytes(shape, block, tp, KV_PACKED[engine])
+    return descriptor_bytes(shape, block, tp, layout.packed)

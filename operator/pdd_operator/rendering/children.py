@@ -24,7 +24,7 @@ def render_children(pdd: PDDeployment, ctx: RenderContext) -> list[dict[str, Any
         *render_sidecar_access(pdd, ctx),
         *render_claim_templates(pdd),
         *[obj for role in names.ROLES for obj in render_role(pdd, role, ctx)],
-        *render_router(pdd),
+        *render_router(pdd, ctx),
         *render_disruption_budgets(pdd),
     ]
     return [_owned(pdd, _fingerprinted(obj)) for obj in objects]

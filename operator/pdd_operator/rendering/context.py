@@ -1,9 +1,14 @@
-"""What rendering needs besides the spec: operator settings and the placement decision."""
+"""What rendering needs besides the spec: operator settings, the placement decision and the
+engine adapters."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+from pdd_operator.api.v1alpha1 import PDDeploymentSpec
+from pdd_operator.engines.base import EngineAdapter
+from pdd_operator.engines.registry import ENGINES, adapter_for
 from pdd_operator.planning.placement import Placement
 
 
@@ -20,3 +25,8 @@ class RenderContext:
     placement: Placement = field(default_factory=Placement)
     # StatefulSet partition per role during a coordinated rollout (absent: 0, roll freely).
     partitions: dict[str, int] = field(default_factory=dict)
+    # spec.engine.type -> adapter; tests add engines here without touching the registry.
+    engines: Mapping[str, EngineAdapter] = field(default_factory=lambda: ENGINES)
+
+    def engine(self, spec: PDDeploymentSpec) -> EngineAdapter:
+        return adapter_for(spec.engine.type, self.engines)

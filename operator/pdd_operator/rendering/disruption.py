@@ -7,7 +7,8 @@ from typing import Any
 
 from pdd_operator.api import names
 from pdd_operator.api.v1alpha1 import PDDeployment
-from pdd_operator.rendering.roles import child_metadata, role_spec
+from pdd_operator.engines.base import role_spec
+from pdd_operator.rendering.roles import child_metadata
 
 
 def render_disruption_budgets(pdd: PDDeployment) -> list[dict[str, Any]]:

@@ -8,7 +8,8 @@ from typing import Any
 
 from pdd_operator.api import names
 from pdd_operator.api.v1alpha1 import PDDeployment
-from pdd_operator.rendering.roles import child_metadata, role_spec
+from pdd_operator.engines.base import role_spec
+from pdd_operator.rendering.roles import child_metadata
 
 PCIE_ROOT_ATTRIBUTE = "resource.kubernetes.io/pcieRoot"
 

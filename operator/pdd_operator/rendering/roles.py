@@ -11,21 +11,18 @@ from pdd_contract.env import PDD_DEPLOYMENT, PDD_ROLE, POD_IP
 from pdd_contract.paths import ENV_DIR, ENV_FILE
 from pdd_contract.resources import GPU_RESOURCE
 from pdd_operator.api import names
-from pdd_operator.api.v1alpha1 import PDDeployment, PDDeploymentSpec, RoleSpec
+from pdd_operator.api.v1alpha1 import PDDeployment, PDDeploymentSpec
+from pdd_operator.engines.base import EnginePort, HealthCheck, role_spec
 from pdd_operator.planning.placement import Placement
 from pdd_operator.rendering import sidecar, transfer
+from pdd_operator.rendering.command import engine_launch, wrap_with_env_file
 from pdd_operator.rendering.context import RenderContext
-from pdd_operator.rendering.engines import engine_command, wrap_with_env_file
 from pdd_operator.rendering.merge import merge_template
 
 SHM_VOLUME = "dshm"
 ENV_VOLUME = "pdd-env"
 PREFLIGHT_TMP_VOLUME = "preflight-tmp"
 HTTP_PORT_NAME = "http"
-
-
-def role_spec(spec: PDDeploymentSpec, role: str) -> RoleSpec:
-    return spec.prefill if role == "prefill" else spec.decode
 
 
 def engine_revision(spec: PDDeploymentSpec) -> str:
@@ -178,8 +175,10 @@ def gpu_resources(spec: PDDeploymentSpec, role: str) -> dict[str, Any]:
 def _engine_container(pdd: PDDeployment, role: str, ctx: RenderContext) -> dict[str, Any]:
     spec = pdd.spec
     rspec = role_spec(spec, role)
-    engine = engine_command(spec, role)
+    adapter = ctx.engine(spec)
+    engine = engine_launch(adapter, spec, role)
     command, args = wrap_with_env_file(engine.command, engine.args)
+    health = adapter.health_check(spec)
     env: list[dict[str, Any]] = [
         {"name": PDD_ROLE, "value": role},
         {"name": PDD_DEPLOYMENT, "value": names.instance_id(pdd.name)},
@@ -197,23 +196,15 @@ def _engine_container(pdd: PDDeployment, role: str, ctx: RenderContext) -> dict[
         "env": _dedupe_env(env),
         "ports": [
             {"name": HTTP_PORT_NAME, "containerPort": spec.engine.port, "protocol": "TCP"},
-            *engine.ports,
+            *[_container_port(p) for p in adapter.ports(spec)],
         ],
         "resources": gpu_resources(spec, role),
         "volumeMounts": [
             {"name": SHM_VOLUME, "mountPath": "/dev/shm"},
             {"name": ENV_VOLUME, "mountPath": ENV_DIR, "readOnly": True},
         ],
-        "readinessProbe": {
-            "httpGet": {"path": "/health", "port": HTTP_PORT_NAME},
-            "periodSeconds": 10,
-            "failureThreshold": 3,
-        },
-        "startupProbe": {
-            "httpGet": {"path": "/health", "port": HTTP_PORT_NAME},
-            "periodSeconds": 10,
-            "failureThreshold": 180,  # loading a large model takes minutes
-        },
+        "readinessProbe": _http_probe(health, health.failure_threshold),
+        "startupProbe": _http_probe(health, health.startup_failure_threshold),
         # Engine images decide their user (vLLM's runs as root), so no runAsNonRoot here; a
         # podTemplate can add it. Capabilities: none, except IPC_LOCK to pin RDMA memory.
         "securityContext": {
@@ -227,6 +218,18 @@ def _engine_container(pdd: PDDeployment, role: str, ctx: RenderContext) -> dict[
     if args:
         container["args"] = args
     return container
+
+
+def _container_port(port: EnginePort) -> dict[str, Any]:
+    return {"name": port.name, "containerPort": port.port, "protocol": "TCP"}
+
+
+def _http_probe(health: HealthCheck, failure_threshold: int) -> dict[str, Any]:
+    return {
+        "httpGet": {"path": health.path, "port": HTTP_PORT_NAME},
+        "periodSeconds": health.period_s,
+        "failureThreshold": failure_threshold,
+    }
 
 
 def _preflight_container(pdd: PDDeployment, role: str, ctx: RenderContext) -> dict[str, Any]:
@@ -243,7 +246,7 @@ def _preflight_container(pdd: PDDeployment, role: str, ctx: RenderContext) -> di
         "env": [
             {"name": PDD_ROLE, "value": role},
             *transfer.transfer_env(spec),
-            *transfer.kv_path_check_env(spec),
+            *transfer.kv_path_check_env(spec, ctx.engine(spec).kv_layout),
         ],
         "resources": gpu_resources(spec, role),
         "volumeMounts": [
@@ -276,11 +279,10 @@ def _volumes(spec: PDDeploymentSpec) -> list[dict[str, Any]]:
 
 
 def _service_ports(spec: PDDeploymentSpec, ctx: RenderContext) -> list[dict[str, Any]]:
-    ports = [{"name": HTTP_PORT_NAME, "port": spec.engine.port, "targetPort": HTTP_PORT_NAME}]
-    if spec.engine.type == "vllm":
-        ports.append({"name": "side-channel", "port": spec.kvTransfer.sideChannelPort})
-    if spec.engine.type == "sglang":
-        ports.append({"name": "bootstrap", "port": spec.kvTransfer.bootstrapPort})
+    ports: list[dict[str, Any]] = [
+        {"name": HTTP_PORT_NAME, "port": spec.engine.port, "targetPort": HTTP_PORT_NAME},
+        *[{"name": p.name, "port": p.port} for p in ctx.engine(spec).ports(spec)],
+    ]
     if sidecar.sidecar_enabled(spec):
         ports.append({"name": "sidecar", "port": ctx.settings.sidecar_port})
     return ports

@@ -8,19 +8,22 @@ from typing import Any
 from pdd_contract.env import PDD_DECODE_SERVICE, PDD_ENGINE_PORT, PDD_MODEL, PDD_PREFILL_SERVICE
 from pdd_operator.api import names
 from pdd_operator.api.v1alpha1 import PDDeployment
+from pdd_operator.rendering.context import RenderContext
 from pdd_operator.rendering.roles import child_metadata
 
 
-def render_router(pdd: PDDeployment) -> list[dict[str, Any]]:
+def render_router(pdd: PDDeployment, ctx: RenderContext) -> list[dict[str, Any]]:
     router = pdd.spec.router
-    if not router.enabled or not router.image:
+    if not router.enabled or not _image(pdd, ctx):
         return []
-    return [render_router_deployment(pdd), render_router_service(pdd)]
+    return [render_router_deployment(pdd, ctx), render_router_service(pdd)]
 
 
-def render_router_deployment(pdd: PDDeployment) -> dict[str, Any]:
+def render_router_deployment(pdd: PDDeployment, ctx: RenderContext) -> dict[str, Any]:
     spec = pdd.spec
     router = spec.router
+    defaults = ctx.engine(spec).router_defaults(spec)
+    args = [*defaults.args, *router.args]
     labels = names.common_labels(pdd.name, "router")
     env = [
         {"name": PDD_PREFILL_SERVICE, "value": _service_host(pdd, "prefill")},
@@ -31,7 +34,7 @@ def render_router_deployment(pdd: PDDeployment) -> dict[str, Any]:
     ]
     container: dict[str, Any] = {
         "name": "router",
-        "image": router.image,
+        "image": _image(pdd, ctx),
         "env": env,
         "ports": [{"name": "http", "containerPort": router.port, "protocol": "TCP"}],
         "securityContext": {
@@ -39,8 +42,8 @@ def render_router_deployment(pdd: PDDeployment) -> dict[str, Any]:
             "capabilities": {"drop": ["ALL"]},
         },
     }
-    if router.args:
-        container["args"] = list(router.args)
+    if args:
+        container["args"] = args
     return {
         "apiVersion": "apps/v1",
         "kind": "Deployment",
@@ -67,6 +70,12 @@ def render_router_service(pdd: PDDeployment) -> dict[str, Any]:
             "ports": [{"name": "http", "port": pdd.spec.router.port, "targetPort": "http"}],
         },
     }
+
+
+def _image(pdd: PDDeployment, ctx: RenderContext) -> str | None:
+    """spec.router.image, else the image the engine's adapter pairs with (if any)."""
+    spec = pdd.spec
+    return spec.router.image or ctx.engine(spec).router_defaults(spec).image
 
 
 def _service_host(pdd: PDDeployment, role: str) -> str:

@@ -3,7 +3,7 @@
 NIXL metadata carries memory-access keys, so only pods of the same PDDeployment may read it:
 the sidecar requires a per-deployment token (a Secret the operator creates once, mounted into
 the sidecars), discovers peers through EndpointSlices with a Role that allows exactly that, and
-a NetworkPolicy admits only the deployment's own pods to the sidecar and side-channel ports.
+a NetworkPolicy admits only the deployment's own pods to the sidecar and the engine's own ports.
 """
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ from pdd_contract.env import (
     PDD_REVISION,
     PDD_SIDE_CHANNEL,
     PDD_SIDE_CHANNEL_PORTS,
+    PDD_SIDE_CHANNEL_ROLES,
     PDD_SIDECAR_TOKEN_FILE,
     PDD_SIDECAR_URL,
     POD_IP,
@@ -24,8 +25,10 @@ from pdd_contract.env import (
     POD_UID,
 )
 from pdd_contract.paths import ENV_DIR, TOKEN_DIR, TOKEN_FILE, TOKEN_KEY
+from pdd_contract.ports import NO_SIDE_CHANNEL, SIDE_CHANNEL_SERVED_BY
 from pdd_operator.api import names
 from pdd_operator.api.v1alpha1 import PDDeployment, PDDeploymentSpec
+from pdd_operator.engines.base import EngineAdapter
 from pdd_operator.rendering.context import RenderContext
 from pdd_operator.rendering.transfer import transfer_env
 
@@ -95,7 +98,7 @@ def sidecar_containers(
                 {"name": POD_IP, "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}},
                 {"name": PDD_PROBER_POD, "value": names.prober_pod_name(pdd.name)},
                 {"name": PDD_REVISION, "value": revision},
-                *side_channel_env(spec),
+                *side_channel_env(ctx.engine(spec), spec),
                 # The probe must take the engine's KV path: same UCX settings.
                 *transfer_env(spec),
                 *engine_env(pdd, port),
@@ -139,15 +142,19 @@ def sidecar_volumes(pdd: PDDeployment) -> list[dict[str, Any]]:
     ]
 
 
-def side_channel_env(spec: PDDeploymentSpec) -> list[dict[str, Any]]:
-    """Which engine side channel the sidecar checks for reachability, and on which port."""
-    ports = {"vllm": spec.kvTransfer.sideChannelPort, "sglang": spec.kvTransfer.bootstrapPort}
-    if spec.engine.type not in ports:
-        return [{"name": PDD_SIDE_CHANNEL, "value": "none"}]
-    return [
-        {"name": PDD_SIDE_CHANNEL, "value": spec.engine.type},
-        {"name": PDD_SIDE_CHANNEL_PORTS, "value": str(ports[spec.engine.type])},
+def side_channel_env(adapter: EngineAdapter, spec: PDDeploymentSpec) -> list[dict[str, Any]]:
+    """Which engine side channel the sidecar checks for reachability: its name, its ports,
+    and the roles serving it where the contract does not already know them."""
+    channel = adapter.side_channel(spec)
+    if channel is None:
+        return [{"name": PDD_SIDE_CHANNEL, "value": NO_SIDE_CHANNEL}]
+    env = [
+        {"name": PDD_SIDE_CHANNEL, "value": channel.name},
+        {"name": PDD_SIDE_CHANNEL_PORTS, "value": ",".join(str(p) for p in channel.ports)},
     ]
+    if SIDE_CHANNEL_SERVED_BY.get(channel.name) != channel.served_by:
+        env.append({"name": PDD_SIDE_CHANNEL_ROLES, "value": ",".join(channel.served_by)})
+    return env
 
 
 def render_sidecar_access(pdd: PDDeployment, ctx: RenderContext) -> list[dict[str, Any]]:
@@ -195,11 +202,7 @@ def render_sidecar_access(pdd: PDDeployment, ctx: RenderContext) -> list[dict[st
 
 def render_network_policy(pdd: PDDeployment, ctx: RenderContext) -> dict[str, Any]:
     spec = pdd.spec
-    private_ports = [ctx.settings.sidecar_port]
-    if spec.engine.type == "vllm":
-        private_ports.append(spec.kvTransfer.sideChannelPort)
-    if spec.engine.type == "sglang":
-        private_ports.append(spec.kvTransfer.bootstrapPort)
+    private_ports = [ctx.settings.sidecar_port, *(p.port for p in ctx.engine(spec).ports(spec))]
     same_deployment = [{"podSelector": {"matchLabels": names.selector_labels(pdd.name)}}]
     return {
         "apiVersion": "networking.k8s.io/v1",
@@ -214,7 +217,7 @@ def render_network_policy(pdd: PDDeployment, ctx: RenderContext) -> dict[str, An
             },
             "policyTypes": ["Ingress"],
             "ingress": [
-                # Sidecar and KV side channel: the deployment's own pods only.
+                # Sidecar and the engine's own ports: the deployment's own pods only.
                 {
                     "from": same_deployment,
                     "ports": [{"port": p, "protocol": "TCP"} for p in private_ports],

@@ -19,6 +19,7 @@ from pdd_contract.env import (
     UCX_TLS,
 )
 from pdd_operator.api.v1alpha1 import KVTransferSpec, PDDeploymentSpec
+from pdd_operator.engines.base import KvLayout
 from pdd_operator.planning.kv_layout import engine_descriptor_bytes
 
 # RC for the bulk data, UD for RC's connection wire-up, shared memory and self for the local
@@ -64,13 +65,13 @@ def transfer_env(spec: PDDeploymentSpec) -> list[dict[str, Any]]:
     return env
 
 
-def kv_path_check_env(spec: PDDeploymentSpec) -> list[dict[str, Any]]:
+def kv_path_check_env(spec: PDDeploymentSpec, layout: KvLayout) -> list[dict[str, Any]]:
     """Whether the preflight measures the KV path with the pod's devices, and at which engine
-    descriptor size besides the link's (pdd_node.kv_path)."""
+    descriptor size besides the link's (pdd_node.kv_path); ``layout`` is the engine's."""
     if not spec.kvTransfer.verification.enabled:
         return [{"name": PDD_VERIFY_TRANSFER, "value": "false"}]
     env = [{"name": PDD_VERIFY_TRANSFER, "value": "true"}]
-    descriptor = engine_descriptor_bytes(spec)
+    descriptor = engine_descriptor_bytes(spec, layout)
     if descriptor:
         env.append({"name": PDD_KV_DESCRIPTOR_BYTES, "value": str(descriptor)})
     return env

@@ -1,0 +1,73 @@
+"""vLLM (``vllm serve``) with its NixlConnector.
+
+The connector learns its peers over a ZMQ side channel that listens in every prefill and
+decode pod on VLLM_NIXL_SIDE_CHANNEL_PORT (plus the data-parallel rank) and must bind the pod
+IP, so VLLM_NIXL_SIDE_CHANNEL_HOST comes from the downward API. K and V of one block are one
+NIXL descriptor (one region per layer, K and V in the content dimension: the connector's
+nixl/base_worker.py); blocks are 16 tokens unless ``--block-size`` says otherwise.
+"""
+
+from __future__ import annotations
+
+import json
+
+from pdd_contract.ports import SIDE_CHANNEL_SERVED_BY, VLLM_SIDE_CHANNEL
+from pdd_operator.api.v1alpha1 import PDDeploymentSpec
+from pdd_operator.engines.base import (
+    EngineAdapter,
+    EngineLaunch,
+    EnginePort,
+    KvLayout,
+    SideChannel,
+    env_pod_ip,
+    env_value,
+    role_spec,
+)
+
+SIDE_CHANNEL_PORT_NAME = "side-channel"
+
+
+class VllmAdapter(EngineAdapter):
+    type = "vllm"
+    kv_layout = KvLayout(default_block_tokens=16, packed=True)
+
+    def launch(self, spec: PDDeploymentSpec, role: str) -> EngineLaunch:
+        kv_config = {
+            "kv_connector": spec.kvTransfer.connector,
+            # NixlConnector moves KV both ways on demand; the role lives in extra config.
+            "kv_role": "kv_both",
+            "kv_connector_extra_config": {"pdd_role": role},
+        }
+        args = [
+            spec.model.name,
+            "--host",
+            "0.0.0.0",
+            "--port",
+            str(spec.engine.port),
+            "--tensor-parallel-size",
+            str(role_spec(spec, role).gpusPerInstance),
+            "--kv-transfer-config",
+            json.dumps(kv_config, separators=(",", ":")),
+        ]
+        if spec.model.servedName:
+            args += ["--served-model-name", spec.model.servedName]
+        if spec.engine.kvBlockSize:
+            args += ["--block-size", str(spec.engine.kvBlockSize)]
+        env = (
+            env_pod_ip("VLLM_NIXL_SIDE_CHANNEL_HOST"),
+            env_value("VLLM_NIXL_SIDE_CHANNEL_PORT", str(spec.kvTransfer.sideChannelPort)),
+        )
+        return EngineLaunch(("vllm", "serve"), tuple(args), env)
+
+    def ports(self, spec: PDDeploymentSpec) -> tuple[EnginePort, ...]:
+        return (EnginePort(SIDE_CHANNEL_PORT_NAME, spec.kvTransfer.sideChannelPort),)
+
+    def side_channel(self, spec: PDDeploymentSpec) -> SideChannel:
+        return SideChannel(
+            VLLM_SIDE_CHANNEL,
+            (spec.kvTransfer.sideChannelPort,),
+            SIDE_CHANNEL_SERVED_BY[VLLM_SIDE_CHANNEL],
+        )
+
+
+ADAPTER = VllmAdapter()

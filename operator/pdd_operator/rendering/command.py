@@ -1,0 +1,30 @@
+"""The engine container's command line: the adapter's, then the user's arguments, run through
+a shell that first sources the env file the preflight container wrote."""
+
+from __future__ import annotations
+
+from pdd_contract.paths import ENV_FILE
+from pdd_operator.api.v1alpha1 import PDDeploymentSpec
+from pdd_operator.engines.base import EngineAdapter, EngineLaunch, role_spec
+
+# Sources the env file the preflight container wrote (UCX_NET_DEVICES for the GPUs this pod
+# really got), then execs the engine with its arguments untouched ("$0" "$@").
+SOURCE_ENV_AND_EXEC = f'set -a; if [ -f {ENV_FILE} ]; then . {ENV_FILE}; fi; set +a; exec "$0" "$@"'
+
+
+def engine_launch(adapter: EngineAdapter, spec: PDDeploymentSpec, role: str) -> EngineLaunch:
+    """The adapter's launch with spec.engine.args and the role's args after its own, and
+    spec.engine.command in place of its command when set."""
+    base = adapter.launch(spec, role)
+    args = (*base.args, *spec.engine.args, *role_spec(spec, role).args)
+    command = base.command if spec.engine.command is None else tuple(spec.engine.command)
+    return EngineLaunch(command, args, base.env)
+
+
+def wrap_with_env_file(
+    command: tuple[str, ...], args: tuple[str, ...]
+) -> tuple[list[str], list[str]]:
+    """Run `command args` through a shell that first sources the preflight env file."""
+    if not command:
+        return list(command), list(args)
+    return ["/bin/sh", "-c", SOURCE_ENV_AND_EXEC], [*command, *args]
