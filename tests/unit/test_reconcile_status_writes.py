@@ -13,7 +13,7 @@ from kubernetes.client.exceptions import ApiException
 
 from helpers.factories import BASE_BODY
 from pdd_operator.planning.placement import Fleet
-from pdd_operator.reconcile import Reconciler, _OwnWrite
+from pdd_operator.reconcile import Reconciler
 from pdd_operator.rendering.context import OperatorSettings
 from pdd_operator.status.observe import ChildKey, ChildSummary, PodSummary
 
@@ -88,32 +88,7 @@ def reconciler(kube: FakeKube, view: FakeView) -> tuple[Reconciler, list[tuple[s
     return Reconciler(kube, view, OperatorSettings(), emit), events  # type: ignore[arg-type]
 
 
-# ---------------------------------------------------------------- resourceVersion equality
-
-
-@pytest.mark.parametrize(
-    ("steps", "predating", "not_predating"),
-    [
-        # one write by a pass that read "m": only "m" is known to be older
-        ([("m", "c")], {"m"}, {"c", "a", "z", ""}),
-        # the index still showed "m" when the next pass wrote "q": both "m" and "c" predate it
-        ([("m", "c"), ("m", "q")], {"m", "c"}, {"q", "a"}),
-        # the index had caught up with "c" before "q" was written
-        ([("m", "c"), ("c", "q")], {"c"}, {"m", "q"}),
-        # a version this operator never wrote: someone else's change; nothing older is known
-        ([("m", "c"), ("k", "q")], {"k"}, {"m", "c", "q"}),
-        # a chain of lagging writes keeps every version it passed over
-        ([("9", "10"), ("9", "11"), ("10", "12")], {"9", "10", "11"}, {"12", "100"}),
-    ],
-)
-def test_own_writes_are_ordered_by_what_each_pass_read_not_by_comparing_versions(
-    steps: list[tuple[str, str]], predating: set[str], not_predating: set[str]
-) -> None:
-    record = None
-    for read, version in steps:
-        record = _OwnWrite.after(record, read, version, {"n": version})
-    assert record is not None and record.version == steps[-1][1]
-    assert {v for v in predating | not_predating if record.predates(v)} == predating
+# ---------------------------------------------------------------- the index lagging our write
 
 
 async def test_a_pass_on_an_index_copy_older_than_its_own_write_writes_nothing_new() -> None:

@@ -1,9 +1,17 @@
 from __future__ import annotations
 
+import pytest
+
 from helpers.factories import make_pdd
-from pdd_operator.api.v1alpha1 import PDDeployment, PDDeploymentStatus
+from pdd_operator.api.v1alpha1 import PDDeployment, PDDeploymentStatus, TransferStatus
 from pdd_operator.planning.placement import Placement, PlacementResult
-from pdd_operator.status.compute import Observed, PodProblem, WorkloadState, compute_status
+from pdd_operator.status.compute import (
+    Observed,
+    PodProblem,
+    WorkloadState,
+    compute_status,
+    is_ready,
+)
 from pdd_operator.status.conditions import find
 
 T0, T1 = "2026-01-01T00:00:00Z", "2026-01-01T00:05:00Z"
@@ -108,3 +116,34 @@ def test_apply_error_is_reported(pdd: PDDeployment) -> None:
 
 def _with_status(pdd: PDDeployment, status: PDDeploymentStatus) -> PDDeployment:
     return pdd.model_copy(update={"status": status})
+
+
+PENDING = WorkloadState(True, 4, 0, 4, "r1", "r1", 1, 1)
+ROLLING = WorkloadState(True, 4, 4, 2, "r1", "r2", 3, 3)
+UNOBSERVED = WorkloadState(True, 4, 4, 4, "r1", "r1", 3, 2)  # its controller lags the spec
+
+
+@pytest.mark.parametrize(
+    "seen",
+    [
+        observed(settled(2), settled(4)),
+        observed(settled(2), PENDING),
+        observed(settled(2), ROLLING),
+        observed(settled(2), UNOBSERVED),
+        observed(settled(2), settled(4), apply_error="denied"),
+        observed(settled(2), settled(4), router=WorkloadState()),
+    ],
+)
+def test_is_ready_is_what_the_ready_condition_says(pdd: PDDeployment, seen: Observed) -> None:
+    assert is_ready(seen) is (cond(compute_status(pdd, seen, T0), "Ready")[0] == "True")
+
+
+def test_a_probe_asked_for_during_the_pass_is_in_the_status_it_writes(pdd: PDDeployment) -> None:
+    assert compute_status(pdd, observed(settled(2), settled(4)), T1).transfer.requestedAt == ""
+    asked = compute_status(pdd, observed(settled(2), settled(4), probe_requested_at=T1), T1)
+    assert asked.transfer.requestedAt == T1
+    # with a result of the previous probe in hand, the new request still wins
+    answered = TransferStatus(path="rdma", verified=True, requestedAt=T0)
+    both = observed(settled(2), settled(4), transfer=answered, probe_requested_at=T1)
+    status = compute_status(pdd, both, T1)
+    assert (status.transfer.path, status.transfer.requestedAt) == ("rdma", T1)

@@ -20,6 +20,9 @@ from pdd_contract.labels import LABEL_DEPLOYMENT as LABEL_DEPLOYMENT
 from pdd_contract.labels import LABEL_REVISION as LABEL_REVISION
 from pdd_contract.labels import LABEL_ROLE as LABEL_ROLE
 
+# How the operator's indexes and caches key a PDDeployment: (namespace, name).
+DeploymentKey = tuple[str, str]
+
 MAX_INSTANCE_ID = 40  # + "-prefill" (8) stays under the 52 a StatefulSet name may use
 MANAGED_BY = "pdd-operator"
 # The operator's own bookkeeping on its children; nothing else reads them.

@@ -9,11 +9,11 @@ from typing import Any
 import kopf
 
 from pdd_contract.labels import LABEL_DEPLOYMENT
+from pdd_operator.api.names import DeploymentKey
 from pdd_operator.planning.node_facts import gpu_usage, node_facts, with_usage
 from pdd_operator.planning.placement import Fleet, NodeFacts
 from pdd_operator.status.observe import ChildKey, ChildSummary, PodSummary
 
-Key = tuple[str, str]
 CHILD_INDEX_PREFIX = "child_"
 
 
@@ -76,11 +76,11 @@ class IndexView:
         self.indexes = indexes
         self.fleet_cache = fleet or FleetCache(max_age=0)
 
-    def pdd_body(self, key: Key) -> Mapping[str, Any] | None:
+    def pdd_body(self, key: DeploymentKey) -> Mapping[str, Any] | None:
         bodies = _values(self.indexes["pdd_index"], key)
         return bodies[0] if bodies else None
 
-    def children(self, key: Key) -> Mapping[ChildKey, ChildSummary]:
+    def children(self, key: DeploymentKey) -> Mapping[ChildKey, ChildSummary]:
         out: dict[ChildKey, ChildSummary] = {}
         for index_name, index in self.indexes.items():
             if index_name.startswith(CHILD_INDEX_PREFIX):
@@ -88,7 +88,7 @@ class IndexView:
                     out[summary.key] = summary
         return out
 
-    def pods(self, key: Key) -> Sequence[PodSummary]:
+    def pods(self, key: DeploymentKey) -> Sequence[PodSummary]:
         return _values(self.indexes["pod_index"], key)
 
     def node_ready(self, name: str) -> bool | None:

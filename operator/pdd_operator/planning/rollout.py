@@ -9,7 +9,11 @@ most one instance per role out of service, and the roles never drift a revision 
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+from typing import Protocol
+
+from pdd_operator.api import names
 
 ROLE_ORDER = ("decode", "prefill")  # decode first: a new prefill pod needs a new decode peer
 
@@ -40,6 +44,59 @@ class RoleRollout:
     def settled(self) -> bool:
         """Every pod asked to update so far runs the new revision and is Ready."""
         return self.updated_ready >= self.replicas - self.pending
+
+
+class ObservedChild(Protocol):
+    """What the rollout reads of a child (status.observe.ChildSummary)."""
+
+    @property
+    def key(self) -> tuple[str, str, str]: ...  # (apiVersion, kind, name)
+    @property
+    def role(self) -> str: ...
+    @property
+    def template_revision(self) -> str: ...  # the revision label of its pod template
+    @property
+    def partition(self) -> int: ...
+
+
+class ObservedPod(Protocol):
+    """What the rollout reads of a pod (status.observe.PodSummary)."""
+
+    @property
+    def role(self) -> str: ...
+    @property
+    def revision(self) -> str: ...
+    @property
+    def ready(self) -> bool: ...
+
+
+def rollout_partitions(
+    revision: str,
+    replicas: Mapping[str, int],
+    children: Iterable[ObservedChild],
+    pods: Iterable[ObservedPod],
+) -> dict[str, int]:
+    """Partitions for this reconcile, from the observed StatefulSets and pods: a new revision
+    starts with nothing updated in either role; a rollout in progress advances one pod at a
+    time (next_partitions)."""
+    existing = {
+        child.role: child
+        for child in children
+        if child.key[1] == "StatefulSet" and child.role in names.ROLES and child.role in replicas
+    }
+    if any(s.template_revision != revision for s in existing.values()):
+        return {role: replicas[role] for role in existing}
+    updated = [p for p in pods if p.revision == revision]
+    states = {
+        role: RoleRollout(
+            replicas=replicas[role],
+            partition=s.partition,
+            updated_ready=sum(1 for p in updated if p.role == role and p.ready),
+            updated=sum(1 for p in updated if p.role == role),
+        )
+        for role, s in existing.items()
+    }
+    return next_partitions(states) if states else {}
 
 
 def next_partitions(roles: dict[str, RoleRollout]) -> dict[str, int]:

@@ -68,10 +68,11 @@ class Observed:
     transfer_ok: bool | None = None
     transfer_reason: str = ""
     apply_error: str = ""
+    probe_requested_at: str = ""  # when this pass asked the prober pod for a transfer probe
 
 
 def compute_status(pdd: PDDeployment, observed: Observed, now: str) -> PDDeploymentStatus:
-    roles = {role: _role_status(observed, role) for role in ROLES_WITH_ROUTER}
+    roles = _roles(observed)
     previous = pdd.status.conditions
     gen = pdd.generation
     ready, ready_reason, ready_msg = _readiness(observed, roles)
@@ -107,9 +108,19 @@ def compute_status(pdd: PDDeployment, observed: Observed, now: str) -> PDDeploym
         prefillReplicas=f"{roles['prefill'].ready}/{roles['prefill'].desired}",
         decodeReplicas=f"{roles['decode'].ready}/{roles['decode'].desired}",
         placement=_placement_status(pdd, observed),
-        transfer=observed.transfer or pdd.status.transfer,
+        transfer=_transfer_status(pdd, observed),
         conditions=conditions,
     )
+
+
+def is_ready(observed: Observed) -> bool:
+    """Whether compute_status says Ready=True for what was observed."""
+    ready, _, _ = _readiness(observed, _roles(observed))
+    return ready
+
+
+def _roles(observed: Observed) -> dict[str, RoleStatus]:
+    return {role: _role_status(observed, role) for role in ROLES_WITH_ROUTER}
 
 
 def _role_status(observed: Observed, role: str) -> RoleStatus:
@@ -204,6 +215,13 @@ def _transfer_condition(
             now,
         )
     ]
+
+
+def _transfer_status(pdd: PDDeployment, observed: Observed) -> TransferStatus:
+    transfer = observed.transfer or pdd.status.transfer
+    if not observed.probe_requested_at:
+        return transfer
+    return transfer.model_copy(update={"requestedAt": observed.probe_requested_at})
 
 
 def _placement_status(pdd: PDDeployment, observed: Observed) -> PlacementStatus:

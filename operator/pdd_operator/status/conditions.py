@@ -1,8 +1,10 @@
-"""Conditions by the Kubernetes API conventions, with lastTransitionTime kept while unchanged."""
+"""Conditions by the Kubernetes API conventions, with lastTransitionTime kept while unchanged,
+and the events that tell a user when one of them flipped."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import NamedTuple
 
 from pdd_operator.api.v1alpha1 import Condition
 
@@ -32,3 +34,37 @@ def set_condition(
 
 def find(conditions: Sequence[Condition], type_: str) -> Condition | None:
     return next((c for c in conditions if c.type == type_), None)
+
+
+class Event(NamedTuple):
+    type: str  # Normal | Warning
+    reason: str
+    message: str
+
+
+def transition_events(before: Sequence[Condition], after: Sequence[Condition]) -> list[Event]:
+    """One event per condition whose status or reason changed, for the user to read in
+    `kubectl describe`; posted only after the status write that made the change succeeded."""
+    events = []
+    for cond in after:
+        old = find(before, cond.type)
+        if old is not None and old.status == cond.status and old.reason == cond.reason:
+            continue
+        if (event := event_for(cond)) is not None:
+            events.append(event)
+    return events
+
+
+def event_for(cond: Condition) -> Event | None:
+    """The event a condition's new state is worth; None for those a user need not be told."""
+    if cond.type == "Ready":
+        if cond.status == "True":
+            return Event("Normal", "Ready", cond.message)
+        if cond.reason == "ReplicasNotReady" and not cond.message:
+            return None
+        return Event("Normal", "NotReady", cond.message)
+    if cond.type in ("Degraded", "Stalled"):
+        return Event("Warning", cond.reason, cond.message) if cond.status == "True" else None
+    if cond.type in ("Placed", "KVTransferVerified"):
+        return Event("Normal" if cond.status == "True" else "Warning", cond.reason, cond.message)
+    return None

@@ -1,4 +1,5 @@
-"""Walk whole rollouts through the pure planner and check the invariants at every step."""
+"""Walk whole rollouts through the pure planner and check the invariants at every step; the
+partitions of one reconcile from the observed StatefulSets and pods."""
 
 from __future__ import annotations
 
@@ -6,7 +7,13 @@ import itertools
 
 import pytest
 
-from pdd_operator.planning.rollout import RoleRollout, next_partitions, starting_partitions
+from pdd_operator.planning.rollout import (
+    RoleRollout,
+    next_partitions,
+    rollout_partitions,
+    starting_partitions,
+)
+from pdd_operator.status.observe import ChildSummary, PodSummary
 
 
 def simulate(prefill: int, decode: int) -> list[dict[str, int]]:
@@ -61,3 +68,78 @@ def test_waits_while_an_updated_pod_is_not_ready() -> None:
 def test_partition_is_clamped_to_replicas_after_a_scale_down() -> None:
     roles = {"prefill": RoleRollout(1, 2, 0, 0), "decode": RoleRollout(1, 1, 0, 0)}
     assert next_partitions(roles) == {"prefill": 1, "decode": 0}
+
+
+NEW, OLD = "r2", "r1"
+REPLICAS = {"prefill": 2, "decode": 4}
+
+
+def statefulset(role: str, revision: str, partition: int) -> ChildSummary:
+    key = ("apps/v1", "StatefulSet", f"llama-{role}")
+    return ChildSummary(key, "h", role, template_revision=revision, partition=partition)
+
+
+def pods(role: str, revision: str, ready: int, unready: int = 0) -> list[PodSummary]:
+    return [
+        PodSummary(f"llama-{role}-{i}", f"u{i}", role, "n", "", i < ready, revision, None)
+        for i in range(ready + unready)
+    ]
+
+
+SERVICE = ChildSummary(("v1", "Service", "llama-prefill"), "h", "prefill")
+ROUTER = ChildSummary(("apps/v1", "Deployment", "llama-router"), "h", "router")
+
+
+@pytest.mark.parametrize(
+    ("children", "observed_pods", "expected"),
+    [
+        pytest.param([], [], {}, id="nothing-applied-yet"),
+        pytest.param([SERVICE, ROUTER], [], {}, id="no-statefulset-no-partition"),
+        pytest.param(
+            [statefulset("prefill", OLD, 0), statefulset("decode", OLD, 0)],
+            pods("prefill", OLD, 2) + pods("decode", OLD, 4),
+            {"prefill": 2, "decode": 4},
+            id="a-new-revision-starts-with-nothing-updated",
+        ),
+        pytest.param(
+            [statefulset("prefill", NEW, 0), statefulset("decode", OLD, 0)],
+            [],
+            {"prefill": 2, "decode": 4},
+            id="one-role-behind-restarts-both",
+        ),
+        pytest.param(
+            [statefulset("decode", OLD, 0)],
+            [],
+            {"decode": 4},
+            id="only-the-roles-that-exist",
+        ),
+        pytest.param(
+            [statefulset("prefill", NEW, 2), statefulset("decode", NEW, 4), SERVICE, ROUTER],
+            pods("prefill", OLD, 2) + pods("decode", OLD, 4),
+            {"prefill": 2, "decode": 3},
+            id="decode-moves-first",
+        ),
+        pytest.param(
+            [statefulset("prefill", NEW, 2), statefulset("decode", NEW, 3)],
+            pods("decode", NEW, 0, unready=1) + pods("decode", OLD, 3),
+            {"prefill": 2, "decode": 3},
+            id="waits-for-an-updated-pod-to-be-ready",
+        ),
+        pytest.param(
+            [statefulset("prefill", NEW, 2), statefulset("decode", NEW, 3)],
+            pods("decode", NEW, 1) + pods("prefill", OLD, 2),
+            {"prefill": 1, "decode": 3},
+            id="then-the-role-furthest-behind",
+        ),
+        pytest.param(
+            [statefulset("prefill", NEW, 0), statefulset("decode", NEW, 0)],
+            pods("prefill", NEW, 2) + pods("decode", NEW, 4),
+            {"prefill": 0, "decode": 0},
+            id="done",
+        ),
+    ],
+)
+def test_rollout_partitions_of_one_reconcile(
+    children: list[ChildSummary], observed_pods: list[PodSummary], expected: dict[str, int]
+) -> None:
+    assert rollout_partitions(NEW, REPLICAS, children, observed_pods) == expected

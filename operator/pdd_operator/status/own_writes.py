@@ -1,0 +1,85 @@
+"""The status writes this operator made, recognised when the watch brings them back.
+
+A write's resourceVersion names its watch echo: the pass that wrote it already saw everything
+else, so the echo needs no pass of its own. Its status stands in for the index copy while the
+index still lags behind the write: a pass triggered by a pod or child event can run before the
+watch delivers the write, and computing from the older status would rewrite every condition's
+transition time and renew the probe request.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from pdd_operator.api.names import DeploymentKey
+
+
+@dataclass(frozen=True)
+class OwnWrite:
+    """A status this operator wrote, the resourceVersion the write produced, and the versions
+    known to predate the write.
+
+    resourceVersions are opaque: only equality means anything, so "the index copy is older
+    than our write" cannot be a comparison. Instead each write records the version its pass
+    read, which the write certainly followed; while the index still lags, the versions of
+    earlier writes and their reads are carried over. An index copy at one of these predates
+    the write. Any other version is the write itself, a change made after it (a watch
+    delivers one object's versions in order, so the index passes our write before it shows
+    a later one), or one this operator never saw (a change between a pass's read and its
+    write); for those the index copy is used as it is.
+    """
+
+    version: str
+    status: dict[str, Any]
+    predating: frozenset[str]
+
+    def predates(self, version: str) -> bool:
+        return version in self.predating
+
+    @classmethod
+    def after(
+        cls, previous: OwnWrite | None, read: str, version: str, status: dict[str, Any]
+    ) -> OwnWrite:
+        """The record of a write made by a pass that read version `read`."""
+        if previous is not None and previous.predates(read):  # the index still lagged
+            predating = previous.predating | {previous.version, read}
+        else:
+            predating = frozenset({read})
+        return cls(version, status, predating - {""})
+
+
+class OwnStatusWrites:
+    """Each deployment's last status write by this operator."""
+
+    def __init__(self) -> None:
+        self._writes: dict[DeploymentKey, OwnWrite] = {}
+
+    def is_echo(self, key: DeploymentKey, version: str) -> bool:
+        """Whether this version of the PDDeployment is the status this operator just wrote."""
+        written = self._writes.get(key)
+        return bool(version) and written is not None and written.version == version
+
+    def latest(self, key: DeploymentKey, body: Mapping[str, Any]) -> Mapping[str, Any]:
+        """The body with the status this operator last wrote, when the body predates it."""
+        written = self._writes.get(key)
+        if written is None or not written.predates(resource_version(body)):
+            return body
+        return {**body, "status": written.status}
+
+    def remember(
+        self, key: DeploymentKey, read: Mapping[str, Any], version: str, status: dict[str, Any]
+    ) -> None:
+        """A write of `status` by a pass that read the body `read`; `version` is what the
+        write returned ("" when the object was gone: nothing to recognise)."""
+        if version:
+            previous = self._writes.get(key)
+            self._writes[key] = OwnWrite.after(previous, resource_version(read), version, status)
+
+    def forget(self, key: DeploymentKey) -> None:
+        self._writes.pop(key, None)
+
+
+def resource_version(body: Mapping[str, Any]) -> str:
+    return str(body.get("metadata", {}).get("resourceVersion") or "")
