@@ -47,7 +47,7 @@ LINT_PATHS := $(wildcard operator tests bench hack)
 lint: venv
 	$(VENV)/bin/ruff check $(LINT_PATHS)
 	$(VENV)/bin/ruff format --check $(LINT_PATHS)
-	$(VENV)/bin/mypy --strict operator/pdd_operator/api operator/pdd_operator/engines operator/pdd_operator/planning operator/pdd_operator/rendering operator/pdd_operator/status operator/pdd_contract operator/pdd_node operator/pdd_probe
+	$(VENV)/bin/mypy --strict operator
 	$(VENV)/bin/lint-imports
 
 unit: venv

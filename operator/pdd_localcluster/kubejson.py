@@ -22,13 +22,13 @@ STRATEGIC_MERGE_PATCH = "application/strategic-merge-patch+json"
 class KubeJson:
     def __init__(self, kubeconfig: Path | str, pool_size: int = 32) -> None:
         cfg = client.Configuration()
-        config.load_kube_config(config_file=str(kubeconfig), client_configuration=cfg)  # type: ignore[no-untyped-call]
+        config.load_kube_config(config_file=str(kubeconfig), client_configuration=cfg)
         # One connection per worker thread, or requests queue behind each other.
         cfg.connection_pool_maxsize = pool_size
         self.api = client.ApiClient(cfg)
 
     def close(self) -> None:
-        self.api.close()  # type: ignore[no-untyped-call]
+        self.api.close()
 
     def request(
         self,

@@ -18,20 +18,13 @@ def core_v1_api(kubeconfig: str | None) -> Any:
     """A CoreV1Api with in-cluster credentials in a pod, else the kubeconfig (the argument or
     KUBECONFIG)."""
     configuration = client.Configuration()
-    # The kubernetes package leaves its config loaders unannotated.
     if kubeconfig:
-        config.load_kube_config(  # type: ignore[no-untyped-call]
-            config_file=kubeconfig, client_configuration=configuration
-        )
+        config.load_kube_config(config_file=kubeconfig, client_configuration=configuration)
     else:
         try:
-            config.load_incluster_config(  # type: ignore[no-untyped-call]
-                client_configuration=configuration
-            )
+            config.load_incluster_config(client_configuration=configuration)
         except config.ConfigException:
-            config.load_kube_config(  # type: ignore[no-untyped-call]
-                client_configuration=configuration
-            )
+            config.load_kube_config(client_configuration=configuration)
     return client.CoreV1Api(client.ApiClient(configuration))
 
 

@@ -236,9 +236,9 @@ class EndpointSlicePeerSource:
             from kubernetes import client, config
 
             try:
-                config.load_incluster_config()  # type: ignore[no-untyped-call]
+                config.load_incluster_config()
             except config.ConfigException:
-                config.load_kube_config()  # type: ignore[no-untyped-call]
+                config.load_kube_config()
             self._api = client.DiscoveryV1Api()
         return self._api
 
@@ -264,9 +264,9 @@ class EndpointSlicePeerSource:
         from kubernetes import watch
         from kubernetes.client.exceptions import ApiException
 
-        stream = watch.Watch()  # type: ignore[no-untyped-call]
+        stream = watch.Watch()
         try:
-            for _event in stream.stream(  # type: ignore[no-untyped-call]
+            for _event in stream.stream(
                 self._discovery().list_namespaced_endpoint_slice,
                 self._namespace,
                 label_selector=self._selector,
@@ -280,7 +280,7 @@ class EndpointSlicePeerSource:
                 log.warning("watching EndpointSlices failed: %s", exc.reason)
             time.sleep(1)  # in a worker thread: keeps a failing watch from spinning
         finally:
-            stream.stop()  # type: ignore[no-untyped-call]
+            stream.stop()
 
 
 def endpoints_from_slices(

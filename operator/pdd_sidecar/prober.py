@@ -73,9 +73,9 @@ class PodAnnotations:
             from kubernetes import client, config
 
             try:
-                config.load_incluster_config()  # type: ignore[no-untyped-call]
+                config.load_incluster_config()
             except config.ConfigException:
-                config.load_kube_config()  # type: ignore[no-untyped-call]
+                config.load_kube_config()
             self._api = client.CoreV1Api()
         return self._api
 

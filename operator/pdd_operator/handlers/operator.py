@@ -99,9 +99,13 @@ async def cleanup(memo: kopf.Memo, **_: Any) -> None:
 # thread for every watch event, and that hop cost more than the indexing itself.
 
 
+# PDDeployments and pods are namespaced: kopf's `namespace` (None only for cluster-scoped
+# kinds) is always a name here.
+
+
 @kopf.index(api.GROUP, api.VERSION, api.PLURAL)
-async def pdd_index(namespace: str, name: str, body: kopf.Body, **_: Any) -> Any:
-    return {(namespace, name): _plain(body)}
+async def pdd_index(namespace: str | None, name: str, body: kopf.Body, **_: Any) -> Any:
+    return {(namespace or "", name): _plain(body)}
 
 
 def _child_indexer(plural: str) -> Any:
@@ -128,9 +132,9 @@ for _kind in CHILD_KINDS:
 
 
 @kopf.index("v1", "pods", labels=MANAGED)
-async def pod_index(namespace: str, body: kopf.Body, **_: Any) -> Any:
+async def pod_index(namespace: str | None, body: kopf.Body, **_: Any) -> Any:
     owner = body.get("metadata", {}).get("annotations", {}).get(names.ANNOTATION_OWNER_NAME)
-    return {(namespace, owner): summarize_pod(body)} if owner else None
+    return {(namespace or "", owner): summarize_pod(body)} if owner else None
 
 
 @kopf.index("v1", "pods", field="spec.nodeName", value=kopf.PRESENT)
@@ -150,12 +154,13 @@ async def node_index(name: str, body: kopf.Body, memo: kopf.Memo, **_: Any) -> A
 
 @kopf.on.event(api.GROUP, api.VERSION, api.PLURAL)
 async def on_pddeployment(
-    namespace: str, name: str, body: kopf.Body, memo: kopf.Memo, **kwargs: Any
+    namespace: str | None, name: str, body: kopf.Body, memo: kopf.Memo, **kwargs: Any
 ) -> None:
     reconciler = _reconciler(memo, kwargs)
+    key = (namespace or "", name)
     version = body.get("metadata", {}).get("resourceVersion", "")
-    if not reconciler.is_own_status_write((namespace, name), version):
-        await reconciler.reconcile((namespace, name))
+    if not reconciler.is_own_status_write(key, version):
+        await reconciler.reconcile(key)
 
 
 def _child_event_handler() -> Any:
@@ -174,10 +179,10 @@ for _kind in CHILD_KINDS:
 
 
 @kopf.on.event("v1", "pods", labels=MANAGED)
-async def on_pod(namespace: str, body: kopf.Body, memo: kopf.Memo, **kwargs: Any) -> None:
+async def on_pod(namespace: str | None, body: kopf.Body, memo: kopf.Memo, **kwargs: Any) -> None:
     owner = body.get("metadata", {}).get("annotations", {}).get(names.ANNOTATION_OWNER_NAME)
     if owner:
-        await _coalesced(memo, (namespace, owner), kwargs)
+        await _coalesced(memo, (namespace or "", owner), kwargs)
 
 
 async def _coalesced(memo: kopf.Memo, key: tuple[str, str], kwargs: dict[str, Any]) -> None:

@@ -5,15 +5,16 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import logging
+from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 from pdd_operator.config import OperatorConfig
-from pdd_operator.handlers.view import FleetCache
+from pdd_operator.handlers.view import FleetCache, IndexView
 from pdd_operator.kube.client import API_CONNECTIONS, KubeApi, load_api_client
 from pdd_operator.metrics import OperatorMetrics
-from pdd_operator.reconcile import Reconciler
+from pdd_operator.reconcile import ClusterView, Reconciler
 from pdd_operator.rendering.context import OperatorSettings
 from pdd_operator.status.drift import LiveDigests
 
@@ -30,7 +31,7 @@ class OperatorRuntime:
     # The children's owned-fields digests, reused across their status-only events.
     digests: LiveDigests = field(default_factory=LiveDigests)
     _reconciler: Reconciler | None = None
-    last_view: Any = None
+    last_view: IndexView | None = None
     # A handler's context: kopf.event() finds kopf's event queue through context variables
     # that only handlers have, and the resync task runs outside them.
     handler_context: contextvars.Context | None = None
@@ -66,12 +67,12 @@ class OperatorRuntime:
                 except Exception:  # one bad object must not stop the loop
                     log.exception("resync of %s/%s failed", *key)
 
-    def remember_view(self, view: Any) -> None:
+    def remember_view(self, view: IndexView) -> None:
         self.last_view = view
         if self.handler_context is None:
             self.handler_context = contextvars.copy_context()
 
-    def reconciler(self, view: Any) -> Reconciler:
+    def reconciler(self, view: ClusterView) -> Reconciler:
         if self._reconciler is None:
             self._reconciler = Reconciler(
                 self.kube,
@@ -90,7 +91,9 @@ class OperatorRuntime:
         await asyncio.gather(*self.tasks, return_exceptions=True)
 
 
-def _kopf_event(body: Any, type_: str, reason: str, message: str) -> None:
+def _kopf_event(body: Mapping[str, Any], type_: str, reason: str, message: str) -> None:
     import kopf
 
-    kopf.event(dict(body), type=type_, reason=reason, message=message[:1000])
+    # The PDDeployment as the index holds it: a plain copy of the watched object's raw body.
+    raw = cast(kopf.RawBody, dict(body))
+    kopf.event(kopf.Body(raw), type=type_, reason=reason, message=message[:1000])
