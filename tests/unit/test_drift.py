@@ -5,41 +5,16 @@ from __future__ import annotations
 
 import asyncio
 import copy
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable
 from typing import Any
 
 import pytest
 
 from helpers.factories import BASE_BODY
-from pdd_operator.planning.placement import Fleet
+from helpers.fake_cluster import MANAGER, FakeCluster, reconciler_for
 from pdd_operator.reconcile import Reconciler
-from pdd_operator.rendering.context import OperatorSettings
 from pdd_operator.status.drift import LiveDigests, live_fingerprint, rendered_fingerprint
-from pdd_operator.status.observe import ChildKey, ChildSummary, PodSummary, summarize_child
-
-MANAGER = "pdd-operator"
-
-
-def fields_v1(value: Any) -> dict[str, Any]:
-    """A fieldsV1 set owning every field of `value`, lists as atomic (a form the server uses
-    for atomic lists; good enough to stand for what an apply of `value` owns)."""
-    if isinstance(value, dict):
-        return {f"f:{k}": fields_v1(v) for k, v in value.items()}
-    return {}
-
-
-def applied(obj: Mapping[str, Any], version: str = "rv-1") -> dict[str, Any]:
-    """`obj` as the server stores it after the operator applied it."""
-    live = copy.deepcopy(dict(obj))
-    owned = {k: v for k, v in live.items() if k not in ("apiVersion", "kind")}
-    owned["metadata"] = {k: v for k, v in live["metadata"].items() if k != "name"}
-    entry = {"manager": MANAGER, "operation": "Apply", "fieldsV1": fields_v1(owned)}
-    live["metadata"]["managedFields"] = [entry]
-    live["metadata"]["resourceVersion"] = version
-    live["metadata"]["uid"] = f"uid-{live['metadata']['name']}"
-    live["metadata"]["generation"] = 1
-    return live
-
+from pdd_operator.status.observe import ChildKey
 
 RENDERED: dict[str, Any] = {
     "apiVersion": "apps/v1",
@@ -256,103 +231,21 @@ def test_cached_digests_follow_spec_and_metadata_but_skip_status_events() -> Non
 
 # ------------------------------------------------------------ the reconciler putting it back
 
-
-class FakeCluster:
-    """The API server and the operator's indexes in one: applies are stored as the server
-    would store them, and the index summarises what is stored."""
-
-    def __init__(self, body: dict[str, Any], respell: bool = False) -> None:
-        self.body = body
-        self.objects: dict[ChildKey, dict[str, Any]] = {}
-        self.applies: list[tuple[str, str, bool]] = []  # kind, name, answer decoded
-        self.versions = 0
-        self.respell = respell  # the server reads one owned value back in another spelling
-        self.events: list[tuple[str, str, str]] = []
-        self.index_lag: set[ChildKey] = set()  # children whose watch event has not come yet
-        self._indexed: dict[ChildKey, ChildSummary] = {}
-
-    # KubeApi
-    def apply(
-        self, obj: dict[str, Any], dry_run: bool = False, want_result: bool = True
-    ) -> dict[str, Any]:
-        key = (obj["apiVersion"], obj["kind"], obj["metadata"]["name"])
-        self.applies.append((obj["kind"], obj["metadata"]["name"], want_result))
-        if self.respell and obj["kind"] == "Service":  # an owned value the render lacks
-            obj = {**obj, "metadata": {**obj["metadata"], "labels": {"respelled": "x"}}}
-        live = applied(obj, self.next_version())
-        stored = self.objects.get(key)
-        if stored is not None and _without_version(stored) == _without_version(live):
-            live = stored  # a no-op apply: the server keeps the version
-        self.objects[key] = live
-        return copy.deepcopy(live) if want_result else {}
-
-    def next_version(self) -> str:
-        """Opaque and unordered, as the API promises: only equality may be used."""
-        self.versions += 1
-        return f"rv-{'qzmkdt'[self.versions % 6]}{self.versions}"
-
-    def changed_by_hand(self, key: ChildKey, change: Callable[[dict[str, Any]], None]) -> None:
-        change(self.objects[key])
-        self.objects[key]["metadata"]["resourceVersion"] = self.next_version()
-
-    def patch_status(self, namespace: str, name: str, status: dict[str, Any]) -> str:
-        version = self.next_version()
-        self.body = {**self.body, "status": status}
-        self.body["metadata"] = {**self.body["metadata"], "resourceVersion": version}
-        return version
-
-    def create_if_absent(self, obj: dict[str, Any]) -> bool:
-        return True
-
-    def delete(self, kind: Any, namespace: str, name: str) -> None:
-        self.objects = {k: v for k, v in self.objects.items() if k[2] != name}
-
-    def annotate_pod(self, namespace: str, name: str, annotations: dict[str, str]) -> None:
-        raise AssertionError("no pods here")
-
-    # ClusterView
-    def pdd_body(self, key: tuple[str, str]) -> Mapping[str, Any] | None:
-        return self.body
-
-    def children(self, key: tuple[str, str]) -> Mapping[ChildKey, ChildSummary]:
-        for child, live in self.objects.items():
-            if child not in self.index_lag:
-                self._indexed[child] = summarize_child(live, MANAGER)
-        return {k: v for k, v in self._indexed.items() if k in self.objects}
-
-    def pods(self, key: tuple[str, str]) -> Sequence[PodSummary]:
-        return []
-
-    def fleet(self) -> Fleet:
-        return Fleet(())
-
-    def node_ready(self, name: str) -> bool | None:
-        return True
-
-    def emit(self, body: Mapping[str, Any], type_: str, reason: str, message: str) -> None:
-        self.events.append((type_, reason, message))
-
-
-def _without_version(live: Mapping[str, Any]) -> dict[str, Any]:
-    meta = {k: v for k, v in live["metadata"].items() if k != "resourceVersion"}
-    return {**live, "metadata": meta}
-
-
 DECODE: ChildKey = ("apps/v1", "StatefulSet", "llama-decode")
+NS = "team-a"
 
 
 def _cluster(respell: bool = False) -> tuple[FakeCluster, Reconciler]:
     body = copy.deepcopy(BASE_BODY)
-    body["metadata"].update(namespace="ns", resourceVersion="1")
+    body["metadata"]["resourceVersion"] = "1"
     body["spec"]["topology"] = {"placement": "none"}
-    cluster = FakeCluster(body, respell)
-    reconciler = Reconciler(cluster, cluster, OperatorSettings(), cluster.emit)  # type: ignore[arg-type]
-    return cluster, reconciler
+    cluster = FakeCluster(body, respell=respell)
+    return cluster, reconciler_for(cluster)
 
 
 def _pass(cluster: FakeCluster, reconciler: Reconciler) -> list[tuple[str, str, bool]]:
     before = len(cluster.applies)
-    asyncio.run(reconciler.reconcile(("ns", "llama")))
+    asyncio.run(reconciler.reconcile((NS, "llama")))
     return cluster.applies[before:]
 
 
@@ -364,7 +257,7 @@ def _settle(cluster: FakeCluster, reconciler: Reconciler) -> None:
 
 
 def _decode(cluster: FakeCluster) -> dict[str, Any]:
-    return cluster.objects[DECODE]
+    return cluster.child(NS, DECODE)
 
 
 def _corrected(cluster: FakeCluster) -> list[str]:
@@ -376,7 +269,7 @@ def test_a_scaled_statefulset_is_put_back_once_and_then_left_alone() -> None:
     _settle(cluster, reconciler)
     assert _pass(cluster, reconciler) == []
 
-    cluster.changed_by_hand(DECODE, scaled_by_hand)
+    cluster.changed_by_hand(NS, DECODE, scaled_by_hand)
     assert _pass(cluster, reconciler) == [("StatefulSet", "llama-decode", True)]
     assert _decode(cluster)["spec"]["replicas"] == 4
     assert len(_corrected(cluster)) == 1
@@ -395,21 +288,21 @@ def test_a_removed_env_var_and_a_deleted_child_are_put_back() -> None:
             "f:containers"
         )
 
-    cluster.changed_by_hand(DECODE, env_removed)
+    cluster.changed_by_hand(NS, DECODE, env_removed)
     service = ("v1", "Service", "llama-prefill")
-    del cluster.objects[service]
+    cluster.deleted_by_hand(NS, service)
     assert sorted(_pass(cluster, reconciler)) == [
         ("Service", "llama-prefill", False),
         ("StatefulSet", "llama-decode", True),
     ]
-    assert service in cluster.objects
+    assert cluster.child(NS, service)
     assert _pass(cluster, reconciler) == []
 
 
 def test_foreign_labels_cause_no_write() -> None:
     cluster, reconciler = _cluster()
     _settle(cluster, reconciler)
-    cluster.changed_by_hand(DECODE, lambda live: live["metadata"]["labels"].update(team="me"))
+    cluster.changed_by_hand(NS, DECODE, lambda live: live["metadata"]["labels"].update(team="me"))
     assert _pass(cluster, reconciler) == []
     assert not _corrected(cluster)
 
@@ -417,8 +310,8 @@ def test_foreign_labels_cause_no_write() -> None:
 def test_a_stale_index_copy_after_a_correction_is_not_corrected_again() -> None:
     cluster, reconciler = _cluster()
     _settle(cluster, reconciler)
-    cluster.changed_by_hand(DECODE, scaled_by_hand)
-    reconciler.view.children(("ns", "llama"))  # the index sees the scaled copy
+    cluster.changed_by_hand(NS, DECODE, scaled_by_hand)
+    cluster.children((NS, "llama"))  # the index sees the scaled copy
     cluster.index_lag.add(DECODE)  # and not yet the correction's
     assert _pass(cluster, reconciler) == [("StatefulSet", "llama-decode", True)]
     assert _pass(cluster, reconciler) == []
@@ -432,14 +325,14 @@ def test_a_drifted_copy_delivered_after_the_correction_makes_no_second_event() -
     lands; the index gets that copy (a version the pass never read) after it."""
     cluster, reconciler = _cluster()
     _settle(cluster, reconciler)
-    cluster.changed_by_hand(DECODE, scaled_by_hand)
-    reconciler.view.children(("ns", "llama"))
+    cluster.changed_by_hand(NS, DECODE, scaled_by_hand)
+    cluster.children((NS, "llama"))
     cluster.index_lag.add(DECODE)
     late = copy.deepcopy(_decode(cluster))
     late["status"] = {"replicas": 1}
     late["metadata"]["resourceVersion"] = cluster.next_version()
     assert _pass(cluster, reconciler) == [("StatefulSet", "llama-decode", True)]
-    reconciler.view._indexed[DECODE] = summarize_child(late, MANAGER)  # type: ignore[attr-defined]
+    cluster.index_copy(NS, late)
     assert _pass(cluster, reconciler) == [("StatefulSet", "llama-decode", True)]  # a no-op
     assert len(_corrected(cluster)) == 1
     cluster.index_lag.clear()

@@ -1,0 +1,286 @@
+"""An in-memory API server and operator indexes, for unit tests of the Reconciler.
+
+A test double of the operator's own two protocols, `reconcile.ApiWriter` (what it writes) and
+`reconcile.ClusterView` (its watch-fed indexes), not of the Kubernetes API: the integration
+tier runs the real API server. What the Reconciler's logic depends on is kept: applied objects
+are stored as server-side apply stores them (managedFields of the operator's field manager), a
+no-op apply keeps the resourceVersion, resourceVersions are opaque and unordered, a RoleBinding
+is refused while its Role is missing, a status write is a merge patch, and the indexes
+summarise what is stored unless a test holds a watch back.
+"""
+
+from __future__ import annotations
+
+import copy
+import threading
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import replace
+from typing import Any
+
+from kubernetes.client.exceptions import ApiException
+
+from pdd_operator.api import names
+from pdd_operator.api.names import DeploymentKey
+from pdd_operator.kube.resources import CHILD_KINDS, Kind
+from pdd_operator.metrics import OperatorMetrics
+from pdd_operator.planning.placement import Fleet
+from pdd_operator.reconcile import Reconciler
+from pdd_operator.rendering.context import OperatorSettings
+from pdd_operator.status.observe import ChildKey, ChildSummary, PodSummary, summarize_child
+
+MANAGER = OperatorSettings.field_manager
+INDEXED_KINDS = frozenset(kind.kind for kind in CHILD_KINDS)  # the operator's child indexes
+ObjectKey = tuple[str, str, str, str]  # namespace, apiVersion, kind, name
+
+
+def fields_v1(value: Any) -> dict[str, Any]:
+    """A fieldsV1 set owning every field of `value`, lists as atomic (a form the server uses
+    for atomic lists; good enough to stand for what an apply of `value` owns)."""
+    if isinstance(value, dict):
+        return {f"f:{k}": fields_v1(v) for k, v in value.items()}
+    return {}
+
+
+def applied(obj: Mapping[str, Any], version: str = "rv-1") -> dict[str, Any]:
+    """`obj` as the server stores it after the operator applied it."""
+    live = copy.deepcopy(dict(obj))
+    owned = {k: v for k, v in live.items() if k not in ("apiVersion", "kind")}
+    owned["metadata"] = {k: v for k, v in live["metadata"].items() if k != "name"}
+    entry = {"manager": MANAGER, "operation": "Apply", "fieldsV1": fields_v1(owned)}
+    live["metadata"]["managedFields"] = [entry]
+    live["metadata"]["resourceVersion"] = version
+    live["metadata"]["uid"] = f"uid-{live['metadata']['name']}"
+    live["metadata"]["generation"] = 1
+    return live
+
+
+def merge_patch(target: Mapping[str, Any], patch: Mapping[str, Any]) -> dict[str, Any]:
+    """RFC 7386: objects merge, anything else replaces, null removes."""
+    merged = copy.deepcopy(dict(target))
+    for key, value in patch.items():
+        if value is None:
+            merged.pop(key, None)
+        elif isinstance(value, Mapping) and isinstance(merged.get(key), Mapping):
+            merged[key] = merge_patch(merged[key], value)
+        else:
+            merged[key] = copy.deepcopy(value)
+    return merged
+
+
+def forbidden(message: str) -> ApiException:
+    err = ApiException(status=403, reason="Forbidden")
+    err.body = f'{{"kind": "Status", "code": 403, "reason": "Forbidden", "message": "{message}"}}'
+    return err
+
+
+class FakeCluster:
+    """The API server and the operator's indexes in one."""
+
+    def __init__(
+        self,
+        *bodies: Mapping[str, Any],
+        respell: bool = False,
+        apply_error: Exception | None = None,
+        slow_kinds: Mapping[str, float] | None = None,
+    ) -> None:
+        self.stored: dict[DeploymentKey, dict[str, Any]] = {}  # PDDeployments on the server
+        self.indexed: dict[DeploymentKey, dict[str, Any]] = {}  # as the index last saw them
+        self.hold_pdd_watch = False  # status writes reach the server, not the index
+        self.objects: dict[ObjectKey, dict[str, Any]] = {}
+        self.index_lag: set[ChildKey] = set()  # children whose watch event has not come yet
+        self._indexed_children: dict[ObjectKey, ChildSummary] = {}
+        self.pods_of: dict[DeploymentKey, list[PodSummary]] = {}
+        self.nodes_ready: dict[str, bool] = {}
+        self.fleet_snapshot = Fleet(())
+        self.respell = respell  # the server reads one owned value back in another spelling
+        self.apply_error = apply_error
+        self.status_error: Exception | None = None
+        self.annotate_error: Exception | None = None
+        self.slow_kinds = dict(slow_kinds or {})  # seconds an apply of the kind takes
+        # Every request that writes, in the order the server received them: (verb, kind, name).
+        self.writes: list[tuple[str, str, str]] = []
+        self.applies: list[tuple[str, str, bool]] = []  # kind, name, answer decoded
+        self.status_writes: list[dict[str, Any]] = []
+        self.events: list[tuple[str, str, str]] = []
+        self.versions = 0
+        self._lock = threading.Lock()  # applies of one wave arrive from several threads
+        for body in bodies:
+            self.add(body)
+
+    # ------------------------------------------------------------------ set-up and changes
+
+    def add(self, body: Mapping[str, Any]) -> DeploymentKey:
+        key = (body["metadata"]["namespace"], body["metadata"]["name"])
+        self.stored[key] = copy.deepcopy(dict(body))
+        self.indexed[key] = copy.deepcopy(dict(body))
+        return key
+
+    def update_spec(self, key: DeploymentKey, spec: Mapping[str, Any]) -> None:
+        """A user's edit of the spec: a new generation and version, seen by the index."""
+        body = merge_patch(self.stored[key], {"spec": spec})
+        body["metadata"]["generation"] = int(body["metadata"].get("generation", 1)) + 1
+        body["metadata"]["resourceVersion"] = self.next_version()
+        self.stored[key] = body
+        self.indexed[key] = copy.deepcopy(body)
+
+    def delete_deployment(self, key: DeploymentKey) -> None:
+        """Gone from the server and the index (its children are the garbage collector's)."""
+        self.stored.pop(key, None)
+        self.indexed.pop(key, None)
+
+    def deliver_pdd_watch(self) -> None:
+        self.indexed = copy.deepcopy(self.stored)
+
+    def child(self, namespace: str, key: ChildKey) -> dict[str, Any]:
+        return self.objects[(namespace, *key)]
+
+    def changed_by_hand(
+        self, namespace: str, key: ChildKey, change: Callable[[dict[str, Any]], None]
+    ) -> None:
+        change(self.objects[(namespace, *key)])
+        self.objects[(namespace, *key)]["metadata"]["resourceVersion"] = self.next_version()
+
+    def deleted_by_hand(self, namespace: str, key: ChildKey) -> None:
+        del self.objects[(namespace, *key)]
+
+    def index_copy(self, namespace: str, live: Mapping[str, Any]) -> None:
+        """The watch delivers this copy of a child to the index."""
+        key = (namespace, live["apiVersion"], live["kind"], live["metadata"]["name"])
+        self._indexed_children[key] = summarize_child(live, MANAGER)
+
+    def workloads_ready(self, namespace: str) -> None:
+        """The StatefulSet and Deployment controllers report every replica ready."""
+        for (ns, _, kind, _), live in self.objects.items():
+            if ns == namespace and kind in ("StatefulSet", "Deployment"):
+                replicas = live["spec"].get("replicas", 1)
+                live["status"] = {
+                    "observedGeneration": live["metadata"]["generation"],
+                    "replicas": replicas,
+                    "readyReplicas": replicas,
+                    "updatedReplicas": replicas,
+                    "currentRevision": "r",
+                    "updateRevision": "r",
+                }
+                live["metadata"]["resourceVersion"] = self.next_version()
+
+    def next_version(self) -> str:
+        """Opaque and unordered, as the API promises: only equality may be used."""
+        with self._lock:
+            self.versions += 1
+            return f"rv-{'qzmkdt'[self.versions % 6]}{self.versions}"
+
+    # ------------------------------------------------------------------ ApiWriter
+
+    def apply(
+        self, obj: dict[str, Any], dry_run: bool = False, want_result: bool = True
+    ) -> dict[str, Any]:
+        namespace, name = obj["metadata"].get("namespace", ""), obj["metadata"]["name"]
+        with self._lock:
+            self.writes.append(("apply", obj["kind"], name))
+            self.applies.append((obj["kind"], name, want_result))
+        if self.apply_error is not None:
+            raise self.apply_error
+        time.sleep(self.slow_kinds.get(obj["kind"], 0.0))
+        if obj["kind"] == "RoleBinding" and not self._has_role(namespace, obj["roleRef"]):
+            raise forbidden(f"RoleBinding {name}: its Role does not exist")
+        if self.respell and obj["kind"] == "Service":  # an owned value the render lacks
+            obj = {**obj, "metadata": {**obj["metadata"], "labels": {"respelled": "x"}}}
+        live = applied(obj, self.next_version())
+        key = (namespace, obj["apiVersion"], obj["kind"], name)
+        stored = self.objects.get(key)
+        if stored is not None and "status" in stored:  # an apply leaves status alone
+            live["status"] = stored["status"]
+        if stored is not None and _without_version(stored) == _without_version(live):
+            live = stored  # a no-op apply: the server keeps the version
+        self.objects[key] = live
+        return copy.deepcopy(live) if want_result else {}
+
+    def create_if_absent(self, obj: dict[str, Any]) -> bool:
+        meta = obj["metadata"]
+        key = (meta.get("namespace", ""), obj["apiVersion"], obj["kind"], meta["name"])
+        with self._lock:
+            self.writes.append(("create", obj["kind"], meta["name"]))
+        if key in self.objects:
+            return False
+        self.objects[key] = copy.deepcopy(obj)
+        return True
+
+    def delete(self, kind: Kind, namespace: str, name: str) -> None:
+        with self._lock:
+            self.writes.append(("delete", kind.kind, name))
+        self.objects.pop((namespace, kind.api_version, kind.kind, name), None)
+
+    def patch_status(self, namespace: str, name: str, status: dict[str, Any]) -> str:
+        with self._lock:
+            self.writes.append(("status", "PDDeployment", name))
+        if self.status_error is not None:
+            raise self.status_error
+        if (namespace, name) not in self.stored:
+            return ""
+        self.status_writes.append(copy.deepcopy(status))
+        body = merge_patch(self.stored[(namespace, name)], {"status": status})
+        body["metadata"]["resourceVersion"] = version = self.next_version()
+        self.stored[(namespace, name)] = body
+        if not self.hold_pdd_watch:
+            self.indexed[(namespace, name)] = copy.deepcopy(body)
+        return version
+
+    def annotate_pod(self, namespace: str, name: str, annotations: dict[str, str]) -> None:
+        with self._lock:
+            self.writes.append(("annotate", "Pod", name))
+        if self.annotate_error is not None:
+            raise self.annotate_error
+        request = annotations.get(names.ANNOTATION_PROBE_REQUEST)
+        for pods in self.pods_of.values():
+            for i, pod in enumerate(pods):
+                if pod.name == name and request is not None:
+                    pods[i] = replace(pod, probe_request=request)
+
+    # ------------------------------------------------------------------ ClusterView
+
+    def pdd_body(self, key: DeploymentKey) -> Mapping[str, Any] | None:
+        return self.indexed.get(key)
+
+    def children(self, key: DeploymentKey) -> Mapping[ChildKey, ChildSummary]:
+        for where, live in self.objects.items():
+            if live["kind"] in INDEXED_KINDS and where[1:] not in self.index_lag:
+                self._indexed_children[where] = summarize_child(live, MANAGER)
+        return {
+            where[1:]: summary
+            for where, summary in self._indexed_children.items()
+            if where in self.objects
+            and where[0] == key[0]
+            and _owner(self.objects[where]) == key[1]
+        }
+
+    def pods(self, key: DeploymentKey) -> Sequence[PodSummary]:
+        return list(self.pods_of.get(key, ()))
+
+    def fleet(self) -> Fleet:
+        return self.fleet_snapshot
+
+    def node_ready(self, name: str) -> bool | None:
+        return self.nodes_ready.get(name)
+
+    # ------------------------------------------------------------------ the event sink
+
+    def emit(self, body: Mapping[str, Any], type_: str, reason: str, message: str) -> None:
+        self.events.append((type_, reason, message))
+
+    def _has_role(self, namespace: str, ref: Mapping[str, Any]) -> bool:
+        return (namespace, "rbac.authorization.k8s.io/v1", ref["kind"], ref["name"]) in self.objects
+
+
+def reconciler_for(cluster: FakeCluster, metrics: OperatorMetrics | None = None) -> Reconciler:
+    return Reconciler(cluster, cluster, OperatorSettings(), cluster.emit, metrics)
+
+
+def _owner(live: Mapping[str, Any]) -> str:
+    refs = live["metadata"].get("ownerReferences") or []
+    return next((r["name"] for r in refs if r.get("controller")), "")
+
+
+def _without_version(live: Mapping[str, Any]) -> dict[str, Any]:
+    meta = {k: v for k, v in live["metadata"].items() if k != "resourceVersion"}
+    return {**live, "metadata": meta}

@@ -1,0 +1,215 @@
+"""The Reconciler's pipeline (plan -> render -> apply -> status) against the in-memory cluster
+of helpers.fake_cluster: what it writes, in which order, and when it writes nothing."""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+import pytest
+from prometheus_client import CollectorRegistry
+
+from helpers.factories import BASE_BODY
+from helpers.fake_cluster import FakeCluster, reconciler_for
+from pdd_operator.api import names
+from pdd_operator.metrics import OperatorMetrics
+from pdd_operator.planning.placement import Fleet, NodeFacts
+from pdd_operator.reconcile import REFERENCED_FIRST, Reconciler
+from pdd_operator.status.observe import PodSummary
+
+NS = "team-a"
+KEY = (NS, "llama")
+CLIQUE = "nvidia.com/gpu.clique"
+CHILDREN = {
+    ("ServiceAccount", "llama-sidecar"),
+    ("Role", "llama-sidecar"),
+    ("RoleBinding", "llama-sidecar"),
+    ("NetworkPolicy", "llama-kv-transfer"),
+    ("StatefulSet", "llama-prefill"),
+    ("StatefulSet", "llama-decode"),
+    ("Service", "llama-prefill"),
+    ("Service", "llama-decode"),
+    ("Service", "llama-router"),
+    ("Deployment", "llama-router"),
+    ("PodDisruptionBudget", "llama-prefill"),
+    ("PodDisruptionBudget", "llama-decode"),
+}
+
+
+def body(name: str = "llama", **spec: Any) -> dict[str, Any]:
+    result = copy.deepcopy(BASE_BODY)
+    result["metadata"].update(name=name, uid=f"uid-{name}", resourceVersion="1")
+    result["spec"]["topology"] = {"placement": "none"}
+    result["spec"].update(spec)
+    return result
+
+
+async def settle(cluster: FakeCluster, rec: Reconciler, key: tuple[str, str] = KEY) -> None:
+    """Passes until one writes nothing (the fake's index follows every write at once)."""
+    for _ in range(5):
+        before = len(cluster.writes)
+        await rec.reconcile(key)
+        if len(cluster.writes) == before:
+            return
+    raise AssertionError(f"still writing: {cluster.writes[-5:]}")
+
+
+def condition(cluster: FakeCluster, type_: str, key: tuple[str, str] = KEY) -> tuple[str, str]:
+    conditions = cluster.stored[key]["status"]["conditions"]
+    found = next(c for c in conditions if c["type"] == type_)
+    return found["status"], found["reason"]
+
+
+async def test_a_new_deployment_applies_its_children_in_waves_and_writes_status_once() -> None:
+    # Slow Role and ServiceAccount applies: sent in one wave with the rest, the RoleBinding
+    # would reach the fake server before its Role and be refused.
+    cluster = FakeCluster(body(), slow_kinds={"Role": 0.05, "ServiceAccount": 0.05})
+    metrics = OperatorMetrics(CollectorRegistry())
+    await reconciler_for(cluster, metrics).reconcile(KEY)
+
+    applies = [(kind, name) for verb, kind, name in cluster.writes if verb == "apply"]
+    assert sorted(applies) == sorted(CHILDREN)
+    assert {kind for kind, _ in applies[:2]} == REFERENCED_FIRST  # before anything else
+    assert [w for w in cluster.writes if w[0] != "apply"] == [
+        ("create", "Secret", names.token_secret_name("llama")),
+        ("status", "PDDeployment", "llama"),
+    ]
+    assert condition(cluster, "Ready") == ("False", "ReplicasNotReady")
+    assert condition(cluster, "Stalled") == ("False", "NotStalled")
+    assert cluster.stored[KEY]["status"]["observedGeneration"] == 3
+    writes = "pdd_operator_api_writes_total"
+    assert metrics.registry.get_sample_value(writes, {"verb": "apply", "kind": "Role"}) == 1
+    assert (
+        metrics.registry.get_sample_value(writes, {"verb": "status", "kind": "PDDeployment"}) == 1
+    )
+
+
+async def test_an_unchanged_pass_writes_nothing() -> None:
+    cluster = FakeCluster(body())
+    rec = reconciler_for(cluster)
+    await settle(cluster, rec)
+    cluster.workloads_ready(NS)
+    await rec.reconcile(KEY)
+    assert condition(cluster, "Ready") == ("True", "AllReplicasReady")
+    assert cluster.events[-1][:2] == ("Normal", "Ready")
+    writes, events = len(cluster.writes), len(cluster.events)
+
+    for _ in range(3):  # resyncs, and passes answering pod or child events that changed nothing
+        await rec.reconcile(KEY)
+    assert (len(cluster.writes), len(cluster.events)) == (writes, events)
+
+
+async def test_events_are_posted_only_after_the_status_write_succeeded() -> None:
+    cluster = FakeCluster(body())
+    rec = reconciler_for(cluster)
+    await settle(cluster, rec)
+    cluster.workloads_ready(NS)
+    cluster.status_error = RuntimeError("the API server went away")
+    events = list(cluster.events)
+    with pytest.raises(RuntimeError):
+        await rec.reconcile(KEY)
+    assert cluster.events == events  # Ready did not reach the server: nobody is told
+    cluster.status_error = None
+    await rec.reconcile(KEY)
+    assert cluster.events[len(events) :] == [
+        ("Normal", "Ready", "prefill 2/2 ready, decode 4/4 ready, router 1/1 ready")
+    ]
+
+
+async def test_a_deleted_child_is_applied_again_and_nothing_else() -> None:
+    cluster = FakeCluster(body())
+    rec = reconciler_for(cluster)
+    await settle(cluster, rec)
+    cluster.deleted_by_hand(NS, ("v1", "Service", "llama-decode"))
+    writes = len(cluster.writes)
+    await rec.reconcile(KEY)
+    assert cluster.writes[writes:] == [("apply", "Service", "llama-decode")]
+    assert cluster.child(NS, ("v1", "Service", "llama-decode"))
+
+
+async def test_children_no_longer_rendered_are_deleted() -> None:
+    cluster = FakeCluster(body())
+    rec = reconciler_for(cluster)
+    await settle(cluster, rec)
+    cluster.update_spec(KEY, {"router": {"enabled": False}})
+    writes = len(cluster.writes)
+    await rec.reconcile(KEY)
+    assert sorted(w for w in cluster.writes[writes:] if w[0] == "delete") == [
+        ("delete", "Deployment", "llama-router"),
+        ("delete", "Service", "llama-router"),
+    ]
+    assert not [kind for (_, _, kind, name) in cluster.objects if name == "llama-router"]
+
+
+def prober_pod(ready: bool = True) -> PodSummary:
+    name = names.prober_pod_name("llama")
+    return PodSummary(name, "u0", "prefill", "gpu-0", "127.0.0.2", ready, "r", None)
+
+
+async def test_a_due_probe_is_asked_for_once_and_recorded_in_the_one_status_write() -> None:
+    cluster = FakeCluster(body())
+    rec = reconciler_for(cluster)
+    await settle(cluster, rec)
+    cluster.pods_of[KEY] = [prober_pod()]
+    cluster.workloads_ready(NS)
+    writes = len(cluster.writes)
+    await rec.reconcile(KEY)
+    assert cluster.writes[writes:] == [
+        ("annotate", "Pod", "llama-prefill-0"),
+        ("status", "PDDeployment", "llama"),
+    ]
+    [asked] = [p.probe_request for p in cluster.pods_of[KEY]]
+    assert asked and cluster.stored[KEY]["status"]["transfer"]["requestedAt"] == asked
+    assert condition(cluster, "Ready") == ("True", "AllReplicasReady")
+
+    writes = len(cluster.writes)
+    await rec.reconcile(KEY)
+    assert cluster.writes[writes:] == []
+
+
+async def test_a_probe_request_that_failed_is_not_in_the_status() -> None:
+    cluster = FakeCluster(body())
+    rec = reconciler_for(cluster)
+    await settle(cluster, rec)
+    cluster.pods_of[KEY] = [prober_pod()]
+    cluster.workloads_ready(NS)
+    cluster.annotate_error = RuntimeError("pod is gone")
+    await rec.reconcile(KEY)
+    assert condition(cluster, "Ready") == ("True", "AllReplicasReady")
+    assert cluster.stored[KEY]["status"]["transfer"]["requestedAt"] == ""
+    cluster.annotate_error = None
+    await rec.reconcile(KEY)  # the next pass asks again
+    assert cluster.stored[KEY]["status"]["transfer"]["requestedAt"]
+
+
+def one_clique(gpus: int) -> Fleet:
+    return Fleet([NodeFacts(f"gpu-{i}", {CLIQUE: "c1"}, 8, 0) for i in range(gpus // 8)])
+
+
+def placed(**spec: Any) -> dict[str, Any]:
+    """A slice of 8 GPUs that must sit in one NVLink clique."""
+    return {
+        "prefill": {"replicas": 1, "gpusPerInstance": 4},
+        "decode": {"replicas": 1, "gpusPerInstance": 4},
+        "topology": {"placement": "required", "levels": [CLIQUE]},
+        **spec,
+    }
+
+
+async def test_the_placement_reservation_is_released_when_the_deployment_goes_away() -> None:
+    first, second = (NS, "llama"), (NS, "other")
+    cluster = FakeCluster(body("llama", **placed()), body("other", **placed()))
+    cluster.fleet_snapshot = one_clique(8)  # room for one slice; no pod is bound yet
+    rec = reconciler_for(cluster)
+    await rec.reconcile(first)
+    await rec.reconcile(second)
+    assert condition(cluster, "Placed", first) == ("True", "Placed")
+    assert condition(cluster, "Placed", second) == ("False", "InsufficientCapacity")
+    await rec.reconcile(second)  # the first slice's reservation still holds the clique
+    assert condition(cluster, "Placed", second) == ("False", "InsufficientCapacity")
+
+    cluster.delete_deployment(first)
+    await rec.reconcile(first)
+    await rec.reconcile(second)
+    assert condition(cluster, "Placed", second) == ("True", "Placed")
+    assert cluster.stored[second]["status"]["placement"]["domain"] == "c1"
