@@ -83,9 +83,11 @@ def test_rendered_sidecar_token_rbac_and_network_policy(
     policy = client.NetworkingV1Api(api_client).read_namespaced_network_policy(
         "kv-kv-transfer", namespace
     )
-    private = policy.spec.ingress[0]
-    assert private._from[0].pod_selector.match_labels == {"pdd.dev/deployment": "kv"}
-    assert {p.port for p in private.ports} == {8099, 5600}
+    peers, http = policy.spec.ingress
+    assert peers._from[0].pod_selector.match_labels == {"pdd.dev/deployment": "kv"}
+    assert [(p.protocol, p.port) for p in peers.ports] == [("TCP", None)]  # every TCP port
+    # No router rendered here: the engines' HTTP port is the front door.
+    assert http._from is None and [p.port for p in http.ports] == [8000]
 
     # The sidecar's identity may discover peers but never read Secrets.
     secrets = client.V1ResourceAttributes(namespace=namespace, verb="get", resource="secrets")

@@ -11,6 +11,7 @@ from pdd_operator.api.v1alpha1 import API_VERSION, KIND, PDDeployment
 from pdd_operator.rendering.context import RenderContext
 from pdd_operator.rendering.disruption import render_disruption_budgets
 from pdd_operator.rendering.dra import render_claim_templates
+from pdd_operator.rendering.network_policy import render_network_policies
 from pdd_operator.rendering.roles import render_role
 from pdd_operator.rendering.router import render_router
 from pdd_operator.rendering.sidecar import render_sidecar_access
@@ -21,7 +22,9 @@ ChildKey = tuple[str, str, str]  # (apiVersion, kind, name)
 def render_children(pdd: PDDeployment, ctx: RenderContext) -> list[dict[str, Any]]:
     """Children in apply order: access objects and claim templates before the pods using them."""
     objects = [
-        *render_sidecar_access(pdd, ctx),
+        *render_sidecar_access(pdd),
+        # Before the pods, so no engine pod runs unguarded.
+        *render_network_policies(pdd, ctx),
         *render_claim_templates(pdd),
         *[obj for role in names.ROLES for obj in render_role(pdd, role, ctx)],
         *render_router(pdd, ctx),

@@ -2,8 +2,9 @@
 
 NIXL metadata carries memory-access keys, so only pods of the same PDDeployment may read it:
 the sidecar requires a per-deployment token (a Secret the operator creates once, mounted into
-the sidecars), discovers peers through EndpointSlices with a Role that allows exactly that, and
-a NetworkPolicy admits only the deployment's own pods to the sidecar and the engine's own ports.
+the sidecars) and discovers peers through EndpointSlices with a Role that allows exactly that.
+The NetworkPolicy that admits only the deployment's own pods to the sidecar port is rendered
+by rendering.network_policy, with or without a sidecar (the engines' side channels need it too).
 """
 
 from __future__ import annotations
@@ -157,8 +158,8 @@ def side_channel_env(adapter: EngineAdapter, spec: PDDeploymentSpec) -> list[dic
     return env
 
 
-def render_sidecar_access(pdd: PDDeployment, ctx: RenderContext) -> list[dict[str, Any]]:
-    """ServiceAccount, Role and RoleBinding for peer discovery, and the NetworkPolicy."""
+def render_sidecar_access(pdd: PDDeployment) -> list[dict[str, Any]]:
+    """ServiceAccount, Role and RoleBinding for peer discovery."""
     if not sidecar_enabled(pdd.spec):
         return []
     account = names.sidecar_account_name(pdd.name)
@@ -196,37 +197,7 @@ def render_sidecar_access(pdd: PDDeployment, ctx: RenderContext) -> list[dict[st
             "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": account},
             "subjects": [{"kind": "ServiceAccount", "name": account, "namespace": pdd.namespace}],
         },
-        render_network_policy(pdd, ctx),
     ]
-
-
-def render_network_policy(pdd: PDDeployment, ctx: RenderContext) -> dict[str, Any]:
-    spec = pdd.spec
-    private_ports = [ctx.settings.sidecar_port, *(p.port for p in ctx.engine(spec).ports(spec))]
-    same_deployment = [{"podSelector": {"matchLabels": names.selector_labels(pdd.name)}}]
-    return {
-        "apiVersion": "networking.k8s.io/v1",
-        "kind": "NetworkPolicy",
-        "metadata": _meta(pdd, names.network_policy_name(pdd.name)),
-        "spec": {
-            "podSelector": {
-                "matchLabels": names.selector_labels(pdd.name),
-                "matchExpressions": [
-                    {"key": names.LABEL_ROLE, "operator": "In", "values": ["prefill", "decode"]}
-                ],
-            },
-            "policyTypes": ["Ingress"],
-            "ingress": [
-                # Sidecar and the engine's own ports: the deployment's own pods only.
-                {
-                    "from": same_deployment,
-                    "ports": [{"port": p, "protocol": "TCP"} for p in private_ports],
-                },
-                # The engine's HTTP port stays open to the router and clients.
-                {"ports": [{"port": spec.engine.port, "protocol": "TCP"}]},
-            ],
-        },
-    }
 
 
 def render_token_secret(pdd: PDDeployment, token: str) -> dict[str, Any]:

@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 
 from helpers.factories import make_pdd
+from helpers.netpol import Pod, ingress_allowed, pod_from_workload
 from pdd_contract.ports import SGLANG_BOOTSTRAP_PORT, VLLM_SIDE_CHANNEL_BASE_PORT
 from pdd_operator.api.v1alpha1 import PDDeployment
 from pdd_operator.engines.registry import ENGINES
@@ -81,10 +82,18 @@ def test_the_role_service_has_the_adapters_ports(children: list[dict[str, Any]],
 def test_the_network_policy_opens_the_adapters_ports_to_the_deployment_only(
     children: list[dict[str, Any]],
 ) -> None:
-    private, public = find(children, "NetworkPolicy", "llama-kv-transfer")["spec"]["ingress"]
-    assert [p["port"] for p in private["ports"]] == [SIDECAR_PORT, KV_PORT, METADATA_PORT]
-    assert private["from"]  # the deployment's own pods
-    assert [p["port"] for p in public["ports"]] == [8000]
+    policies = [o for o in children if o["kind"] == "NetworkPolicy"]
+    prefill, decode = (
+        pod_from_workload(find(children, "StatefulSet", f"llama-{role}"))
+        for role in ("prefill", "decode")
+    )
+    router = pod_from_workload(find(children, "Deployment", "llama-router"))
+    for port in (KV_PORT, METADATA_PORT, SIDECAR_PORT):
+        assert ingress_allowed(policies, prefill, decode, port)
+        assert ingress_allowed(policies, decode, prefill, port)
+        assert not ingress_allowed(policies, router, decode, port)
+        assert not ingress_allowed(policies, Pod("debug", {}, "team-a"), decode, port)
+    assert ingress_allowed(policies, router, decode, 8000)  # the HTTP port: the router's
 
 
 @pytest.mark.parametrize("role", ["prefill", "decode"])

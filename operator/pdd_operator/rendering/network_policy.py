@@ -1,0 +1,110 @@
+"""Who may open a connection to the deployment's pods: two NetworkPolicies, ingress only.
+
+``<id>-kv-transfer`` selects the deployment's prefill and decode pods and admits
+  (a) every TCP port from the deployment's own prefill and decode pods. A port list cannot
+      describe what P and D use between them: vLLM's NIXL side channel listens on its base
+      port plus the data-parallel index (one listener per DP engine), SGLang binds each rank's
+      ZMQ PULL socket on a random port and tells peers through its bootstrap server, UCX's TCP
+      transport and NIXL's wire-up connect to ephemeral ports, and the sidecars of the
+      deployment talk to each other on the sidecar port;
+  (b) the engine's HTTP port (``spec.engine.port``) from the deployment's router pods, and
+      nothing else from them: a PD router only speaks HTTP to the engines. SGLang's router
+      passes the prefill's bootstrap host and port to decode inside the request body
+      (bootstrap_host / bootstrap_port / bootstrap_room) and never connects to the bootstrap
+      port itself; decode does, under (a). Where the operator renders no router
+      (``spec.router.enabled: false``), the user's own router sits outside the deployment with
+      labels the operator cannot know, so the HTTP port is open to every source instead;
+  (c) nothing else: other pods of the namespace, pods of other PDDeployments and Prometheus
+      reach no port (add a policy of your own to admit a scraper: policies add up).
+The kubelet's probes still arrive: traffic from a pod's own node is always allowed.
+
+``<id>-router`` (only where a router is rendered) selects the router pods and admits their
+HTTP port (``spec.router.port``) from anywhere: the router is the deployment's front door.
+
+Egress is left open (policyTypes is Ingress only): the pods resolve DNS, download models,
+read the API server (the sidecar's peer discovery) and, in etcd mode, reach the user's etcd,
+none of which a pod selector can name. Every destination inside a deployment is guarded by
+these ingress rules anyway.
+
+The policies are rendered whatever ``metadataExchange.mode`` is: in ``engine`` mode, with no
+sidecar, the engines' own side channels still carry NIXL metadata (memory keys), which only
+the deployment's own pods may read. Traffic over RDMA (Multus secondary networks) bypasses the
+pod network and every NetworkPolicy; these rules govern the pod network, where the side
+channels, UCX's TCP lanes and the HTTP requests travel.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pdd_operator.api import names
+from pdd_operator.api.v1alpha1 import PDDeployment
+from pdd_operator.rendering.context import RenderContext
+from pdd_operator.rendering.roles import child_metadata
+from pdd_operator.rendering.router import render_router
+
+COMPONENT = "network-policy"
+
+
+def render_network_policies(pdd: PDDeployment, ctx: RenderContext) -> list[dict[str, Any]]:
+    router_pods = router_pod_selector(pdd, ctx)
+    policies = [render_engine_policy(pdd, router_pods)]
+    if router_pods is not None:
+        policies.append(render_router_policy(pdd, router_pods))
+    return policies
+
+
+def render_engine_policy(pdd: PDDeployment, router_pods: dict[str, str] | None) -> dict[str, Any]:
+    http = {"port": pdd.spec.engine.port, "protocol": "TCP"}
+    from_router: dict[str, Any] = {"ports": [http]}
+    if router_pods is not None:
+        from_router["from"] = [{"podSelector": {"matchLabels": router_pods}}]
+    return {
+        "apiVersion": "networking.k8s.io/v1",
+        "kind": "NetworkPolicy",
+        "metadata": child_metadata(pdd, names.network_policy_name(pdd.name), COMPONENT),
+        "spec": {
+            "podSelector": engine_pod_selector(pdd),
+            "policyTypes": ["Ingress"],
+            "ingress": [
+                # A port entry without a number: every TCP port.
+                {
+                    "from": [{"podSelector": engine_pod_selector(pdd)}],
+                    "ports": [{"protocol": "TCP"}],
+                },
+                from_router,
+            ],
+        },
+    }
+
+
+def render_router_policy(pdd: PDDeployment, router_pods: dict[str, str]) -> dict[str, Any]:
+    return {
+        "apiVersion": "networking.k8s.io/v1",
+        "kind": "NetworkPolicy",
+        "metadata": child_metadata(pdd, names.role_name(pdd.name, "router"), COMPONENT),
+        "spec": {
+            "podSelector": {"matchLabels": router_pods},
+            "policyTypes": ["Ingress"],
+            "ingress": [{"ports": [{"port": pdd.spec.router.port, "protocol": "TCP"}]}],
+        },
+    }
+
+
+def engine_pod_selector(pdd: PDDeployment) -> dict[str, Any]:
+    """This deployment's prefill and decode pods (not its router)."""
+    return {
+        "matchLabels": names.selector_labels(pdd.name),
+        "matchExpressions": [
+            {"key": names.LABEL_ROLE, "operator": "In", "values": list(names.ROLES)}
+        ],
+    }
+
+
+def router_pod_selector(pdd: PDDeployment, ctx: RenderContext) -> dict[str, str] | None:
+    """The selector of the router Deployment the operator renders (so it matches the router's
+    pods by construction), or None where it renders none."""
+    for obj in render_router(pdd, ctx):
+        if obj["kind"] == "Deployment":
+            return dict(obj["spec"]["selector"]["matchLabels"])
+    return None
