@@ -1,7 +1,7 @@
 """The rendered NetworkPolicies, evaluated (helpers/netpol.py) against the ports the engines
 really use, between pods carrying the labels render_children really puts on them.
 
-What P and D use between them (docs/engines.md has the sources):
+What P and D use between them (docs/engines.md, "What each engine gets"):
 - vLLM's NIXL side channel: VLLM_NIXL_SIDE_CHANNEL_PORT + the data-parallel index, one ZMQ
   listener per DP engine;
 - SGLang's bootstrap server (HTTP, on prefill) and each rank's ZMQ PULL socket, bound to a
