@@ -25,6 +25,7 @@ CHILDREN = {
     ("Role", "llama-sidecar"),
     ("RoleBinding", "llama-sidecar"),
     ("NetworkPolicy", "llama-kv-transfer"),
+    ("NetworkPolicy", "llama-router"),
     ("StatefulSet", "llama-prefill"),
     ("StatefulSet", "llama-decode"),
     ("Service", "llama-prefill"),
@@ -136,6 +137,7 @@ async def test_children_no_longer_rendered_are_deleted() -> None:
     await rec.reconcile(KEY)
     assert sorted(w for w in cluster.writes[writes:] if w[0] == "delete") == [
         ("delete", "Deployment", "llama-router"),
+        ("delete", "NetworkPolicy", "llama-router"),
         ("delete", "Service", "llama-router"),
     ]
     assert not [kind for (_, _, kind, name) in cluster.objects if name == "llama-router"]

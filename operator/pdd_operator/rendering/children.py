@@ -23,7 +23,6 @@ def render_children(pdd: PDDeployment, ctx: RenderContext) -> list[dict[str, Any
     """Children in apply order: access objects and claim templates before the pods using them."""
     objects = [
         *render_sidecar_access(pdd),
-        # Before the pods, so no engine pod runs unguarded.
         *render_network_policies(pdd, ctx),
         *render_claim_templates(pdd),
         *[obj for role in names.ROLES for obj in render_role(pdd, role, ctx)],

@@ -11,9 +11,11 @@
       nothing else from them: a PD router only speaks HTTP to the engines. SGLang's router
       passes the prefill's bootstrap host and port to decode inside the request body
       (bootstrap_host / bootstrap_port / bootstrap_room) and never connects to the bootstrap
-      port itself; decode does, under (a). Where the operator renders no router
-      (``spec.router.enabled: false``), the user's own router sits outside the deployment with
-      labels the operator cannot know, so the HTTP port is open to every source instead;
+      port itself; decode does, under (a). All that vllm-router, sglang-router and smg sent
+      to the engines in PD mode was HTTP on that port (tests/fixtures/routers/README.md).
+      Where the operator renders no router (``spec.router.enabled: false``), the user's own
+      router sits outside the deployment with labels the operator cannot know, so the HTTP
+      port is open to every source instead;
   (c) nothing else: other pods of the namespace, pods of other PDDeployments and Prometheus
       reach no port (add a policy of your own to admit a scraper: policies add up).
 The kubelet's probes still arrive: traffic from a pod's own node is always allowed.
