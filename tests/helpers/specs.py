@@ -87,6 +87,9 @@ def valid_specs(draw: st.DrawFn) -> dict[str, Any]:
     prefill, decode = draw(roles()), draw(roles())
     if prefill["replicas"] + decode["replicas"] == 0:
         decode["replicas"] = 1
+    small, large = sorted((prefill["gpusPerInstance"], decode["gpusPerInstance"]))
+    if engine == "vllm" and large % small:  # vLLM maps ranks by the ratio of the TP sizes
+        decode["gpusPerInstance"] = prefill["gpusPerInstance"]
     spec: dict[str, Any] = {
         "model": {"name": draw(st.sampled_from(["meta-llama/Llama-3.1-70B-Instruct", "m"]))},
         "engine": {

@@ -24,6 +24,11 @@ RDMA = {"resourceName": "rdma/hca"}
 
 # (case id, spec fields to set (dotted path -> value), substrings the message must contain)
 INVALID: list[tuple[str, dict[str, Any], list[str]]] = [
+    (
+        "vllm tp sizes that do not divide",
+        {"prefill.gpusPerInstance": 3, "decode.gpusPerInstance": 4},
+        ["spec.prefill.gpusPerInstance and spec.decode.gpusPerInstance", "not 3 and 4"],
+    ),
     ("negative replicas", {"prefill.replicas": -1}, ["spec.prefill.replicas", "between 0 and 512"]),
     ("absurd replicas", {"decode.replicas": 100000}, ["spec.decode.replicas", "between 0 and 512"]),
     (

@@ -523,6 +523,16 @@ SPEC_RULES = cel(
             "spec.topology.dra.enabled asks DRA for the NIC: remove "
             "spec.kvTransfer.rdma.resourceName (device-plugin resource) or disable DRA",
         ),
+        (
+            # vLLM's NixlConnector maps ranks by the ratio of the two TP sizes (0.33:
+            # kv_connector/v1/nixl/tp_mapping.py), so one must divide the other.
+            "self.engine.type != 'vllm' || "
+            "self.prefill.gpusPerInstance % self.decode.gpusPerInstance == 0 || "
+            "self.decode.gpusPerInstance % self.prefill.gpusPerInstance == 0",
+            "spec.prefill.gpusPerInstance and spec.decode.gpusPerInstance (the TP sizes) must "
+            "divide one another for vLLM's NIXL connector, which maps ranks by their ratio: "
+            "e.g. 2 and 4, not 3 and 4",
+        ),
     ]
 )
 
