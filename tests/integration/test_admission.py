@@ -52,9 +52,10 @@ INVALID: list[tuple[str, dict[str, Any], list[str]]] = [
     ("port zero", {"engine.port": 0}, ["spec.engine.port", "between 1 and 65535"]),
     ("port too big", {"engine.port": 70000}, ["spec.engine.port", "between 1 and 65535"]),
     (
-        "router without image",
-        {"router": {"enabled": True}},
-        ["spec.router.image is required", "enabled to false"],
+        # The default image's routers need an engine protocol they know: vLLM's or SGLang's.
+        "custom engine with the default router",
+        {"engine.type": "custom", "router": {"enabled": True}},
+        ["custom engine has no router", "spec.router.command", "enabled to false"],
     ),
     (
         "negative router replicas",
@@ -266,6 +267,12 @@ def test_defaults_are_filled_in_by_the_api_server(
     assert spec["kvTransfer"]["ucx"]["transports"] == ["auto"]
     assert spec["kvTransfer"]["sharedMemorySize"] == "16Gi"
     assert spec["topology"]["levels"][0] == "nvidia.com/gpu.clique"
+    router = spec["router"]
+    assert (router["metricsPort"], router["requestTimeoutSeconds"]) == (29000, 1800)
+    assert router["resources"] == {
+        "requests": {"cpu": "500m", "memory": "512Mi"},
+        "limits": {"memory": "2Gi"},
+    }
 
 
 def test_a_253_character_name_is_accepted_and_derives_valid_child_names(

@@ -270,6 +270,13 @@ def test_no_sidecar_when_the_engine_exchanges_metadata_itself() -> None:
     objs = render_children(pdd, RenderContext())
     sts = find(objs, "StatefulSet", "llama-prefill")
     assert [c["name"] for c in sts["spec"]["template"]["spec"]["containers"]] == ["engine"]
-    assert not [o for o in objs if o["kind"] in ("Role", "ServiceAccount")]
+    # The router's own ServiceAccount and Role (pod discovery) stay; the sidecar's go.
+    sidecar_access = [
+        o
+        for o in objs
+        if o["kind"] in ("Role", "ServiceAccount")
+        and o["metadata"]["labels"]["app.kubernetes.io/component"] != "router"
+    ]
+    assert not sidecar_access
     # The engines' own side channels carry the NIXL metadata then: still fenced off.
     assert ("NetworkPolicy", "llama-kv-transfer") in kinds(objs)

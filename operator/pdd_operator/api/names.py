@@ -60,6 +60,11 @@ def sidecar_account_name(name: str) -> str:
     return f"{instance_id(name)}-sidecar"
 
 
+def router_account_name(name: str) -> str:
+    """ServiceAccount, Role and RoleBinding of the router (its pod discovery)."""
+    return f"{instance_id(name)}-router"
+
+
 def network_policy_name(name: str) -> str:
     return f"{instance_id(name)}-kv-transfer"
 

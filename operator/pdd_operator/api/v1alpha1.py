@@ -48,6 +48,11 @@ NIC_PORT_PATTERN = r"^[A-Za-z0-9_.-]+:[0-9]+$"
 ENV_NAME_PATTERN = r"^[A-Za-z_][A-Za-z0-9_.-]*$"
 
 
+# The router image the Dockerfile's `router` target builds (vllm-router and smg, pinned in
+# pyproject.toml); the tag follows the operator's, like the operator and sidecar images.
+DEFAULT_ROUTER_IMAGE = "ghcr.io/pdd-dev/pdd-router:0.1.0"
+
+
 def _cel_list(items: tuple[str, ...]) -> str:
     return "[" + ", ".join(f"'{t}'" for t in items) + "]"
 
@@ -58,10 +63,8 @@ class Model(BaseModel):
     model_config = ConfigDict(extra="forbid", populate_by_name=True, frozen=True)
 
 
-def _image(field: str, optional: bool = False) -> Any:
-    extra: dict[str, Any] = {"default": None} if optional else {}
+def _image(field: str) -> Any:
     return Field(
-        **extra,
         max_length=512,
         json_schema_extra=cel(
             f"self.matches('{IMAGE_PATTERN}')",
@@ -238,24 +241,87 @@ class RoleSpec(Model):
     )
 
 
+class RouterResources(ResourceRequirements):
+    """The router container's resources. The defaults fit one router process (a Rust proxy)
+    at moderate load; a busy one wants more CPU."""
+
+    requests: Annotated[
+        dict[str, Annotated[str, quantity("resources.requests values")]], Field(max_length=32)
+    ] = Field(default_factory=lambda: {"cpu": "500m", "memory": "512Mi"})
+    limits: Annotated[
+        dict[str, Annotated[str, quantity("resources.limits values")]], Field(max_length=32)
+    ] = Field(default_factory=lambda: {"memory": "2Gi"})
+
+
 class RouterSpec(Model):
-    """The request router in front of the two roles (prefill first, then decode)."""
+    """The request router in front of the two roles (prefill first, then decode).
+
+    By default the engine's upstream router runs: vllm-router for `vllm`, smg (the SGLang
+    router) for `sglang`, both from `image`, finding the pods by Kubernetes service discovery
+    (docs/engines.md). `command` runs a router of your own instead.
+    """
 
     enabled: bool = True
-    image: str | None = _image("spec.router.image", optional=True)
+    image: str = Field(
+        default=DEFAULT_ROUTER_IMAGE,
+        max_length=512,
+        json_schema_extra=cel(
+            f"self.matches('{IMAGE_PATTERN}')",
+            "spec.router.image must be an image reference such as "
+            f"'{DEFAULT_ROUTER_IMAGE}': lowercase repository, optional :tag and @sha256 digest",
+        ),
+        description="Router image. The default holds vllm-router 0.1.17 and smg 1.13.0 (the "
+        "Dockerfile's `router` target); the engine's adapter picks which one runs.",
+    )
+    imagePullPolicy: Literal["Always", "IfNotPresent", "Never"] = "IfNotPresent"
+    command: Args | None = Field(
+        default=None,
+        description="A router of your own: replaces the engine's router command, flags, "
+        "probes and metrics port; `args` follow it. Required for a `custom` engine unless "
+        "`image` has its own entrypoint.",
+    )
     replicas: int = Field(
         default=1,
         json_schema_extra=cel(
             "self >= 0 && self <= 64", "spec.router.replicas must be between 0 and 64"
         ),
     )
-    args: Args = Field(default_factory=list)
+    args: Args = Field(
+        default_factory=list, description="Extra router arguments, after the engine's router's."
+    )
     env: EnvList = Field(default_factory=list)
     port: int = Field(
         default=8000,
         json_schema_extra=cel(
             "self >= 1 && self <= 65535", "spec.router.port must be between 1 and 65535"
         ),
+        description="Port the router serves HTTP (and its probes) on; the Service's `http`.",
+    )
+    metricsPort: int = Field(
+        default=29000,
+        json_schema_extra=cel(
+            "self >= 1 && self <= 65535", "spec.router.metricsPort must be between 1 and 65535"
+        ),
+        description="Port of the router's Prometheus `/metrics` (`--prometheus-port`); the "
+        "Service's `metrics`.",
+    )
+    requestTimeoutSeconds: int = Field(
+        default=1800,
+        json_schema_extra=cel(
+            "self >= 1 && self <= 86400",
+            "spec.router.requestTimeoutSeconds must be between 1 and 86400",
+        ),
+        description="How long the router waits for one request (`--request-timeout-secs`; "
+        "1800 is both routers' own default).",
+    )
+    resources: RouterResources = Field(
+        default_factory=RouterResources,
+        description="The router container's resources.",
+    )
+    podTemplate: Annotated[dict[str, Any] | None, free_form()] = Field(
+        default=None,
+        description="A Pod template fragment merged over the router's (metadata, spec; "
+        "containers merge by name).",
     )
 
 
@@ -477,10 +543,11 @@ class PDDeploymentSpec(Model):
 SPEC_RULES = cel(
     [
         (
-            "!self.router.enabled || has(self.router.image)",
-            "spec.router.image is required while spec.router.enabled is true: set a router "
-            "image (an llm-d routing sidecar, vLLM's disagg proxy, ...) or set "
-            "spec.router.enabled to false",
+            "self.engine.type != 'custom' || !self.router.enabled || has(self.router.command) "
+            f"|| self.router.image != '{DEFAULT_ROUTER_IMAGE}'",
+            "a custom engine has no router of its own: set spec.router.command (and args) to "
+            "run one from the default image (vllm-router, smg), set spec.router.image to a "
+            "router image with its own entrypoint, or set spec.router.enabled to false",
         ),
         (
             "!(self.kvTransfer.gpuDirect in ['dmabuf', 'peermem']) || "

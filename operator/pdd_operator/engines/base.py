@@ -1,5 +1,5 @@
 """What an engine adapter answers: how the engine is launched, what it listens on, how its
-readiness shows, which router flags it wants and how it lays out its KV cache.
+readiness shows, which router it pairs with and how it lays out its KV cache.
 
 An adapter is pure: a function of the PDDeploymentSpec (and the role), rendering nothing of
 its own beyond the engine's command line and environment. Rendering puts its answers into the
@@ -64,12 +64,26 @@ class HealthCheck:
 
 
 @dataclass(frozen=True)
-class RouterDefaults:
-    """What the engine asks of the router: an image to use when ``spec.router.image`` is
-    unset, and arguments that go before ``spec.router.args``."""
+class RouterDiscovery:
+    """Where the router finds the engine pods it pairs: Kubernetes service discovery in the
+    deployment's namespace, by label selectors that include the engine revision, at the
+    engine's HTTP port. Rendering builds it; the adapter spells it as its router's flags."""
 
-    image: str | None = None
+    namespace: str
+    prefill_selector: tuple[tuple[str, str], ...]
+    decode_selector: tuple[tuple[str, str], ...]
+    engine_port: int
+
+
+@dataclass(frozen=True)
+class RouterLaunch:
+    """The upstream router an engine pairs with: its command line and the HTTP paths of its
+    probes. ``spec.router.args`` follow ``args``; ``spec.router.command`` replaces all of it."""
+
+    command: tuple[str, ...]
     args: tuple[str, ...] = ()
+    readiness_path: str = "/readiness"
+    liveness_path: str = "/liveness"
 
 
 @dataclass(frozen=True)
@@ -107,9 +121,16 @@ class EngineAdapter(ABC):
         del spec
         return HealthCheck()
 
-    def router_defaults(self, spec: PDDeploymentSpec) -> RouterDefaults:
-        del spec
-        return RouterDefaults()
+    def router(self, spec: PDDeploymentSpec, discovery: RouterDiscovery) -> RouterLaunch | None:
+        """The router this engine pairs with, or None where it has none (the user's
+        ``spec.router.command`` or the image's entrypoint then runs)."""
+        del spec, discovery
+        return None
+
+    def pod_annotations(self, spec: PDDeploymentSpec, role: str) -> dict[str, str]:
+        """Annotations on the role's pods that the router reads when it discovers them."""
+        del spec, role
+        return {}
 
 
 def role_spec(spec: PDDeploymentSpec, role: str) -> RoleSpec:
@@ -123,3 +144,22 @@ def env_value(name: str, value: str) -> EnvEntry:
 def env_pod_ip(name: str) -> EnvEntry:
     """``name`` set to the pod's IP by the downward API."""
     return {"name": name, "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}}
+
+
+def service_discovery_args(discovery: RouterDiscovery) -> tuple[str, ...]:
+    """Kubernetes service-discovery flags, spelled alike by vllm-router 0.1.17 and smg 1.13.0.
+
+    The namespace is always given: without it both routers watch pods cluster-wide (and need
+    a ClusterRole for it), even in-cluster (tests/fixtures/routers/README.md).
+    """
+    return (
+        "--service-discovery",
+        "--service-discovery-namespace",
+        discovery.namespace,
+        "--service-discovery-port",
+        str(discovery.engine_port),
+        "--prefill-selector",
+        *(f"{key}={value}" for key, value in discovery.prefill_selector),
+        "--decode-selector",
+        *(f"{key}={value}" for key, value in discovery.decode_selector),
+    )

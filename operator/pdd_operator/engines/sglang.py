@@ -4,6 +4,12 @@ The role is ``--disaggregation-mode``; the decode side fetches the prefill side'
 metadata from the bootstrap server that only prefill pods run (``--disaggregation-bootstrap-
 port``). K and V move as separate descriptors; a page is one token unless ``--page-size``
 says otherwise.
+
+The router is smg 1.13.0 (PyPI ``smg``, the current name of sglang-router) as ``smg launch``
+in PD mode: it gives both legs of a request the prefill pod's address, bootstrap port and a
+bootstrap room. It learns the bootstrap port of a discovered prefill pod from the pod's
+``sglang.ai/bootstrap-port`` annotation. Its flags are checked against
+tests/fixtures/routers/smg-1.13.0.launch.help.txt.
 """
 
 from __future__ import annotations
@@ -15,11 +21,15 @@ from pdd_operator.engines.base import (
     EngineLaunch,
     EnginePort,
     KvLayout,
+    RouterDiscovery,
+    RouterLaunch,
     SideChannel,
     role_spec,
+    service_discovery_args,
 )
 
 BOOTSTRAP_PORT_NAME = "bootstrap"
+BOOTSTRAP_PORT_ANNOTATION = "sglang.ai/bootstrap-port"
 
 
 class SglangAdapter(EngineAdapter):
@@ -60,6 +70,34 @@ class SglangAdapter(EngineAdapter):
             (spec.kvTransfer.bootstrapPort,),
             SIDE_CHANNEL_SERVED_BY[SGLANG_SIDE_CHANNEL],
         )
+
+    def router(self, spec: PDDeploymentSpec, discovery: RouterDiscovery) -> RouterLaunch:
+        router = spec.router
+        args = (
+            "launch",
+            "--host",
+            "0.0.0.0",
+            "--port",
+            str(router.port),
+            "--pd-disaggregation",
+            *service_discovery_args(discovery),
+            "--prometheus-host",
+            "0.0.0.0",
+            "--prometheus-port",
+            str(router.metricsPort),
+            "--request-timeout-secs",
+            str(router.requestTimeoutSeconds),
+            # Routing needs no tokenizer; autoload would fetch one from the Hugging Face Hub
+            # for the model the workers report, from every router pod.
+            "--disable-tokenizer-autoload",
+        )
+        return RouterLaunch(("smg",), args)
+
+    def pod_annotations(self, spec: PDDeploymentSpec, role: str) -> dict[str, str]:
+        # Only prefill pods run the bootstrap server; smg reads the port from the prefill.
+        if role != "prefill":
+            return {}
+        return {BOOTSTRAP_PORT_ANNOTATION: str(spec.kvTransfer.bootstrapPort)}
 
 
 ADAPTER = SglangAdapter()

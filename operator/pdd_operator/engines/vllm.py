@@ -5,6 +5,11 @@ decode pod on VLLM_NIXL_SIDE_CHANNEL_PORT (plus the data-parallel rank) and must
 IP, so VLLM_NIXL_SIDE_CHANNEL_HOST comes from the downward API. K and V of one block are one
 NIXL descriptor (one region per layer, K and V in the content dimension: the connector's
 nixl/base_worker.py); blocks are 16 tokens unless ``--block-size`` says otherwise.
+
+The router is vllm-router 0.1.17 (PyPI ``vllm-router``) in its vLLM PD mode with the NIXL
+connector: it sends each request to a prefill pod with ``kv_transfer_params`` asking for a
+remote decode and hands the prefill's answer to a decode pod. Its flags are checked against
+tests/fixtures/routers/vllm-router-0.1.17.help.txt.
 """
 
 from __future__ import annotations
@@ -18,13 +23,22 @@ from pdd_operator.engines.base import (
     EngineLaunch,
     EnginePort,
     KvLayout,
+    RouterDiscovery,
+    RouterLaunch,
     SideChannel,
     env_pod_ip,
     env_value,
     role_spec,
+    service_discovery_args,
 )
 
 SIDE_CHANNEL_PORT_NAME = "side-channel"
+# vllm-router's --kv-connector value for each spec.kvTransfer.connector.
+ROUTER_KV_CONNECTOR = {"NixlConnector": "nixl"}
+# smg reads a vLLM pod's connector from this annotation in discovery mode (with it, smg sends
+# the prefill leg `kv_transfer_params` as vllm-router does), so smg as a custom router
+# (spec.router.command) pairs these pods too. vllm-router needs no annotation for NIXL.
+SMG_KV_CONNECTOR_ANNOTATION = "smg.ai/kv-connector"
 
 
 class VllmAdapter(EngineAdapter):
@@ -68,6 +82,32 @@ class VllmAdapter(EngineAdapter):
             (spec.kvTransfer.sideChannelPort,),
             SIDE_CHANNEL_SERVED_BY[VLLM_SIDE_CHANNEL],
         )
+
+    def router(self, spec: PDDeploymentSpec, discovery: RouterDiscovery) -> RouterLaunch:
+        router = spec.router
+        args = (
+            # Both binds default to 127.0.0.1 in vllm-router, unreachable from the Service
+            # and from Prometheus.
+            "--host",
+            "0.0.0.0",
+            "--port",
+            str(router.port),
+            "--vllm-pd-disaggregation",
+            "--kv-connector",
+            ROUTER_KV_CONNECTOR[spec.kvTransfer.connector],
+            *service_discovery_args(discovery),
+            "--prometheus-host",
+            "0.0.0.0",
+            "--prometheus-port",
+            str(router.metricsPort),
+            "--request-timeout-secs",
+            str(router.requestTimeoutSeconds),
+        )
+        return RouterLaunch(("vllm-router",), args)
+
+    def pod_annotations(self, spec: PDDeploymentSpec, role: str) -> dict[str, str]:
+        del role
+        return {SMG_KV_CONNECTOR_ANNOTATION: spec.kvTransfer.connector}
 
 
 ADAPTER = VllmAdapter()

@@ -117,6 +117,8 @@ def render_pod_template(pdd: PDDeployment, role: str, ctx: RenderContext) -> dic
                 "kubectl.kubernetes.io/default-container": "engine",
                 names.ANNOTATION_OWNER_NAME: pdd.name,
                 **transfer.network_annotations(spec),
+                # What the engine's router reads from a pod it discovers (bootstrap port, ...).
+                **ctx.engine(spec).pod_annotations(spec, role),
             },
         },
         "spec": pod_spec,

@@ -1,5 +1,11 @@
 """Render the router: the one entry point for clients, sending each request to prefill first
-and then to decode."""
+and then to decode.
+
+The engine's adapter names the router (vllm-router, smg) and its flags; this module gives it
+what every router gets: the pod discovery it needs (the deployment's namespace, role labels
+plus the engine revision, the engine's HTTP port), a ServiceAccount whose Role may only list
+and watch pods in that namespace, probes, a metrics port, resources and the user's podTemplate.
+"""
 
 from __future__ import annotations
 
@@ -8,23 +14,65 @@ from typing import Any
 from pdd_contract.env import PDD_DECODE_SERVICE, PDD_ENGINE_PORT, PDD_MODEL, PDD_PREFILL_SERVICE
 from pdd_operator.api import names
 from pdd_operator.api.v1alpha1 import PDDeployment
+from pdd_operator.engines.base import RouterDiscovery, RouterLaunch
 from pdd_operator.rendering.context import RenderContext
-from pdd_operator.rendering.roles import child_metadata
+from pdd_operator.rendering.merge import merge_template
+from pdd_operator.rendering.roles import child_metadata, engine_revision
+
+HTTP_PORT_NAME = "http"
+METRICS_PORT_NAME = "metrics"
+# What the routers do with pods: kube-rs lists them, then watches (the fixtures README saw
+# nothing else). Nothing in the verbs lets a router read another object or change one.
+DISCOVERY_VERBS = ("list", "watch")
 
 
 def render_router(pdd: PDDeployment, ctx: RenderContext) -> list[dict[str, Any]]:
-    router = pdd.spec.router
-    if not router.enabled or not _image(pdd, ctx):
+    if not pdd.spec.router.enabled:
         return []
-    return [render_router_deployment(pdd, ctx), render_router_service(pdd)]
+    return [
+        *render_router_access(pdd),
+        render_router_deployment(pdd, ctx),
+        render_router_service(pdd, ctx),
+    ]
+
+
+def router_discovery(pdd: PDDeployment) -> RouterDiscovery:
+    """The pods the router pairs: this deployment's prefill and decode pods of one revision.
+
+    The revision is the spec's, the one the StatefulSets' templates carry. During a
+    coordinated rollout (RenderContext.partitions) old and new pods run side by side, and a
+    router must never pair a prefill of one revision with a decode of the other, so a router
+    selects exactly one revision. The spec's revision changes the router's pod template, so
+    the router Deployment rolls too: its new pods (new revision) stay unready (/readiness
+    answers 503 without workers) until the rollout has a Ready pod of the new revision in
+    each role (it updates decode first, then prefill), and with maxUnavailable 0 the old
+    router pods keep serving the old revision until then. The handover needs no step of its
+    own, and the partitions stay out of the router's render: otherwise every rollout step
+    would restart the router.
+    """
+    revision = {names.LABEL_REVISION: engine_revision(pdd.spec)}
+    prefill = {**names.selector_labels(pdd.name, "prefill"), **revision}
+    decode = {**names.selector_labels(pdd.name, "decode"), **revision}
+    return RouterDiscovery(
+        namespace=pdd.namespace,
+        prefill_selector=tuple(sorted(prefill.items())),
+        decode_selector=tuple(sorted(decode.items())),
+        engine_port=pdd.spec.engine.port,
+    )
+
+
+def engine_router(pdd: PDDeployment, ctx: RenderContext) -> RouterLaunch | None:
+    """The engine's own router, unless spec.router.command runs one of the user's."""
+    spec = pdd.spec
+    if spec.router.command is not None:
+        return None
+    return ctx.engine(spec).router(spec, router_discovery(pdd))
 
 
 def render_router_deployment(pdd: PDDeployment, ctx: RenderContext) -> dict[str, Any]:
     spec = pdd.spec
     router = spec.router
-    defaults = ctx.engine(spec).router_defaults(spec)
-    args = [*defaults.args, *router.args]
-    labels = names.common_labels(pdd.name, "router")
+    launch = engine_router(pdd, ctx)
     env = [
         {"name": PDD_PREFILL_SERVICE, "value": _service_host(pdd, "prefill")},
         {"name": PDD_DECODE_SERVICE, "value": _service_host(pdd, "decode")},
@@ -34,16 +82,49 @@ def render_router_deployment(pdd: PDDeployment, ctx: RenderContext) -> dict[str,
     ]
     container: dict[str, Any] = {
         "name": "router",
-        "image": _image(pdd, ctx),
+        "image": router.image,
+        "imagePullPolicy": router.imagePullPolicy,
         "env": env,
-        "ports": [{"name": "http", "containerPort": router.port, "protocol": "TCP"}],
+        "ports": [{"name": HTTP_PORT_NAME, "containerPort": router.port, "protocol": "TCP"}],
+        "resources": router.resources.model_dump(),
         "securityContext": {
             "allowPrivilegeEscalation": False,
             "capabilities": {"drop": ["ALL"]},
         },
     }
+    if launch is not None:
+        container["command"] = list(launch.command)
+        args = [*launch.args, *router.args]
+        container["ports"].append(
+            {"name": METRICS_PORT_NAME, "containerPort": router.metricsPort, "protocol": "TCP"}
+        )
+        # Readiness: the router has a healthy prefill and decode to send to (503 before).
+        container["readinessProbe"] = _http_probe(launch.readiness_path, 5, 3)
+        # Liveness answers while the process serves at all, workers or not: an empty or
+        # rolling deployment must not restart its router.
+        container["livenessProbe"] = _http_probe(launch.liveness_path, 10, 6)
+    else:
+        if router.command is not None:
+            container["command"] = list(router.command)
+        args = list(router.args)
     if args:
         container["args"] = args
+    template: dict[str, Any] = {
+        "metadata": {
+            "labels": names.common_labels(pdd.name, "router"),
+            "annotations": {
+                "kubectl.kubernetes.io/default-container": "router",
+                names.ANNOTATION_OWNER_NAME: pdd.name,
+            },
+        },
+        "spec": {
+            "serviceAccountName": names.router_account_name(pdd.name),
+            "enableServiceLinks": False,
+            "containers": [container],
+        },
+    }
+    if router.podTemplate:
+        template = merge_template(template, router.podTemplate)
     return {
         "apiVersion": "apps/v1",
         "kind": "Deployment",
@@ -51,15 +132,24 @@ def render_router_deployment(pdd: PDDeployment, ctx: RenderContext) -> dict[str,
         "spec": {
             "replicas": router.replicas,
             "selector": {"matchLabels": names.selector_labels(pdd.name, "router")},
-            "template": {
-                "metadata": {"labels": labels},
-                "spec": {"enableServiceLinks": False, "containers": [container]},
+            # No old router pod goes before a new one is Ready: that is what hands a rollout
+            # over from the old engine revision to the new (router_discovery).
+            "strategy": {
+                "type": "RollingUpdate",
+                "rollingUpdate": {"maxUnavailable": 0, "maxSurge": 1},
             },
+            "template": template,
         },
     }
 
 
-def render_router_service(pdd: PDDeployment) -> dict[str, Any]:
+def render_router_service(pdd: PDDeployment, ctx: RenderContext) -> dict[str, Any]:
+    router = pdd.spec.router
+    ports = [{"name": HTTP_PORT_NAME, "port": router.port, "targetPort": HTTP_PORT_NAME}]
+    if engine_router(pdd, ctx) is not None:
+        ports.append(
+            {"name": METRICS_PORT_NAME, "port": router.metricsPort, "targetPort": METRICS_PORT_NAME}
+        )
     return {
         "apiVersion": "v1",
         "kind": "Service",
@@ -67,15 +157,45 @@ def render_router_service(pdd: PDDeployment) -> dict[str, Any]:
         "spec": {
             "type": "ClusterIP",
             "selector": names.selector_labels(pdd.name, "router"),
-            "ports": [{"name": "http", "port": pdd.spec.router.port, "targetPort": "http"}],
+            "ports": ports,
         },
     }
 
 
-def _image(pdd: PDDeployment, ctx: RenderContext) -> str | None:
-    """spec.router.image, else the image the engine's adapter pairs with (if any)."""
-    spec = pdd.spec
-    return spec.router.image or ctx.engine(spec).router_defaults(spec).image
+def render_router_access(pdd: PDDeployment) -> list[dict[str, Any]]:
+    """The router's ServiceAccount and a Role that lets it list and watch pods in the
+    deployment's namespace only: what service discovery needs (a custom router gets the same)."""
+    account = names.router_account_name(pdd.name)
+    meta = child_metadata(pdd, account, "router")
+    return [
+        {
+            "apiVersion": "v1",
+            "kind": "ServiceAccount",
+            "metadata": meta,
+            "automountServiceAccountToken": True,
+        },
+        {
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "Role",
+            "metadata": meta,
+            "rules": [{"apiGroups": [""], "resources": ["pods"], "verbs": [*DISCOVERY_VERBS]}],
+        },
+        {
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "RoleBinding",
+            "metadata": meta,
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": account},
+            "subjects": [{"kind": "ServiceAccount", "name": account, "namespace": pdd.namespace}],
+        },
+    ]
+
+
+def _http_probe(path: str, period_s: int, failure_threshold: int) -> dict[str, Any]:
+    return {
+        "httpGet": {"path": path, "port": HTTP_PORT_NAME},
+        "periodSeconds": period_s,
+        "failureThreshold": failure_threshold,
+    }
 
 
 def _service_host(pdd: PDDeployment, role: str) -> str:

@@ -10,7 +10,8 @@ from pdd_operator.engines.base import (
     EnginePort,
     HealthCheck,
     KvLayout,
-    RouterDefaults,
+    RouterDiscovery,
+    RouterLaunch,
     SideChannel,
     env_value,
     role_spec,
@@ -38,8 +39,14 @@ class FakeAdapter(EngineAdapter):
     def health_check(self, spec: PDDeploymentSpec) -> HealthCheck:
         return HealthCheck(path="/ready", startup_failure_threshold=30)
 
-    def router_defaults(self, spec: PDDeploymentSpec) -> RouterDefaults:
-        return RouterDefaults(image="example.com/fake-router:1", args=("--fake-pd",))
+    def router(self, spec: PDDeploymentSpec, discovery: RouterDiscovery) -> RouterLaunch:
+        selector = ",".join(f"{k}={v}" for k, v in discovery.prefill_selector)
+        return RouterLaunch(
+            ("fake-router",), ("--fake-pd", "--prefill", selector), readiness_path="/ok"
+        )
+
+    def pod_annotations(self, spec: PDDeploymentSpec, role: str) -> dict[str, str]:
+        return {"fake.example/role-port": f"{role}:{KV_PORT}"}
 
 
 ADAPTER = FakeAdapter()

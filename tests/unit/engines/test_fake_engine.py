@@ -17,6 +17,7 @@ from pdd_operator.engines.registry import ENGINES
 from pdd_operator.planning.kv_layout import engine_descriptor_bytes
 from pdd_operator.rendering.children import render_children
 from pdd_operator.rendering.context import RenderContext
+from pdd_operator.rendering.router import router_discovery
 from pdd_sidecar.cli import _parser, build_config
 from pdd_sidecar.reachability import side_channel_for
 from unit.engines.fake_engine import ADAPTER, KV_PORT, METADATA_PORT
@@ -107,16 +108,31 @@ def test_the_sidecar_is_told_the_adapters_side_channel(
     assert env["PDD_SIDE_CHANNEL_ROLES"] == "decode"
 
 
-def test_the_router_takes_the_adapters_image_and_flags_before_the_users() -> None:
-    pdd = fake_pdd({"router": {"image": None, "args": ["--user-flag"]}})
+def test_the_router_runs_the_adapters_command_with_the_users_args_after() -> None:
+    pdd = fake_pdd({"router": {"args": ["--user-flag"]}})
     router = find(render_children(pdd, CTX), "Deployment", "llama-router")
     container = router["spec"]["template"]["spec"]["containers"][0]
-    assert container["image"] == "example.com/fake-router:1"
-    assert container["args"] == ["--fake-pd", "--user-flag"]
-    # The spec's image still wins over the adapter's.
-    pinned = fake_pdd({"router": {"image": "example.com/router:2"}})
-    router = find(render_children(pinned, CTX), "Deployment", "llama-router")
-    assert router["spec"]["template"]["spec"]["containers"][0]["image"] == "example.com/router:2"
+    assert container["command"] == ["fake-router"]
+    revision = router_discovery(pdd).prefill_selector
+    selector = ",".join(f"{k}={v}" for k, v in revision)
+    assert container["args"] == ["--fake-pd", "--prefill", selector, "--user-flag"]
+    assert container["readinessProbe"]["httpGet"]["path"] == "/ok"
+    # spec.router.command replaces the adapter's router whole: command, flags and probes.
+    own = fake_pdd({"router": {"command": ["my-router"], "args": ["--x"]}})
+    container = find(render_children(own, CTX), "Deployment", "llama-router")["spec"]["template"][
+        "spec"
+    ]["containers"][0]
+    assert (container["command"], container["args"]) == (["my-router"], ["--x"])
+    assert "readinessProbe" not in container
+
+
+def test_the_pods_carry_the_adapters_annotations_for_its_router(
+    children: list[dict[str, Any]],
+) -> None:
+    for role in ("prefill", "decode"):
+        sts = find(children, "StatefulSet", f"llama-{role}")
+        annotations = sts["spec"]["template"]["metadata"]["annotations"]
+        assert annotations["fake.example/role-port"] == f"{role}:{KV_PORT}"
 
 
 def test_no_other_engines_port_or_wiring_leaks_in(children: list[dict[str, Any]]) -> None:
