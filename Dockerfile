@@ -1,11 +1,13 @@
 # syntax=docker/dockerfile:1
-# Two images from one file:
+# Three images from one file:
 #   docker build --target operator -t ghcr.io/pdd-dev/pdd-operator:0.1.0 .
 #   docker build --target sidecar  -t ghcr.io/pdd-dev/pdd-sidecar:0.1.0 .
+#   docker build --target router   -t ghcr.io/pdd-dev/pdd-router:0.1.0 .
 # `operator` runs `pdd-operator run` (the chart's Deployment); `sidecar` runs `pdd-sidecar`
 # (NIXL sidecar and probe in engine pods) and, as its command, `pdd-node` (`preflight` init
 # container in engine pods; `agent` in the topology DaemonSet). The entrypoints are the
-# console scripts the tests run.
+# console scripts the tests run. `router` holds the upstream PD routers, the default of
+# spec.router.image: the operator runs `vllm-router` for vLLM and `smg launch` for SGLang.
 
 # Pinned by digest: a tag moves, a digest does not (bump both together).
 ARG PYTHON_IMAGE=python:3.11-slim-bookworm@sha256:2e32f7d302adc1c37428355c1e646897c0c53f4fd60b6a551245fb90ee129f91
@@ -32,6 +34,18 @@ RUN python -m pip wheel --no-deps --wheel-dir /wheels . \
 FROM build AS build-sidecar
 RUN /opt/venv/bin/pip install -c hack/constraints.txt numpy \
     && /opt/venv/bin/pip install --no-deps -c hack/constraints.txt nixl-cu12==1.5.1 nixl==1.5.1
+
+# The routers: PyPI wheels of the upstream Rust routers (a Python entry point loading an abi3
+# extension), at the versions whose --help is in tests/fixtures/routers/. Nothing of the
+# project goes in. `smg` is the SGLang router's current name; `sglang-router` would install a
+# second `smg` script over it, so it is left out.
+FROM ${PYTHON_IMAGE} AS build-router
+ENV PIP_NO_CACHE_DIR=1 \
+    PIP_DISABLE_PIP_VERSION_CHECK=1 \
+    PYTHONDONTWRITEBYTECODE=1
+COPY hack/constraints.txt /tmp/constraints.txt
+RUN python -m venv /opt/venv \
+    && /opt/venv/bin/pip install -c /tmp/constraints.txt vllm-router==0.1.17 smg==1.13.0
 
 # ---------------------------------------------------------------------------- runtime base
 FROM ${PYTHON_IMAGE} AS runtime
@@ -68,3 +82,14 @@ USER 65532:65532
 # No EXPOSE: the operator renders the sidecar's port (PDD_SIDECAR_PORT) into each pod.
 ENTRYPOINT ["pdd-sidecar"]
 CMD ["serve"]
+
+# ---------------------------------------------------------------------------- router
+FROM runtime AS router
+COPY --from=build-router /opt/venv /opt/venv
+LABEL org.opencontainers.image.title="pdd-router" \
+      org.opencontainers.image.description="vllm-router 0.1.17 and smg 1.13.0, the PD routers pdd-operator runs"
+USER 65532:65532
+# The router port is spec.router.port (default 8000) and metrics spec.router.metricsPort.
+EXPOSE 8000 29000
+# No entrypoint: the operator renders the command (`vllm-router` or `smg launch`), and a
+# custom engine's router names its own (spec.router.command).

@@ -37,6 +37,7 @@ CLUSTER = "pdd-e2e"
 TAG = "e2e"
 OPERATOR_IMAGE = f"pdd-operator:{TAG}"
 SIDECAR_IMAGE = f"pdd-sidecar:{TAG}"
+ROUTER_IMAGE = f"pdd-router:{TAG}"
 ENGINE_IMAGE = f"pdd-e2e-engine:{TAG}"
 EXAMPLE = ROOT / "examples" / "vllm-2p4d.yaml"
 READY_TIMEOUT_S = 600
@@ -111,7 +112,7 @@ def stand_in_example() -> dict[str, Any]:
     pdd: dict[str, Any] = yaml.safe_load(EXAMPLE.read_text())
     spec = pdd["spec"]
     spec["engine"]["image"] = ENGINE_IMAGE  # answers /health like vLLM; no model download
-    spec["router"]["image"] = ENGINE_IMAGE
+    spec["router"]["image"] = ROUTER_IMAGE  # the real vllm-router, finding the stand-ins
     for role in ("prefill", "decode"):
         spec[role]["resources"] = {}  # the example asks 16 CPUs and 128Gi per pod
     rdma = spec["kvTransfer"].setdefault("rdma", {})
@@ -132,10 +133,15 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     run(kind, "create", "cluster", "--name", CLUSTER, "--kubeconfig", str(kubeconfig),
         "--wait", "180s")  # fmt: skip
     try:
-        for target, tag in (("operator", OPERATOR_IMAGE), ("sidecar", SIDECAR_IMAGE)):
+        targets = (
+            ("operator", OPERATOR_IMAGE),
+            ("sidecar", SIDECAR_IMAGE),
+            ("router", ROUTER_IMAGE),
+        )
+        for target, tag in targets:
             run("docker", "build", "--target", target, "-t", tag, ".")
         run("docker", "build", "-t", ENGINE_IMAGE, str(E2E / "engine"))
-        for image in (OPERATOR_IMAGE, SIDECAR_IMAGE, ENGINE_IMAGE):
+        for image in (OPERATOR_IMAGE, SIDECAR_IMAGE, ROUTER_IMAGE, ENGINE_IMAGE):
             run(kind, "load", "docker-image", image, "--name", CLUSTER)
         yield kubeconfig
     finally:
