@@ -89,6 +89,7 @@ class NodeSimulator:
         *,
         workers: int = 16,
         init_outcome: InitOutcome | None = None,
+        pod_ips: Iterator[str] | None = None,
     ) -> None:
         self._kube = KubeJson(kubeconfig, pool_size=workers + 4)
         self._workers = workers
@@ -103,7 +104,10 @@ class NodeSimulator:
         self._watch_resp: Any = None
         self._thread: threading.Thread | None = None
         self._pool: ThreadPoolExecutor | None = None
-        self._pod_ips = IpPool(POD_IP_START)
+        # Pod addresses, in order. Default: simulated ones nothing listens on. A test whose
+        # pods must answer (stand-in engines for a real router) passes loopback ones
+        # (127.0.0.0/8) and listens there; EndpointSlices leave those out.
+        self._pod_ips = pod_ips if pod_ips is not None else iter(IpPool(POD_IP_START))
         self._node_ip_pool = IpPool(NODE_IP_START)
         self._synced = threading.Event()
         self.stats = SimStats()
@@ -349,7 +353,7 @@ class NodeSimulator:
         with self._lock:
             st = self._pods.get(uid)
             if st is None:
-                ip = pod.get("status", {}).get("podIP") or self._pod_ips.allocate()
+                ip = pod.get("status", {}).get("podIP") or next(self._pod_ips)
                 st = self._pods[uid] = _PodState(ip, failure)
             job = self._next_job(pod, node, st)
         if job is not None:
