@@ -24,6 +24,9 @@ CHILDREN = {
     ("ServiceAccount", "llama-sidecar"),
     ("Role", "llama-sidecar"),
     ("RoleBinding", "llama-sidecar"),
+    ("ServiceAccount", "llama-router"),
+    ("Role", "llama-router"),
+    ("RoleBinding", "llama-router"),
     ("NetworkPolicy", "llama-kv-transfer"),
     ("NetworkPolicy", "llama-router"),
     ("StatefulSet", "llama-prefill"),
@@ -70,7 +73,8 @@ async def test_a_new_deployment_applies_its_children_in_waves_and_writes_status_
 
     applies = [(kind, name) for verb, kind, name in cluster.writes if verb == "apply"]
     assert sorted(applies) == sorted(CHILDREN)
-    assert {kind for kind, _ in applies[:2]} == REFERENCED_FIRST  # before anything else
+    # The sidecar's and the router's Role and ServiceAccount, before anything else.
+    assert {kind for kind, _ in applies[:4]} == REFERENCED_FIRST
     assert [w for w in cluster.writes if w[0] != "apply"] == [
         ("create", "Secret", names.token_secret_name("llama")),
         ("status", "PDDeployment", "llama"),
@@ -79,7 +83,7 @@ async def test_a_new_deployment_applies_its_children_in_waves_and_writes_status_
     assert condition(cluster, "Stalled") == ("False", "NotStalled")
     assert cluster.stored[KEY]["status"]["observedGeneration"] == 3
     writes = "pdd_operator_api_writes_total"
-    assert metrics.registry.get_sample_value(writes, {"verb": "apply", "kind": "Role"}) == 1
+    assert metrics.registry.get_sample_value(writes, {"verb": "apply", "kind": "Role"}) == 2
     assert (
         metrics.registry.get_sample_value(writes, {"verb": "status", "kind": "PDDeployment"}) == 1
     )
@@ -138,7 +142,10 @@ async def test_children_no_longer_rendered_are_deleted() -> None:
     assert sorted(w for w in cluster.writes[writes:] if w[0] == "delete") == [
         ("delete", "Deployment", "llama-router"),
         ("delete", "NetworkPolicy", "llama-router"),
+        ("delete", "Role", "llama-router"),
+        ("delete", "RoleBinding", "llama-router"),
         ("delete", "Service", "llama-router"),
+        ("delete", "ServiceAccount", "llama-router"),
     ]
     assert not [kind for (_, _, kind, name) in cluster.objects if name == "llama-router"]
 

@@ -256,7 +256,7 @@ def test_unlabelled_pods_outsiders_and_look_alikes_elsewhere_reach_no_engine_por
 def test_without_a_rendered_router_the_http_port_is_the_front_door() -> None:
     """spec.router.enabled false: the user's router sits outside the deployment with labels
     the operator cannot know, so the engines' HTTP port takes any source; nothing else does."""
-    r = render({"router": {"enabled": False, "image": None}})
+    r = render({"router": {"enabled": False}})
     assert [p["metadata"]["name"] for p in r.policies] == ["llama-kv-transfer"]
     users_router = Pod("gateway-0", {"app": "gateway"}, "ingress")
     for source in (users_router, External("203.0.113.7")):
