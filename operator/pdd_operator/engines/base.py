@@ -13,7 +13,7 @@ from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
-from pdd_operator.api.v1alpha1 import PDDeploymentSpec, RoleSpec
+from pdd_operator.api.v1alpha1 import PDDeploymentSpec, RoleSpec, RouterSpec
 
 EnvEntry = dict[str, Any]  # one container env entry, as the Pod API spells it
 
@@ -144,6 +144,28 @@ def env_value(name: str, value: str) -> EnvEntry:
 def env_pod_ip(name: str) -> EnvEntry:
     """``name`` set to the pod's IP by the downward API."""
     return {"name": name, "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}}
+
+
+def pd_router_args(
+    router: RouterSpec, discovery: RouterDiscovery, mode: tuple[str, ...]
+) -> tuple[str, ...]:
+    """The flags vllm-router 0.1.17 and smg 1.13.0 spell alike, around the router's own PD
+    ``mode`` flags. Both binds are given: vllm-router's default to 127.0.0.1, unreachable from
+    the Service and from Prometheus."""
+    return (
+        "--host",
+        "0.0.0.0",
+        "--port",
+        str(router.port),
+        *mode,
+        *service_discovery_args(discovery),
+        "--prometheus-host",
+        "0.0.0.0",
+        "--prometheus-port",
+        str(router.metricsPort),
+        "--request-timeout-secs",
+        str(router.requestTimeoutSeconds),
+    )
 
 
 def service_discovery_args(discovery: RouterDiscovery) -> tuple[str, ...]:

@@ -24,8 +24,8 @@ from pdd_operator.engines.base import (
     RouterDiscovery,
     RouterLaunch,
     SideChannel,
+    pd_router_args,
     role_spec,
-    service_discovery_args,
 )
 
 BOOTSTRAP_PORT_NAME = "bootstrap"
@@ -72,21 +72,9 @@ class SglangAdapter(EngineAdapter):
         )
 
     def router(self, spec: PDDeploymentSpec, discovery: RouterDiscovery) -> RouterLaunch:
-        router = spec.router
         args = (
             "launch",
-            "--host",
-            "0.0.0.0",
-            "--port",
-            str(router.port),
-            "--pd-disaggregation",
-            *service_discovery_args(discovery),
-            "--prometheus-host",
-            "0.0.0.0",
-            "--prometheus-port",
-            str(router.metricsPort),
-            "--request-timeout-secs",
-            str(router.requestTimeoutSeconds),
+            *pd_router_args(spec.router, discovery, ("--pd-disaggregation",)),
             # Routing needs no tokenizer; autoload would fetch one from the Hugging Face Hub
             # for the model the workers report, from every router pod.
             "--disable-tokenizer-autoload",

@@ -28,8 +28,8 @@ from pdd_operator.engines.base import (
     SideChannel,
     env_pod_ip,
     env_value,
+    pd_router_args,
     role_spec,
-    service_discovery_args,
 )
 
 SIDE_CHANNEL_PORT_NAME = "side-channel"
@@ -84,25 +84,9 @@ class VllmAdapter(EngineAdapter):
         )
 
     def router(self, spec: PDDeploymentSpec, discovery: RouterDiscovery) -> RouterLaunch:
-        router = spec.router
-        args = (
-            # Both binds default to 127.0.0.1 in vllm-router, unreachable from the Service
-            # and from Prometheus.
-            "--host",
-            "0.0.0.0",
-            "--port",
-            str(router.port),
-            "--vllm-pd-disaggregation",
-            "--kv-connector",
-            ROUTER_KV_CONNECTOR[spec.kvTransfer.connector],
-            *service_discovery_args(discovery),
-            "--prometheus-host",
-            "0.0.0.0",
-            "--prometheus-port",
-            str(router.metricsPort),
-            "--request-timeout-secs",
-            str(router.requestTimeoutSeconds),
-        )
+        connector = ROUTER_KV_CONNECTOR[spec.kvTransfer.connector]
+        mode = ("--vllm-pd-disaggregation", "--kv-connector", connector)
+        args = pd_router_args(spec.router, discovery, mode)
         return RouterLaunch(("vllm-router",), args)
 
     def pod_annotations(self, spec: PDDeploymentSpec, role: str) -> dict[str, str]:

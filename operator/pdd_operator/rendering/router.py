@@ -15,6 +15,7 @@ from pdd_contract.env import PDD_DECODE_SERVICE, PDD_ENGINE_PORT, PDD_MODEL, PDD
 from pdd_operator.api import names
 from pdd_operator.api.v1alpha1 import PDDeployment
 from pdd_operator.engines.base import RouterDiscovery, RouterLaunch
+from pdd_operator.rendering.access import render_account
 from pdd_operator.rendering.context import RenderContext
 from pdd_operator.rendering.merge import merge_template
 from pdd_operator.rendering.roles import child_metadata, engine_revision
@@ -166,28 +167,8 @@ def render_router_access(pdd: PDDeployment) -> list[dict[str, Any]]:
     """The router's ServiceAccount and a Role that lets it list and watch pods in the
     deployment's namespace only: what service discovery needs (a custom router gets the same)."""
     account = names.router_account_name(pdd.name)
-    meta = child_metadata(pdd, account, "router")
-    return [
-        {
-            "apiVersion": "v1",
-            "kind": "ServiceAccount",
-            "metadata": meta,
-            "automountServiceAccountToken": True,
-        },
-        {
-            "apiVersion": "rbac.authorization.k8s.io/v1",
-            "kind": "Role",
-            "metadata": meta,
-            "rules": [{"apiGroups": [""], "resources": ["pods"], "verbs": [*DISCOVERY_VERBS]}],
-        },
-        {
-            "apiVersion": "rbac.authorization.k8s.io/v1",
-            "kind": "RoleBinding",
-            "metadata": meta,
-            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": account},
-            "subjects": [{"kind": "ServiceAccount", "name": account, "namespace": pdd.namespace}],
-        },
-    ]
+    rules = [{"apiGroups": [""], "resources": ["pods"], "verbs": [*DISCOVERY_VERBS]}]
+    return render_account(account, pdd.namespace, child_metadata(pdd, account, "router"), rules)
 
 
 def _http_probe(path: str, period_s: int, failure_threshold: int) -> dict[str, Any]:

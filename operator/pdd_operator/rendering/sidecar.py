@@ -30,6 +30,7 @@ from pdd_contract.ports import NO_SIDE_CHANNEL, SIDE_CHANNEL_SERVED_BY
 from pdd_operator.api import names
 from pdd_operator.api.v1alpha1 import PDDeployment, PDDeploymentSpec
 from pdd_operator.engines.base import EngineAdapter
+from pdd_operator.rendering.access import render_account
 from pdd_operator.rendering.context import RenderContext
 from pdd_operator.rendering.transfer import transfer_env
 
@@ -163,41 +164,21 @@ def render_sidecar_access(pdd: PDDeployment) -> list[dict[str, Any]]:
     if not sidecar_enabled(pdd.spec):
         return []
     account = names.sidecar_account_name(pdd.name)
-    meta = _meta(pdd, account)
-    return [
+    rules = [
         {
-            "apiVersion": "v1",
-            "kind": "ServiceAccount",
-            "metadata": meta,
-            "automountServiceAccountToken": True,
+            "apiGroups": ["discovery.k8s.io"],
+            "resources": ["endpointslices"],
+            "verbs": ["get", "list", "watch"],
         },
+        # The prober pod reads its probe requests and writes results on itself only.
         {
-            "apiVersion": "rbac.authorization.k8s.io/v1",
-            "kind": "Role",
-            "metadata": meta,
-            "rules": [
-                {
-                    "apiGroups": ["discovery.k8s.io"],
-                    "resources": ["endpointslices"],
-                    "verbs": ["get", "list", "watch"],
-                },
-                # The prober pod reads its probe requests and writes results on itself only.
-                {
-                    "apiGroups": [""],
-                    "resources": ["pods"],
-                    "verbs": ["get", "list", "watch", "patch"],
-                    "resourceNames": [names.prober_pod_name(pdd.name)],
-                },
-            ],
-        },
-        {
-            "apiVersion": "rbac.authorization.k8s.io/v1",
-            "kind": "RoleBinding",
-            "metadata": meta,
-            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": account},
-            "subjects": [{"kind": "ServiceAccount", "name": account, "namespace": pdd.namespace}],
+            "apiGroups": [""],
+            "resources": ["pods"],
+            "verbs": ["get", "list", "watch", "patch"],
+            "resourceNames": [names.prober_pod_name(pdd.name)],
         },
     ]
+    return render_account(account, pdd.namespace, _meta(pdd, account), rules)
 
 
 def render_token_secret(pdd: PDDeployment, token: str) -> dict[str, Any]:
