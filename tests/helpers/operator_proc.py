@@ -17,6 +17,9 @@ from kubernetes.client.exceptions import ApiException
 
 ROOT = Path(__file__).resolve().parents[2]
 CRD_FILE = ROOT / "crds" / "pdd.dev_pddeployments.yaml"
+# The operator's static user on the integration tier's control plane: its writes show in the
+# audit log under this name.
+OPERATOR_USER = "pdd-operator"
 
 
 def load_crd() -> dict[str, Any]:

@@ -13,6 +13,7 @@ import pytest
 from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
 
+from helpers.operator_proc import OPERATOR_USER, OperatorProcess, install_crd
 from pdd_localcluster import LocalControlPlane, NodeSimulator, gpu_fleet
 
 INTEGRATION_DIR = Path(__file__).parent
@@ -21,8 +22,6 @@ _BANNER = pytest.StashKey[str]()
 # The default fleet: two NVLink cliques of four 8-GPU nodes, each clique over two racks.
 FLEET_CLIQUES = 2
 FLEET_NODES_PER_CLIQUE = 4
-
-OPERATOR_USER = "pdd-operator"
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
@@ -83,6 +82,22 @@ def node_sim(control_plane: LocalControlPlane) -> Iterator[NodeSimulator]:
     fleet = gpu_fleet(FLEET_CLIQUES, FLEET_NODES_PER_CLIQUE, racks_per_clique=2, zone="zone-a")
     with NodeSimulator(control_plane.kubeconfig, fleet) as sim:
         yield sim
+
+
+@pytest.fixture(scope="module")
+def operator(
+    control_plane: LocalControlPlane,
+    api_client: client.ApiClient,
+    node_sim: NodeSimulator,
+    tmp_path_factory: pytest.TempPathFactory,
+) -> Iterator[OperatorProcess]:
+    """The real operator process, one per test module that asks for it, as OPERATOR_USER."""
+    install_crd(api_client)
+    log = tmp_path_factory.mktemp("operator") / "operator.log"
+    identity = control_plane.kubeconfig_for(OPERATOR_USER)
+    proc = OperatorProcess(identity, log, resync_seconds=2.0).start()
+    yield proc
+    proc.kill()
 
 
 @pytest.fixture

@@ -15,8 +15,7 @@ import pytest
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
-from helpers.operator_fixture import OPERATOR_USER
-from helpers.operator_proc import OperatorProcess, install_crd
+from helpers.operator_proc import OPERATOR_USER, OperatorProcess, install_crd
 from helpers.waits import wait_for
 
 GROUP, VERSION, PLURAL = "pdd.dev", "v1alpha1", "pddeployments"
@@ -33,6 +32,7 @@ def operator(
     node_sim: Any,
     tmp_path_factory: pytest.TempPathFactory,
 ) -> Iterator[OperatorProcess]:
+    """The tier's `operator`, overridden for this module: a resync only every 300 s."""
     install_crd(api_client)
     log: Path = tmp_path_factory.mktemp("operator") / "operator.log"
     identity = control_plane.kubeconfig_for(OPERATOR_USER)

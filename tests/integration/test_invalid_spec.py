@@ -15,8 +15,7 @@ from typing import Any
 import pytest
 from kubernetes import client
 
-from helpers.operator_fixture import OPERATOR_USER, operator  # noqa: F401  (fixture)
-from helpers.operator_proc import OperatorProcess, install_crd, load_crd
+from helpers.operator_proc import OPERATOR_USER, OperatorProcess, install_crd, load_crd
 from helpers.waits import wait_for, wait_namespaces_gone
 
 GROUP, VERSION, PLURAL = "pdd.dev", "v1alpha1", "pddeployments"

@@ -8,8 +8,7 @@ from typing import Any
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
-from helpers.operator_fixture import OPERATOR_USER, operator  # noqa: F401  (fixture)
-from helpers.operator_proc import OperatorProcess
+from helpers.operator_proc import OPERATOR_USER, OperatorProcess
 from helpers.waits import wait_for, wait_namespaces_gone
 
 GROUP, VERSION, PLURAL = "pdd.dev", "v1alpha1", "pddeployments"

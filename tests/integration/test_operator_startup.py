@@ -14,8 +14,7 @@ from typing import Any
 import pytest
 from kubernetes import client
 
-from helpers.operator_fixture import OPERATOR_USER
-from helpers.operator_proc import OperatorProcess, install_crd
+from helpers.operator_proc import OPERATOR_USER, OperatorProcess, install_crd
 from helpers.waits import wait_for
 from pdd_localcluster import NodeSimulator, SimNode
 

@@ -14,7 +14,6 @@ from typing import Any
 import pytest
 from kubernetes import client
 
-from helpers.operator_fixture import operator  # noqa: F401  (fixture)
 from helpers.operator_proc import OperatorProcess
 from helpers.waits import wait_for
 from pdd_localcluster.nodes import SimNode, gpu_node_capacity, gpu_node_labels

@@ -35,7 +35,6 @@ import yaml
 from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
 
-from helpers.operator_fixture import operator  # noqa: F401  (fixture)
 from helpers.operator_proc import ROOT, OperatorProcess
 from helpers.waits import wait_for
 

@@ -9,7 +9,6 @@ from typing import Any
 
 from kubernetes import client
 
-from helpers.operator_fixture import operator  # noqa: F401  (fixture)
 from helpers.operator_proc import OperatorProcess
 from helpers.waits import wait_for
 
