@@ -21,6 +21,7 @@ from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
 from kubernetes.dynamic import DynamicClient
 
+from helpers.factories import pdd_body
 from helpers.operator_proc import OperatorProcess
 from helpers.waits import wait_for
 from pdd_localcluster import LocalControlPlane
@@ -219,19 +220,13 @@ def test_access_review(
 
 
 def small_pddeployment(name: str) -> dict[str, Any]:
-    return {
-        "apiVersion": f"{GROUP}/{VERSION}",
-        "kind": "PDDeployment",
-        "metadata": {"name": name},
-        "spec": {
-            "model": {"name": "meta-llama/Llama-3.1-8B"},
-            "engine": {"image": "vllm/vllm-openai:v0.11.0"},
-            "router": {"image": "ghcr.io/llm-d/router:v1"},
-            "prefill": {"replicas": 1, "gpusPerInstance": 1},
-            "decode": {"replicas": 1, "gpusPerInstance": 1},
-            "topology": {"placement": "none"},
-        },
-    }
+    return pdd_body(
+        name,
+        APP_NS,
+        prefill={"replicas": 1, "gpusPerInstance": 1},
+        decode={"replicas": 1, "gpusPerInstance": 1},
+        topology={"placement": "none"},
+    )
 
 
 def observed_generation(api: client.ApiClient, name: str) -> int:

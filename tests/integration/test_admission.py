@@ -11,15 +11,13 @@ import pytest
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
+from helpers.factories import pdd_body, sample_spec
 from helpers.operator_proc import install_crd
 
 GROUP, VERSION, PLURAL = "pdd.dev", "v1alpha1", "pddeployments"
 
-VALID: dict[str, Any] = {
-    "model": {"name": "meta-llama/Llama-3.1-8B"},
-    "engine": {"image": "vllm/vllm-openai:v0.11.0"},
-    "router": {"image": "ghcr.io/llm-d/router:v1"},
-}
+# The sample's required fields only: everything else is left to the API server's defaults.
+VALID: dict[str, Any] = {key: sample_spec()[key] for key in ("model", "engine", "router")}
 RDMA = {"resourceName": "rdma/hca"}
 
 # (case id, spec fields to set (dotted path -> value), substrings the message must contain)
@@ -203,12 +201,7 @@ def spec_with(changes: dict[str, Any]) -> dict[str, Any]:
 def create(
     api_client: client.ApiClient, namespace: str, spec: dict[str, Any], name: str = "bad"
 ) -> None:
-    body = {
-        "apiVersion": f"{GROUP}/{VERSION}",
-        "kind": "PDDeployment",
-        "metadata": {"name": name},
-        "spec": spec,
-    }
+    body = {**pdd_body(name, namespace), "spec": spec}
     client.CustomObjectsApi(api_client).create_namespaced_custom_object(
         GROUP, VERSION, namespace, PLURAL, body, dry_run="All", field_validation="Strict"
     )
@@ -252,12 +245,7 @@ def test_the_valid_base_and_the_example_are_accepted(
 def test_defaults_are_filled_in_by_the_api_server(
     crd: None, api_client: client.ApiClient, namespace: str
 ) -> None:
-    body = {
-        "apiVersion": f"{GROUP}/{VERSION}",
-        "kind": "PDDeployment",
-        "metadata": {"name": "defaults"},
-        "spec": VALID,
-    }
+    body = {**pdd_body("defaults", namespace), "spec": VALID}
     created = client.CustomObjectsApi(api_client).create_namespaced_custom_object(
         GROUP, VERSION, namespace, PLURAL, body, dry_run="All"
     )
@@ -289,12 +277,7 @@ def test_the_engine_type_cannot_change_on_update(
     crd: None, api_client: client.ApiClient, namespace: str
 ) -> None:
     objects = client.CustomObjectsApi(api_client)
-    body = {
-        "apiVersion": f"{GROUP}/{VERSION}",
-        "kind": "PDDeployment",
-        "metadata": {"name": "immutable"},
-        "spec": spec_with({}),
-    }
+    body = {**pdd_body("immutable", namespace), "spec": spec_with({})}
     objects.create_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, body)
     patch = {"spec": {"engine": {"type": "sglang"}}}
     with pytest.raises(ApiException) as raised:

@@ -15,6 +15,7 @@ import pytest
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
+from helpers.factories import pdd_body
 from helpers.operator_proc import OPERATOR_USER, OperatorProcess, install_crd
 from helpers.waits import wait_for
 
@@ -46,22 +47,15 @@ def deployment(
     operator: OperatorProcess, api_client: client.ApiClient, namespace: str
 ) -> dict[str, Any]:
     """A Ready PDDeployment whose UCX_NET_DEVICES is pinned in its spec."""
-    body = {
-        "apiVersion": f"{GROUP}/{VERSION}",
-        "kind": "PDDeployment",
-        "metadata": {"name": NAME},
-        "spec": {
-            "model": {"name": "meta-llama/Llama-3.1-70B-Instruct"},
-            "engine": {"image": "vllm/vllm-openai:v0.11.0"},
-            "router": {"enabled": False},
-            "prefill": {"replicas": 1, "gpusPerInstance": 1},
-            "decode": {"replicas": 2, "gpusPerInstance": 1},
-            "topology": {"placement": "none"},
-            "kvTransfer": {
-                "ucx": {"extraEnv": [{"name": "UCX_NET_DEVICES", "value": PINNED_NICS}]}
-            },
-        },
-    }
+    body = pdd_body(
+        NAME,
+        namespace,
+        router={"enabled": False},
+        prefill={"replicas": 1, "gpusPerInstance": 1},
+        decode={"replicas": 2, "gpusPerInstance": 1},
+        topology={"placement": "none"},
+        kvTransfer={"ucx": {"extraEnv": [{"name": "UCX_NET_DEVICES", "value": PINNED_NICS}]}},
+    )
     custom = client.CustomObjectsApi(api_client)
     custom.create_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, body)
 

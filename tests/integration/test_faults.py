@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 from kubernetes import client
 
+from helpers.factories import pdd_body
 from helpers.operator_proc import OperatorProcess, install_crd
 from helpers.waits import wait_for
 from pdd_localcluster.nodes import SimNode, gpu_node_capacity, gpu_node_labels
@@ -34,22 +35,15 @@ def operator_factory(
         proc.kill()
 
 
-def body(name: str, prefill: int = 1, decode: int = 2, **extra: Any) -> dict[str, Any]:
-    spec = {
-        "model": {"name": "m"},
-        "engine": {"image": "vllm/vllm-openai:v0.11.0"},
-        "router": {"enabled": False},
-        "prefill": {"replicas": prefill, "gpusPerInstance": 1},
-        "decode": {"replicas": decode, "gpusPerInstance": 1},
-        "topology": {"placement": "none"},
-        **extra,
-    }
-    return {
-        "apiVersion": f"{GROUP}/{VERSION}",
-        "kind": "PDDeployment",
-        "metadata": {"name": name},
-        "spec": spec,
-    }
+def body(name: str, namespace: str, prefill: int = 1, decode: int = 2) -> dict[str, Any]:
+    return pdd_body(
+        name,
+        namespace,
+        router={"enabled": False},
+        prefill={"replicas": prefill, "gpusPerInstance": 1},
+        decode={"replicas": decode, "gpusPerInstance": 1},
+        topology={"placement": "none"},
+    )
 
 
 def objects(api: client.ApiClient) -> client.CustomObjectsApi:
@@ -74,7 +68,7 @@ def test_operator_killed_mid_reconcile_converges_without_duplicates_or_orphans(
     names = [f"svc-{i}" for i in range(8)]
     for name in names:
         objects(api_client).create_namespaced_custom_object(
-            GROUP, VERSION, namespace, PLURAL, body(name)
+            GROUP, VERSION, namespace, PLURAL, body(name, namespace)
         )
     apps = client.AppsV1Api(api_client)
     wait_for(
@@ -108,7 +102,7 @@ def test_apiserver_restart_while_the_operator_runs(
 ) -> None:
     operator = operator_factory()
     objects(api_client).create_namespaced_custom_object(
-        GROUP, VERSION, namespace, PLURAL, body("before")
+        GROUP, VERSION, namespace, PLURAL, body("before", namespace)
     )
     wait_for(lambda: is_ready(api_client, namespace, "before"), 90, what="before Ready")
 
@@ -116,7 +110,7 @@ def test_apiserver_restart_while_the_operator_runs(
 
     # The operator reconnects its watches and serves a PDDeployment created afterwards.
     objects(api_client).create_namespaced_custom_object(
-        GROUP, VERSION, namespace, PLURAL, body("after")
+        GROUP, VERSION, namespace, PLURAL, body("after", namespace)
     )
     wait_for(lambda: is_ready(api_client, namespace, "after"), 120, what="after Ready")
     assert operator.proc is not None and operator.proc.poll() is None, operator.tail()
@@ -137,7 +131,7 @@ def test_etcd_paused_while_the_operator_runs(
 ) -> None:
     operator = operator_factory()
     objects(api_client).create_namespaced_custom_object(
-        GROUP, VERSION, namespace, PLURAL, body("during")
+        GROUP, VERSION, namespace, PLURAL, body("during", namespace)
     )
     control_plane.pause_etcd(5)  # the apiserver answers errors/timeouts meanwhile
     wait_for(lambda: is_ready(api_client, namespace, "during"), 120, what="during Ready")
@@ -174,7 +168,7 @@ def test_node_not_ready_then_deleted_degrades_and_recovers_within_the_domain(
     fault_nodes: list[str],
 ) -> None:
     operator_factory()
-    spec_body = body("ha", prefill=1, decode=1)
+    spec_body = body("ha", namespace, prefill=1, decode=1)
     for role in ("prefill", "decode"):
         spec_body["spec"][role]["gpusPerInstance"] = 8  # one pod fills one node
         spec_body["spec"][role]["nodeSelector"] = {"pdd-test": "faults"}

@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 from kubernetes import client
 
+from helpers.factories import pdd_body
 from helpers.operator_proc import OPERATOR_USER, OperatorProcess, install_crd, load_crd
 from helpers.waits import wait_for, wait_namespaces_gone
 
@@ -22,21 +23,16 @@ GROUP, VERSION, PLURAL = "pdd.dev", "v1alpha1", "pddeployments"
 NAME = "from-the-future"
 
 
-def body() -> dict[str, Any]:
-    return {
-        "apiVersion": f"{GROUP}/{VERSION}",
-        "kind": "PDDeployment",
-        "metadata": {"name": NAME},
-        "spec": {
-            "model": {"name": "meta-llama/Llama-3.1-8B"},
-            "engine": {"image": "vllm/vllm-openai:v0.11.0"},
-            "router": {"enabled": False},
-            "prefill": {"replicas": 1, "gpusPerInstance": 1},
-            "decode": {"replicas": 1, "gpusPerInstance": 1},
-            "topology": {"placement": "none"},
-            "futureField": "on",
-        },
-    }
+def body(namespace: str) -> dict[str, Any]:
+    return pdd_body(
+        NAME,
+        namespace,
+        router={"enabled": False},
+        prefill={"replicas": 1, "gpusPerInstance": 1},
+        decode={"replicas": 1, "gpusPerInstance": 1},
+        topology={"placement": "none"},
+        futureField="on",
+    )
 
 
 @pytest.fixture
@@ -69,11 +65,11 @@ def test_an_unreadable_spec_is_stalled_with_the_fix_and_recovers(
         # the unknown field. A dry run finds out without creating an object the operator
         # would reconcile (and give children) as a valid one.
         tried = custom.create_namespaced_custom_object(
-            GROUP, VERSION, namespace, PLURAL, body(), dry_run="All"
+            GROUP, VERSION, namespace, PLURAL, body(namespace), dry_run="All"
         )
         if "futureField" not in tried["spec"]:
             return False
-        custom.create_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, body())
+        custom.create_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, body(namespace))
         return True
 
     wait_for(create_keeping_the_field, 30, 0.5, "the CRD with futureField served")

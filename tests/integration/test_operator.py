@@ -8,28 +8,13 @@ from typing import Any
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
+from helpers.factories import pdd_body
 from helpers.operator_proc import OPERATOR_USER, OperatorProcess
 from helpers.waits import wait_for, wait_namespaces_gone
 
 GROUP, VERSION, PLURAL = "pdd.dev", "v1alpha1", "pddeployments"
 
-
-def pdd_body(name: str, **spec: Any) -> dict[str, Any]:
-    base: dict[str, Any] = {
-        "model": {"name": "meta-llama/Llama-3.1-8B"},
-        "engine": {"image": "vllm/vllm-openai:v0.11.0"},
-        "router": {"image": "ghcr.io/llm-d/router:v1"},
-        "prefill": {"replicas": 2, "gpusPerInstance": 2},
-        "decode": {"replicas": 4, "gpusPerInstance": 2},
-        "topology": {"placement": "none"},
-    }
-    base.update(spec)
-    return {
-        "apiVersion": f"{GROUP}/{VERSION}",
-        "kind": "PDDeployment",
-        "metadata": {"name": name},
-        "spec": base,
-    }
+UNPLACED = {"placement": "none"}
 
 
 def custom(api_client: client.ApiClient) -> client.CustomObjectsApi:
@@ -83,7 +68,7 @@ def test_lifecycle_create_scale_upgrade_router_delete(
     operator: OperatorProcess, api_client: client.ApiClient, namespace: str
 ) -> None:
     custom(api_client).create_namespaced_custom_object(
-        GROUP, VERSION, namespace, PLURAL, pdd_body("llama")
+        GROUP, VERSION, namespace, PLURAL, pdd_body("llama", namespace, topology=UNPLACED)
     )
     apps, core = client.AppsV1Api(api_client), client.CoreV1Api(api_client)
 
@@ -164,7 +149,12 @@ def test_status_follows_pods_from_pending_to_ready(
 ) -> None:
     unschedulable = {"replicas": 1, "gpusPerInstance": 1, "nodeSelector": {"no-such-label": "x"}}
     body = pdd_body(
-        "pending", prefill=unschedulable, decode=dict(unschedulable), router={"enabled": False}
+        "pending",
+        namespace,
+        prefill=unschedulable,
+        decode=dict(unschedulable),
+        router={"enabled": False},
+        topology=UNPLACED,
     )
     custom(api_client).create_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, body)
 
@@ -191,7 +181,7 @@ def test_resync_of_an_unchanged_deployment_writes_nothing(
     operator: OperatorProcess, control_plane: Any, api_client: client.ApiClient, namespace: str
 ) -> None:
     custom(api_client).create_namespaced_custom_object(
-        GROUP, VERSION, namespace, PLURAL, pdd_body("steady")
+        GROUP, VERSION, namespace, PLURAL, pdd_body("steady", namespace, topology=UNPLACED)
     )
     wait_ready(api_client, namespace, "steady")
     wait_namespaces_gone(api_client)  # other tests' clean-up writes are not ours

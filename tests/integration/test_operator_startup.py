@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 from kubernetes import client
 
+from helpers.factories import pdd_body
 from helpers.operator_proc import OPERATOR_USER, OperatorProcess, install_crd
 from helpers.waits import wait_for
 from pdd_localcluster import NodeSimulator, SimNode
@@ -48,18 +49,13 @@ def test_operator_with_default_settings_reconciles_on_more_than_64_nodes(
     # No PDD_WORKER_LIMIT or other tuning: the settings a chart install gets.
     proc = OperatorProcess(identity, tmp_path / "operator.log").start()
     try:
-        body = {
-            "apiVersion": f"{GROUP}/{VERSION}",
-            "kind": "PDDeployment",
-            "metadata": {"name": "crowded"},
-            "spec": {
-                "model": {"name": "meta-llama/Llama-3.1-8B"},
-                "engine": {"image": "vllm/vllm-openai:v0.11.0"},
-                "prefill": {"replicas": 1, "gpusPerInstance": 1},
-                "decode": {"replicas": 1, "gpusPerInstance": 1},
-                "router": {"enabled": False},
-            },
-        }
+        body = pdd_body(
+            "crowded",
+            namespace,
+            prefill={"replicas": 1, "gpusPerInstance": 1},
+            decode={"replicas": 1, "gpusPerInstance": 1},
+            router={"enabled": False},
+        )
         client.CustomObjectsApi(api_client).create_namespaced_custom_object(
             GROUP, VERSION, namespace, PLURAL, body
         )

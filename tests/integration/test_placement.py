@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 from kubernetes import client
 
+from helpers.factories import pdd_body
 from helpers.operator_proc import OperatorProcess
 from helpers.waits import wait_for
 from pdd_localcluster.nodes import SimNode, gpu_node_capacity, gpu_node_labels
@@ -62,9 +63,8 @@ def topo_nodes(node_sim: Any) -> Iterator[list[str]]:
 
 
 def spec(prefill: int, decode: int, tp: int = 2, **kv: Any) -> dict[str, Any]:
+    """The patch to the sample spec."""
     return {
-        "model": {"name": "meta-llama/Llama-3.1-70B-Instruct"},
-        "engine": {"image": "vllm/vllm-openai:v0.11.0"},
         "router": {"enabled": False},
         "prefill": {"replicas": prefill, "gpusPerInstance": tp},
         "decode": {"replicas": decode, "gpusPerInstance": tp},
@@ -73,13 +73,8 @@ def spec(prefill: int, decode: int, tp: int = 2, **kv: Any) -> dict[str, Any]:
     }
 
 
-def create(api: client.ApiClient, ns: str, name: str, body_spec: dict[str, Any]) -> None:
-    body = {
-        "apiVersion": f"{GROUP}/{VERSION}",
-        "kind": "PDDeployment",
-        "metadata": {"name": name},
-        "spec": body_spec,
-    }
+def create(api: client.ApiClient, ns: str, name: str, spec_patch: dict[str, Any]) -> None:
+    body = pdd_body(name, ns, **spec_patch)
     client.CustomObjectsApi(api).create_namespaced_custom_object(GROUP, VERSION, ns, PLURAL, body)
 
 

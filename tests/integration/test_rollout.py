@@ -8,22 +8,12 @@ from typing import Any
 
 from kubernetes import client
 
+from helpers.factories import pdd_body
 from helpers.operator_proc import OperatorProcess
 from helpers.waits import wait_for
 
 GROUP, VERSION, PLURAL = "pdd.dev", "v1alpha1", "pddeployments"
 PREFILL, DECODE = 2, 3
-
-
-def pdd_spec(image: str) -> dict[str, Any]:
-    return {
-        "model": {"name": "m"},
-        "engine": {"image": image},
-        "router": {"enabled": False},
-        "prefill": {"replicas": PREFILL, "gpusPerInstance": 1},
-        "decode": {"replicas": DECODE, "gpusPerInstance": 1},
-        "topology": {"placement": "none"},
-    }
 
 
 def status(api: client.ApiClient, ns: str) -> dict[str, Any]:
@@ -60,8 +50,15 @@ def test_engine_upgrade_rolls_prefill_and_decode_in_lockstep(
     operator: OperatorProcess, api_client: client.ApiClient, namespace: str
 ) -> None:
     objects = client.CustomObjectsApi(api_client)
-    body = {"apiVersion": f"{GROUP}/{VERSION}", "kind": "PDDeployment",
-            "metadata": {"name": "roll"}, "spec": pdd_spec("vllm/vllm-openai:v0.11.0")}  # fmt: skip
+    body = pdd_body(
+        "roll",
+        namespace,
+        engine={"image": "vllm/vllm-openai:v0.11.0"},
+        router={"enabled": False},
+        prefill={"replicas": PREFILL, "gpusPerInstance": 1},
+        decode={"replicas": DECODE, "gpusPerInstance": 1},
+        topology={"placement": "none"},
+    )
     objects.create_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, body)
     wait_for(
         lambda: ready_at(api_client, namespace, "vllm/vllm-openai:v0.11.0"), 90, what="v1 Ready"

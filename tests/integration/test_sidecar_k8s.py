@@ -35,6 +35,7 @@ import yaml
 from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
 
+from helpers.factories import pdd_body
 from helpers.operator_proc import ROOT, OperatorProcess
 from helpers.waits import wait_for
 
@@ -163,17 +164,15 @@ def sidecars() -> Iterator[list[Sidecar]]:
 
 
 def create(api: client.ApiClient, ns: str) -> None:
-    role = {"replicas": 1, "gpusPerInstance": 1}
-    spec = {
-        "model": {"name": "m"},
-        "engine": {"type": "vllm", "image": "vllm/vllm-openai:v0.11.0"},
-        "router": {"enabled": False},
-        "prefill": role,
-        "decode": {**role, "replicas": 2},
-        "topology": {"placement": "none"},
-    }
-    body = {"apiVersion": f"{GROUP}/{VERSION}", "kind": "PDDeployment",
-            "metadata": {"name": NAME}, "spec": spec}  # fmt: skip
+    body = pdd_body(
+        NAME,
+        ns,
+        engine={"type": "vllm"},
+        router={"enabled": False},
+        prefill={"replicas": 1, "gpusPerInstance": 1},
+        decode={"replicas": 2, "gpusPerInstance": 1},
+        topology={"placement": "none"},
+    )
     client.CustomObjectsApi(api).create_namespaced_custom_object(GROUP, VERSION, ns, PLURAL, body)
 
 

@@ -9,6 +9,7 @@ from typing import Any
 
 from kubernetes import client
 
+from helpers.factories import pdd_body
 from helpers.operator_proc import OperatorProcess
 from helpers.waits import wait_for
 
@@ -17,17 +18,15 @@ REQUEST, RESULT = "pdd.dev/probe-request", "pdd.dev/probe-result"
 
 
 def create(api: client.ApiClient, ns: str) -> None:
-    spec = {
-        "model": {"name": "m"},
-        "engine": {"image": "vllm/vllm-openai:v0.11.0"},
-        "router": {"enabled": False},
-        "prefill": {"replicas": 1},
-        "decode": {"replicas": 2},
-        "topology": {"placement": "none"},
-        "kvTransfer": {"verification": {"minFraction": 0.5}},
-    }
-    body = {"apiVersion": f"{GROUP}/{VERSION}", "kind": "PDDeployment",
-            "metadata": {"name": "kv"}, "spec": spec}  # fmt: skip
+    body = pdd_body(
+        "kv",
+        ns,
+        router={"enabled": False},
+        prefill={"replicas": 1, "gpusPerInstance": 1},
+        decode={"replicas": 2, "gpusPerInstance": 1},
+        topology={"placement": "none"},
+        kvTransfer={"verification": {"minFraction": 0.5}},
+    )
     client.CustomObjectsApi(api).create_namespaced_custom_object(GROUP, VERSION, ns, PLURAL, body)
 
 

@@ -7,6 +7,7 @@ from typing import Any
 
 import pytest
 
+from helpers.factories import make_pdd
 from pdd_contract.labels import LABEL_GPUDIRECT
 from pdd_operator.api.v1alpha1 import PDDeploymentSpec, PlacementStatus
 from pdd_operator.planning.placement import (
@@ -37,19 +38,17 @@ def make_spec(
     levels: list[str] | None = None,
 ) -> PDDeploymentSpec:
     """(replicas, gpusPerInstance) per role; the default is 2P/4D at tp 2: 12 GPUs."""
-    body: dict[str, Any] = {
-        "model": {"name": "meta-llama/Llama-3.1-8B-Instruct"},
-        "engine": {"image": "vllm/vllm-openai:v0.11.0"},
+    patch: dict[str, Any] = {
         "prefill": {"replicas": prefill[0], "gpusPerInstance": prefill[1]},
         "decode": {"replicas": decode[0], "gpusPerInstance": decode[1]},
         "kvTransfer": {"gpuDirect": gpu_direct},
         "topology": {"placement": placement, "dra": {"enabled": dra}},
     }
     if rdma and not dra:
-        body["kvTransfer"]["rdma"] = {"resourceName": "rdma/rdma_shared_device_a"}
+        patch["kvTransfer"]["rdma"] = {"resourceName": "rdma/rdma_shared_device_a"}
     if levels is not None:
-        body["topology"]["levels"] = levels
-    return PDDeploymentSpec.model_validate(body)
+        patch["topology"]["levels"] = levels
+    return make_pdd(patch).spec
 
 
 def node(
