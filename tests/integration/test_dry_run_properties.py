@@ -11,6 +11,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from kubernetes import client
 
+from helpers.factories import pdd_body
 from helpers.operator_proc import install_crd
 from helpers.specs import names, valid_specs
 from pdd_operator.api.v1alpha1 import PDDeployment
@@ -34,12 +35,7 @@ def crd(api_client: client.ApiClient) -> None:
 def test_every_valid_spec_is_admitted_and_its_children_pass_dry_run(
     crd: None, api_client: client.ApiClient, namespace: str, name: str, spec: dict[str, Any]
 ) -> None:
-    body = {
-        "apiVersion": f"{GROUP}/{VERSION}",
-        "kind": "PDDeployment",
-        "metadata": {"name": name},
-        "spec": spec,
-    }
+    body = {**pdd_body(name, namespace), "spec": spec}
     admitted = client.CustomObjectsApi(api_client).create_namespaced_custom_object(
         GROUP, VERSION, namespace, PLURAL, body, dry_run="All", field_validation="Strict"
     )
