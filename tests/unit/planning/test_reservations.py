@@ -7,6 +7,7 @@ from typing import Any
 
 import pytest
 
+from helpers.factories import make_pdd
 from pdd_operator.api.v1alpha1 import PDDeploymentSpec, PlacementStatus
 from pdd_operator.planning.placement import Fleet, NodeFacts, Placement, PlacementResult
 from pdd_operator.planning.reservations import Reservation, ReservationLedger, reservation_for
@@ -18,15 +19,13 @@ A, B, C, D = ("ns", "a"), ("ns", "b"), ("ns", "c"), ("ns", "d")
 
 def spec(gpus: int = 8, placement: str = "required") -> PDDeploymentSpec:
     """One prefill and one decode instance of gpus/2 GPUs each."""
-    return PDDeploymentSpec.model_validate(
+    return make_pdd(
         {
-            "model": {"name": "m"},
-            "engine": {"image": "vllm/vllm-openai:v0.11.0"},
             "prefill": {"replicas": 1, "gpusPerInstance": gpus // 2},
             "decode": {"replicas": 1, "gpusPerInstance": gpus // 2},
             "topology": {"placement": placement, "levels": [CLIQUE]},
         }
-    )
+    ).spec
 
 
 def clique(name: str, free: int, nodes: int = 1) -> list[NodeFacts]:
