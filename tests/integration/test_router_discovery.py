@@ -38,7 +38,6 @@ import pytest
 import yaml
 from kubernetes import client
 
-from helpers.operator_fixture import operator  # noqa: F401  (fixture)
 from helpers.operator_proc import OperatorProcess
 from helpers.waits import wait_for
 from pdd_localcluster import LocalControlPlane, NodeSimulator, SimNode, gpu_node_labels
