@@ -41,6 +41,10 @@ def newer_crd(operator: OperatorProcess, api_client: client.ApiClient) -> Iterat
     schema = crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]
     schema["properties"]["spec"]["properties"]["futureField"] = {"type": "string"}
     install_crd(api_client, crd)
+    # The operator starts on the newer CRD, as after a rollback: a CRD replaced under a running
+    # operator restarts its watch, which can take longer than this test waits.
+    operator.kill()
+    operator.start()
     try:
         yield
     finally:

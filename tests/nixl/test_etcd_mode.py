@@ -153,8 +153,10 @@ def test_etcd_mode_cleanup_and_successor(
     # Sidecar A2 (resync 600 s) still reports A2's revision; the delete must not happen.
     engine_a2.kill()
     _engine_a3, _ = cluster.engine(AGENT_A, sidecar_a2, register=False)
+    # NIXL publishes to etcd from its own thread: the successor's write lands a moment later.
+    wait_until(lambda: (cluster.metadata_revision(AGENT_A) or 0) > revision_a2, 15,
+               "the successor's metadata in etcd")  # fmt: skip
     revision_a3 = cluster.metadata_revision(AGENT_A)
-    assert revision_a3 is not None and revision_a3 > revision_a2
     sidecar_a2.kill()
     cluster.remove_pod("demo-prefill-0")
     wait_until(lambda: "already gone or re-published" in sidecar_b.log(), 20,
