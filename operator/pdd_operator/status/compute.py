@@ -21,6 +21,10 @@ from pdd_operator.planning.placement import PlacementResult
 from pdd_operator.status.conditions import find, set_condition
 
 ROLES_WITH_ROUTER = ("prefill", "decode", "router")
+NOT_VERIFIED_YET = (
+    "not verified yet: the prober pod (prefill ordinal 0) is asked for a probe once the "
+    "deployment is Ready"
+)
 
 
 @dataclass(frozen=True)
@@ -200,9 +204,11 @@ def _placement_condition(
 def _transfer_condition(
     previous: Sequence[Condition], observed: Observed, gen: int, now: str
 ) -> list[Condition]:
+    """From the prober pod's result only: with none (no probe answered yet, or the prober pod
+    was replaced) there is no condition, whatever the previous status said; a status written
+    by someone else is not a measurement."""
     if observed.transfer_ok is None:
-        old = [c for c in previous if c.type == "KVTransferVerified"]
-        return old
+        return []
     transfer = observed.transfer or TransferStatus()
     return [
         set_condition(
@@ -218,10 +224,14 @@ def _transfer_condition(
 
 
 def _transfer_status(pdd: PDDeployment, observed: Observed) -> TransferStatus:
-    transfer = observed.transfer or pdd.status.transfer
-    if not observed.probe_requested_at:
-        return transfer
-    return transfer.model_copy(update={"requestedAt": observed.probe_requested_at})
+    """What the prober pod's result says, or "not verified yet". Of the previous status only
+    the operator's own memory is kept: when it last asked for a probe (requestedAt)."""
+    requested = observed.probe_requested_at or pdd.status.transfer.requestedAt
+    if observed.transfer is not None:
+        return observed.transfer.model_copy(update={"requestedAt": requested})
+    if not pdd.spec.kvTransfer.verification.enabled:
+        return TransferStatus(requestedAt=requested)
+    return TransferStatus(message=NOT_VERIFIED_YET, requestedAt=requested)
 
 
 def _placement_status(pdd: PDDeployment, observed: Observed) -> PlacementStatus:

@@ -45,7 +45,7 @@ def probe_due(pdd: PDDeployment, ready: bool, prober: PodSummary | None, now: st
     if not verification.enabled or not ready or prober is None or not prober.ready:
         return False
     last = max(pdd.status.transfer.requestedAt, prober.probe_request)
-    if not last:
+    if not last or last > now:  # a request time from the future was not written by us
         return True
     if verification.intervalSeconds == 0:
         return False
@@ -56,10 +56,10 @@ def transfer_outcome(pdd: PDDeployment, prober: PodSummary | None) -> TransferOu
     """The status.transfer and KVTransferVerified verdict from the latest answered probe."""
     if prober is None or prober.probe_result is None:
         return None
+    # An answer to an older request is still the latest measurement (the one the previous
+    # status was computed from): computed again each pass, never taken from the status.
     result = prober.probe_result
     requested = pdd.status.transfer.requestedAt
-    if requested and result.get("request_id") not in (None, requested, prober.probe_request):
-        return None  # an answer to an older request: wait for the current one
     expected = expected_gbps(result)
     ok, reason, message = classify_probe(
         result, expected, pdd.spec.kvTransfer.verification.minFraction

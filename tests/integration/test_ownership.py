@@ -1,0 +1,67 @@
+"""Status is the operator's, on the real control plane: a forged status is put back."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from kubernetes import client
+
+from helpers.factories import pdd_body
+from helpers.operator_proc import OperatorProcess
+from helpers.waits import wait_for
+
+GROUP, VERSION, PLURAL = "pdd.dev", "v1alpha1", "pddeployments"
+
+
+def create(api: client.ApiClient, ns: str) -> None:
+    body = pdd_body(
+        "kv",
+        ns,
+        router={"enabled": False},
+        prefill={"replicas": 1, "gpusPerInstance": 1},
+        decode={"replicas": 1, "gpusPerInstance": 1},
+        topology={"placement": "none"},
+    )
+    client.CustomObjectsApi(api).create_namespaced_custom_object(GROUP, VERSION, ns, PLURAL, body)
+
+
+def pdd(api: client.ApiClient, ns: str) -> dict[str, Any]:
+    return client.CustomObjectsApi(api).get_namespaced_custom_object(
+        GROUP, VERSION, ns, PLURAL, "kv"
+    )
+
+
+def condition(api: client.ApiClient, ns: str, type_: str) -> dict[str, Any]:
+    conditions = pdd(api, ns).get("status", {}).get("conditions", [])
+    return next((c for c in conditions if c["type"] == type_), {})
+
+
+def test_a_forged_status_is_put_back_on_the_next_pass(
+    operator: OperatorProcess, api_client: client.ApiClient, namespace: str
+) -> None:
+    create(api_client, namespace)
+    wait_for(lambda: condition(api_client, namespace, "Ready"), 30, what="a first status")
+    forged = {
+        "status": {
+            "transfer": {"measuredGBps": 999.0, "verified": True, "message": "forged"},
+            "conditions": [
+                *pdd(api_client, namespace)["status"]["conditions"],
+                {"type": "KVTransferVerified", "status": "True", "reason": "TransferVerified",
+                 "message": "forged", "lastTransitionTime": "2026-01-01T00:00:00Z"},
+            ],
+        }
+    }  # fmt: skip
+    client.CustomObjectsApi(api_client).patch_namespaced_custom_object_status(
+        GROUP, VERSION, namespace, PLURAL, "kv", forged
+    )
+
+    # No probe has been answered on the prober pod: "not verified yet", whatever was written.
+    transfer = wait_for(
+        lambda: (
+            (t := pdd(api_client, namespace)["status"]["transfer"])["measuredGBps"] != 999.0 and t
+        ),
+        30,
+        what="the forged transfer replaced",
+    )
+    assert transfer["verified"] is False and transfer["message"].startswith("not verified yet")
+    assert condition(api_client, namespace, "KVTransferVerified") == {}
