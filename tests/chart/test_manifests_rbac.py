@@ -157,6 +157,8 @@ ACCESS = [
     (OPERATOR_USER, "patch", "apps", "statefulsets", "", APP_NS, True),
     (OPERATOR_USER, "create", "rbac.authorization.k8s.io", "rolebindings", "", APP_NS, True),
     (OPERATOR_USER, "watch", "", "nodes", "", "", True),
+    (OPERATOR_USER, "list", "apps", "replicasets", "", "", True),  # router pods' owner chain
+    (OPERATOR_USER, "watch", "apps", "replicasets", "", APP_NS, True),
     (OPERATOR_USER, "get", "", "secrets", "", APP_NS, False),
     (OPERATOR_USER, "list", "", "secrets", "", "", False),
     (OPERATOR_USER, "watch", "", "secrets", "", APP_NS, False),
@@ -167,6 +169,8 @@ ACCESS = [
     (OPERATOR_USER, "exec", "", "pods", "exec", APP_NS, False),
     (OPERATOR_USER, "patch", "", "nodes", "", "", False),
     (OPERATOR_USER, "list", "", "configmaps", "", APP_NS, False),
+    (OPERATOR_USER, "get", "apps", "replicasets", "", APP_NS, False),
+    (OPERATOR_USER, "delete", "apps", "replicasets", "", APP_NS, False),
     (OPERATOR_USER, "create", "rbac.authorization.k8s.io", "clusterrolebindings", "", "", False),
     (OPERATOR_USER, "escalate", "rbac.authorization.k8s.io", "roles", "", APP_NS, False),
     (OPERATOR_USER, "bind", "rbac.authorization.k8s.io", "clusterroles", "", "", False),

@@ -22,7 +22,7 @@ from pdd_operator.kube.resources import CHILD_KINDS
 from pdd_operator.planning.compact import compact_node, compact_pod
 from pdd_operator.reconcile import Reconciler
 from pdd_operator.rendering.context import OperatorSettings
-from pdd_operator.status.observe import owner_key, summarize_child, summarize_pod
+from pdd_operator.status.observe import controller_uid, owner_key, summarize_child, summarize_pod
 
 log = logging.getLogger(__name__)
 MANAGED = {"app.kubernetes.io/managed-by": names.MANAGED_BY}
@@ -131,10 +131,21 @@ for _kind in CHILD_KINDS:
     )(_child_indexer(_kind.plural))
 
 
+# Pods by their controller's uid (a StatefulSet's or a ReplicaSet's): the view follows the
+# owner chain from the PDDeployment's uid, so a pod that copies the labels is no one's.
 @kopf.index("v1", "pods", labels=MANAGED)
 async def pod_index(namespace: str | None, body: kopf.Body, **_: Any) -> Any:
-    owner = body.get("metadata", {}).get("annotations", {}).get(names.ANNOTATION_OWNER_NAME)
+    owner = controller_uid(body)
     return {(namespace or "", owner): summarize_pod(body)} if owner else None
+
+
+# The router Deployment's ReplicaSets (they carry its pod template's labels): the link between
+# the Deployment and its pods.
+@kopf.index("apps", "v1", "replicasets", labels=MANAGED)
+async def replicaset_index(namespace: str | None, body: kopf.Body, **_: Any) -> Any:
+    owner = controller_uid(body, "Deployment")
+    uid = body.get("metadata", {}).get("uid", "")
+    return {(namespace or "", owner): uid} if owner and uid else None
 
 
 @kopf.index("v1", "pods", field="spec.nodeName", value=kopf.PRESENT)

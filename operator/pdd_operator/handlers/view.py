@@ -12,7 +12,7 @@ from pdd_contract.labels import LABEL_DEPLOYMENT
 from pdd_operator.api.names import DeploymentKey
 from pdd_operator.planning.node_facts import gpu_usage, node_facts, with_usage
 from pdd_operator.planning.placement import Fleet, NodeFacts
-from pdd_operator.status.observe import ChildKey, ChildSummary, PodSummary
+from pdd_operator.status.observe import ChildKey, ChildSummary, PodSummary, owned_pods
 
 CHILD_INDEX_PREFIX = "child_"
 
@@ -81,15 +81,29 @@ class IndexView:
         return bodies[0] if bodies else None
 
     def children(self, key: DeploymentKey) -> Mapping[ChildKey, ChildSummary]:
+        """The children whose controller reference names this PDDeployment's uid (a name can
+        be copied, and one of a deleted deployment's namesake is another object)."""
+        uid = self._uid(key)
         out: dict[ChildKey, ChildSummary] = {}
         for index_name, index in self.indexes.items():
             if index_name.startswith(CHILD_INDEX_PREFIX):
                 for summary in _values(index, key):
-                    out[summary.key] = summary
+                    if summary.owner_uid == uid:
+                        out[summary.key] = summary
         return out
 
     def pods(self, key: DeploymentKey) -> Sequence[PodSummary]:
-        return _values(self.indexes["pod_index"], key)
+        namespace = key[0]
+        return owned_pods(
+            self._uid(key),
+            self.children(key).values(),
+            lambda uid: _values(self.indexes["replicaset_index"], (namespace, uid)),
+            lambda uid: _values(self.indexes["pod_index"], (namespace, uid)),
+        )
+
+    def _uid(self, key: DeploymentKey) -> str:
+        body = self.pdd_body(key)
+        return str(body.get("metadata", {}).get("uid", "")) if body else ""
 
     def node_ready(self, name: str) -> bool | None:
         nodes = _values(self.indexes["node_index"], name)

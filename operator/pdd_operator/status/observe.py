@@ -7,7 +7,7 @@ no-op check and the drift check need, nothing more.
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -30,6 +30,8 @@ class ChildSummary:
     # from the render's when someone changed or removed one of them.
     owned_fingerprint: str = ""
     resource_version: str = ""
+    uid: str = ""
+    owner_uid: str = ""  # of the PDDeployment its controller reference names
 
 
 @dataclass(frozen=True)
@@ -44,6 +46,35 @@ class PodSummary:
     problem: PodProblem | None
     probe_request: str = ""
     probe_result: Mapping[str, Any] | None = None
+    owner_uid: str = ""  # of its controller (a StatefulSet or a ReplicaSet)
+
+
+def controller_uid(body: Mapping[str, Any], kind: str | None = None) -> str:
+    """The uid of the object's controller (of that kind when given), "" when none: labels and
+    annotations can be copied by anyone, an owner uid names one object."""
+    for ref in body.get("metadata", {}).get("ownerReferences") or []:
+        if ref.get("controller") and (kind is None or ref.get("kind") == kind):
+            return str(ref.get("uid", ""))
+    return ""
+
+
+def owned_pods(
+    pdd_uid: str,
+    children: Iterable[ChildSummary],
+    replica_sets: Callable[[str], Sequence[str]],
+    pods_of: Callable[[str], Sequence[PodSummary]],
+) -> list[PodSummary]:
+    """The deployment's pods by the owner chain: PDDeployment (uid) -> its StatefulSets -> their
+    pods, and -> its Deployments -> their ReplicaSets -> their pods."""
+    owners: list[str] = []
+    for child in children:
+        if child.owner_uid != pdd_uid or not child.uid:
+            continue
+        if child.key[1] == "StatefulSet":
+            owners.append(child.uid)
+        elif child.key[1] == "Deployment":
+            owners.extend(replica_sets(child.uid))
+    return [pod for owner in owners for pod in pods_of(owner)]
 
 
 def owner_key(body: Mapping[str, Any]) -> tuple[str, str] | None:
@@ -79,6 +110,8 @@ def summarize_child(
             else live_fingerprint(body, field_manager)
         ),
         resource_version=str(meta.get("resourceVersion", "")),
+        uid=str(meta.get("uid", "")),
+        owner_uid=controller_uid(body, "PDDeployment"),
     )
 
 
@@ -126,6 +159,7 @@ def summarize_pod(body: Mapping[str, Any]) -> PodSummary:
         problem=pod_problem(meta["name"], role, status),
         probe_request=annotations.get(names.ANNOTATION_PROBE_REQUEST, ""),
         probe_result=_json_object(annotations.get(names.ANNOTATION_PROBE_RESULT, "")),
+        owner_uid=controller_uid(body),
     )
 
 
