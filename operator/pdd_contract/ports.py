@@ -15,6 +15,9 @@ from collections.abc import Mapping
 from types import MappingProxyType
 
 VLLM_SIDE_CHANNEL_BASE_PORT = 5600
+# The NIXL sidecar's port in every engine pod the operator renders (it shares the pod's
+# network with the engine, so the engine must not listen there).
+SIDECAR_PORT = 8099
 SGLANG_BOOTSTRAP_PORT = 8998
 
 VLLM_SIDE_CHANNEL = "vllm"

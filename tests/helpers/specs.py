@@ -95,7 +95,8 @@ def valid_specs(draw: st.DrawFn) -> dict[str, Any]:
         "engine": {
             "type": engine,
             "image": draw(st.sampled_from(IMAGES)),
-            "port": draw(st.integers(1, 65535)),
+            # Not a port the pod's sidecar or side channels take (refused at admission).
+            "port": draw(st.integers(1, 65535).filter(lambda p: p not in (5600, 8099, 8998))),
         },
         "prefill": prefill,
         "decode": decode,

@@ -23,6 +23,16 @@ RDMA = {"resourceName": "rdma/hca"}
 # (case id, spec fields to set (dotted path -> value), substrings the message must contain)
 INVALID: list[tuple[str, dict[str, Any], list[str]]] = [
     (
+        "engine port on the sidecar's",
+        {"engine.port": 8099},
+        ["spec.engine.port must differ", "sidecar's port 8099"],
+    ),
+    (
+        "engine port on the side channel",
+        {"engine.port": 5600},
+        ["spec.engine.port must differ", "sideChannelPort"],
+    ),
+    (
         "vllm tp sizes that do not divide",
         {"prefill.gpusPerInstance": 3, "decode.gpusPerInstance": 4},
         ["spec.prefill.gpusPerInstance and spec.decode.gpusPerInstance", "not 3 and 4"],

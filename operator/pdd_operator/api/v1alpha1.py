@@ -13,7 +13,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from pdd_contract.env import GpuDirectRequest, NicSelectionMode
-from pdd_contract.ports import SGLANG_BOOTSTRAP_PORT, VLLM_SIDE_CHANNEL_BASE_PORT
+from pdd_contract.ports import SGLANG_BOOTSTRAP_PORT, SIDECAR_PORT, VLLM_SIDE_CHANNEL_BASE_PORT
 from pdd_operator.api.schema import cel, free_form, quantity
 
 GROUP = "pdd.dev"
@@ -589,6 +589,16 @@ SPEC_RULES = cel(
             "!self.topology.dra.enabled || !has(self.kvTransfer.rdma.resourceName)",
             "spec.topology.dra.enabled asks DRA for the NIC: remove "
             "spec.kvTransfer.rdma.resourceName (device-plugin resource) or disable DRA",
+        ),
+        (
+            # The engine, its sidecar and its side channels share the pod's network.
+            "self.engine.port != self.kvTransfer.sideChannelPort && "
+            "self.engine.port != self.kvTransfer.bootstrapPort && "
+            f"(self.kvTransfer.metadataExchange.mode == 'engine' || "
+            f"self.engine.port != {SIDECAR_PORT})",
+            "spec.engine.port must differ from spec.kvTransfer.sideChannelPort, "
+            f"spec.kvTransfer.bootstrapPort and the sidecar's port {SIDECAR_PORT}: they share "
+            "the pod's network; choose another engine port",
         ),
         (
             # vLLM's NixlConnector maps ranks by the ratio of the two TP sizes (0.33:

@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+from pdd_contract.ports import SIDECAR_PORT
 from pdd_operator.api.v1alpha1 import PDDeploymentSpec
 from pdd_operator.engines.base import EngineAdapter
 from pdd_operator.engines.registry import ENGINES, adapter_for
@@ -15,7 +16,7 @@ from pdd_operator.planning.placement import Placement
 @dataclass(frozen=True)
 class OperatorSettings:
     sidecar_image: str = "ghcr.io/pdd-dev/pdd-sidecar:0.1.0"
-    sidecar_port: int = 8099
+    sidecar_port: int = SIDECAR_PORT
     field_manager: str = "pdd-operator"
 
 
