@@ -307,4 +307,6 @@ def test_the_rendered_router_discovers_exactly_its_deployments_pods_of_its_revis
             proc.kill()
             proc.wait()
     # Only list and watch on pods, as the rendered Role allows: a refusal would show here.
-    assert b"403" not in log.read_bytes() and b"Forbidden" not in log.read_bytes()
+    # The API server refuses with a Status whose reason is Forbidden ("pods is forbidden: ...");
+    # a bare "403" also turns up in the router's timestamps.
+    assert b"forbidden" not in log.read_bytes().lower()
