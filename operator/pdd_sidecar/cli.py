@@ -57,9 +57,9 @@ from pdd_sidecar.config import (
 from pdd_sidecar.etcd_mode import DEFAULT_NAMESPACE
 from pdd_sidecar.peers import (
     AddressMap,
-    EndpointSlicePeerSource,
     FilePeerSource,
     PeerSource,
+    PodPeerSource,
     StaticPeerSource,
 )
 from pdd_sidecar.reachability import side_channel_for
@@ -122,7 +122,7 @@ def _add_serve(p: argparse.ArgumentParser) -> None:
         "--peer-address-map",
         default=_env("PDD_PEER_ADDRESS_MAP", ""),
         help="POD_IP=ADDRESS or CIDR=CIDR (same prefix length, host bits kept), comma-"
-        "separated: what to dial instead of EndpointSlice addresses (local clusters)",
+        "separated: what to dial instead of pod IPs (local clusters)",
     )
     p.add_argument("--prefill-service", default=_env(PDD_PREFILL_SERVICE))
     p.add_argument("--decode-service", default=_env(PDD_DECODE_SERVICE))
@@ -270,7 +270,7 @@ def build_source(args: argparse.Namespace) -> PeerSource:
     if spec.startswith("file:"):
         return FilePeerSource(spec.removeprefix("file:"))
     if spec == "k8s":
-        services = {
+        workloads = {
             args.prefill_service or f"{args.deployment}-prefill": "prefill",
             args.decode_service or f"{args.deployment}-decode": "decode",
         }
@@ -278,7 +278,7 @@ def build_source(args: argparse.Namespace) -> PeerSource:
             address_map = AddressMap.parse(args.peer_address_map)
         except ValueError as exc:
             raise SystemExit(f"--peer-address-map: {exc}") from exc
-        return EndpointSlicePeerSource(args.namespace, services, args.port, address_map)
+        return PodPeerSource(args.namespace, args.deployment, workloads, args.port, address_map)
     raise SystemExit(f"unknown --peer-source {spec!r}: k8s, static:... or file:...")
 
 

@@ -1,7 +1,7 @@
 """Peer discovery: which sidecars belong to this PDDeployment, and what their engines published.
 
-A ``PeerSource`` lists the peer pods (the role Services' EndpointSlices in a cluster, a fixed
-or file-backed list locally). The ``PeerTracker`` follows every listed peer sidecar with a
+A ``PeerSource`` lists the peer pods (the deployment's pods in a cluster, a fixed or
+file-backed list locally). The ``PeerTracker`` follows every listed peer sidecar with a
 long-poll on its ``/v1/local/agents`` and keeps the versioned view of peer agents that engines
 read and watch. A peer that leaves the source, turns terminating, or answers with another pod
 UID is dropped from the view at once; one that stops answering is dropped after a grace period.
@@ -24,6 +24,7 @@ from typing import Any, Protocol
 
 import aiohttp
 
+from pdd_contract.labels import LABEL_DEPLOYMENT
 from pdd_sidecar.config import ROLES, Identity, url_host
 from pdd_sidecar.metrics import SidecarMetrics
 from pdd_sidecar.peer_view import (
@@ -37,8 +38,6 @@ from pdd_sidecar.peer_view import (
 from pdd_sidecar.registry import ChangeSignal
 
 log = logging.getLogger(__name__)
-
-SERVICE_NAME_LABEL = "kubernetes.io/service-name"
 
 
 @dataclass(frozen=True)
@@ -98,7 +97,7 @@ class StaticPeerSource:
 
 
 class FilePeerSource:
-    """A JSON list of endpoints re-read when the file changes: the shape of an EndpointSlice
+    """A JSON list of endpoints re-read when the file changes: the shape of the pod list
     without a cluster, so tests can delete a pod or replace its UID."""
 
     _POLL_S = 0.25
@@ -205,33 +204,36 @@ class AddressMap:
         return host
 
 
-class EndpointSlicePeerSource:
-    """The role Services' EndpointSlices, read with the ``kubernetes`` client in a thread.
+class PodPeerSource:
+    """The deployment's engine pods, listed and watched with the ``kubernetes`` client in a thread.
 
-    Needs ``list`` and ``watch`` on ``discovery.k8s.io/endpointslices`` in the namespace. The
-    Services should set ``publishNotReadyAddresses: true`` so that engines still loading (not
-    Ready yet) can already exchange metadata.
+    Needs ``list`` and ``watch`` on ``pods`` in the namespace. Pods are read directly, not
+    through the role Services' EndpointSlices: engines still loading (not Ready) must already
+    exchange metadata, and the routers discover the same pods the same way. A pod counts only
+    when its controller is the role's StatefulSet, so a pod that merely copies the labels is
+    never a peer.
     """
 
     def __init__(
         self,
         namespace: str,
-        services: Mapping[str, str],
+        deployment: str,
+        workloads: Mapping[str, str],
         port: int,
         address_map: AddressMap | Mapping[str, str] | None = None,
     ) -> None:
         self._namespace = namespace
-        self._services = dict(services)  # Service name -> role
+        self._workloads = dict(workloads)  # StatefulSet name -> role
         self._port = port
         # Pod IP -> address to dial, for local clusters whose pod IPs are not routable.
         self._address_map = (
             address_map if isinstance(address_map, AddressMap) else AddressMap(address_map)
         )
-        self._selector = f"{SERVICE_NAME_LABEL} in ({','.join(sorted(self._services))})"
+        self._selector = f"{LABEL_DEPLOYMENT}={deployment}"
         self._resource_version: str | None = None
         self._api: Any = None
 
-    def _discovery(self) -> Any:
+    def _core(self) -> Any:
         if self._api is None:
             from kubernetes import client, config
 
@@ -239,18 +241,18 @@ class EndpointSlicePeerSource:
                 config.load_incluster_config()
             except config.ConfigException:
                 config.load_kube_config()
-            self._api = client.DiscoveryV1Api()
+            self._api = client.CoreV1Api()
         return self._api
 
     async def list_peers(self) -> list[PeerEndpoint]:
         return await asyncio.to_thread(self._list)
 
     def _list(self) -> list[PeerEndpoint]:
-        result = self._discovery().list_namespaced_endpoint_slice(
+        result = self._core().list_namespaced_pod(
             self._namespace, label_selector=self._selector, _request_timeout=30
         )
         self._resource_version = result.metadata.resource_version
-        endpoints = endpoints_from_slices(result.items, self._services, self._port)
+        endpoints = endpoints_from_pods(result.items, self._workloads, self._port)
         return [
             replace(e, host=self._address_map.translate(e.host)) if self._address_map else e
             for e in endpoints
@@ -267,7 +269,7 @@ class EndpointSlicePeerSource:
         stream = watch.Watch()
         try:
             for _event in stream.stream(
-                self._discovery().list_namespaced_endpoint_slice,
+                self._core().list_namespaced_pod,
                 self._namespace,
                 label_selector=self._selector,
                 resource_version=self._resource_version,
@@ -277,31 +279,32 @@ class EndpointSlicePeerSource:
                 return
         except ApiException as exc:
             if exc.status != 410:  # 410 Gone: our resourceVersion expired; re-list is the fix
-                log.warning("watching EndpointSlices failed: %s", exc.reason)
+                log.warning("watching pods failed: %s", exc.reason)
             time.sleep(1)  # in a worker thread: keeps a failing watch from spinning
         finally:
             stream.stop()
 
 
-def endpoints_from_slices(
-    slices: list[Any], services: Mapping[str, str], port: int
+def endpoints_from_pods(
+    pods: list[Any], workloads: Mapping[str, str], port: int
 ) -> list[PeerEndpoint]:
-    """Pods behind the role Services, one entry per pod UID (a pod can be in several slices)."""
-    found: dict[str, PeerEndpoint] = {}
-    for item in slices:
-        role = services.get((item.metadata.labels or {}).get(SERVICE_NAME_LABEL, ""))
-        if role is None:
+    """The pods that run with an address, of the role StatefulSets, one entry per pod."""
+    found: list[PeerEndpoint] = []
+    for pod in pods:
+        role = workloads.get(_controller_statefulset(pod) or "")
+        ip = pod.status.pod_ip if pod.status else None
+        if role is None or not ip or pod.status.phase in ("Succeeded", "Failed"):
             continue
-        for endpoint in item.endpoints or []:
-            ref = endpoint.target_ref
-            if ref is None or ref.kind != "Pod" or not endpoint.addresses:
-                continue
-            conditions = endpoint.conditions
-            terminating = bool(conditions and conditions.terminating)
-            found[ref.uid] = PeerEndpoint(
-                role, endpoint.addresses[0], port, ref.name, ref.uid, terminating
-            )
-    return list(found.values())
+        terminating = pod.metadata.deletion_timestamp is not None
+        found.append(PeerEndpoint(role, ip, port, pod.metadata.name, pod.metadata.uid, terminating))
+    return found
+
+
+def _controller_statefulset(pod: Any) -> str | None:
+    for ref in pod.metadata.owner_references or []:
+        if ref.controller and ref.kind == "StatefulSet":
+            return str(ref.name)
+    return None
 
 
 # -- tracker -----------------------------------------------------------------------------------
@@ -511,7 +514,7 @@ class PeerTracker:
         state.last_ok, state.failing_since, state.error = time.monotonic(), None, None
         if state.endpoint.uid and state.endpoint.uid != state.uid:
             # The IP now belongs to another pod than the slice says: trust neither for now.
-            state.error = f"pod UID {state.uid} does not match the EndpointSlice"
+            state.error = f"pod UID {state.uid} does not match the listed pod"
             state.agents = []
             return
         state.agents = [

@@ -110,9 +110,13 @@ def test_operator_with_its_service_account_reconciles(
         assert sts.metadata.owner_references[0].kind == "PDDeployment"
     apps.read_namespaced_deployment("llama-router", APP_NS)
     core.read_namespaced_service("llama-prefill", APP_NS)
-    # Granting endpointslices to the sidecars needs the operator to hold them itself.
+    # Granting pod discovery to the sidecars needs the operator to hold it itself.
     roles = client.RbacAuthorizationV1Api(api_client).list_namespaced_role(APP_NS).items
-    assert any("endpointslices" in rule.resources for role in roles for rule in role.rules)
+    assert any(
+        "pods" in rule.resources and "watch" in rule.verbs and not rule.resource_names
+        for role in roles
+        for rule in role.rules
+    )
     # The token Secret: created (create is all the operator may do with Secrets).
     secrets = core.list_namespaced_secret(APP_NS).items
     assert [s for s in secrets if s.metadata.owner_references], "no token Secret created"

@@ -8,7 +8,7 @@ token), so the rendered Role is what discovery and the probe annotations run on.
 listens on its pod's simulated IP (198.18.0.0/15) mapped into loopback by a CIDR
 ``PDD_PEER_ADDRESS_MAP``; nothing ever dials a simulated address.
 
-Shown here: discovery through the EndpointSlices (real pod names and UIDs), a replaced decode
+Shown here: discovery through the deployment's pods (real pod names and UIDs), a replaced decode
 pod reported removed (old UID) and added (new UID) through the watch, the operator's probe
 request answered with a real NIXL probe (DRAM over TCP on loopback) and turned into
 ``status.transfer`` and ``KVTransferVerified``, and the sidecar's identity refused Secrets.
@@ -302,7 +302,7 @@ def test_real_sidecars_discover_replace_and_probe(
     for sidecar in (decode0, prefill):
         until(sidecar.healthy, 45, f"sidecar {sidecar.pod} healthy", sidecars)
 
-    # Discovery through the EndpointSlices with the rendered Role: both decode pods with their
+    # Discovery through the pods with the rendered Role: both decode pods with their
     # real names and UIDs, kv-decode-1 too although no sidecar answers for it yet.
     expected = {(p.metadata.name, p.metadata.uid) for n, p in pods.items() if "decode" in n}
 
@@ -394,8 +394,7 @@ def test_real_sidecars_discover_replace_and_probe(
         with pytest.raises(ApiException) as refused:
             client.CoreV1Api(sa_api).list_namespaced_secret(ns)
         assert refused.value.status == 403
-        slices = client.DiscoveryV1Api(sa_api).list_namespaced_endpoint_slice(ns)
-        assert slices.items
+        assert client.CoreV1Api(sa_api).list_namespaced_pod(ns).items
     finally:
         sa_api.close()
     for sidecar in sidecars:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from pdd_sidecar.cli import _parser, build_source
-from pdd_sidecar.peers import AddressMap, EndpointSlicePeerSource
+from pdd_sidecar.peers import AddressMap, PodPeerSource
 
 
 def test_exact_entries_and_unmapped_addresses() -> None:
@@ -63,7 +63,7 @@ def test_the_cli_builds_the_k8s_source_with_the_map() -> None:
          "--peer-address-map", "198.18.0.0/15=127.18.0.0/15,198.18.0.3=127.0.0.3"]
     )  # fmt: skip
     source = build_source(args)
-    assert isinstance(source, EndpointSlicePeerSource)
+    assert isinstance(source, PodPeerSource)
     translate = source._address_map.translate
     assert (translate("198.18.0.3"), translate("198.18.0.9")) == ("127.0.0.3", "127.18.0.9")
     with pytest.raises(SystemExit, match="--peer-address-map"):

@@ -165,16 +165,13 @@ def render_sidecar_access(pdd: PDDeployment) -> list[dict[str, Any]]:
         return []
     account = names.sidecar_account_name(pdd.name)
     rules = [
-        {
-            "apiGroups": ["discovery.k8s.io"],
-            "resources": ["endpointslices"],
-            "verbs": ["get", "list", "watch"],
-        },
-        # The prober pod reads its probe requests and writes results on itself only.
+        # Peers are the deployment's pods (the routers discover the same way).
+        {"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list", "watch"]},
+        # The prober pod writes its probe results on itself only.
         {
             "apiGroups": [""],
             "resources": ["pods"],
-            "verbs": ["get", "list", "watch", "patch"],
+            "verbs": ["patch"],
             "resourceNames": [names.prober_pod_name(pdd.name)],
         },
     ]

@@ -1,0 +1,62 @@
+"""Which pods the sidecar's k8s peer source counts as peers."""
+
+from __future__ import annotations
+
+from kubernetes import client
+
+from pdd_sidecar.peers import PeerEndpoint, endpoints_from_pods
+
+WORKLOADS = {"kv-prefill": "prefill", "kv-decode": "decode"}
+
+
+def pod(
+    name: str,
+    owner: str | None,
+    *,
+    ip: str | None = "10.0.0.1",
+    phase: str = "Running",
+    kind: str = "StatefulSet",
+    controller: bool = True,
+    deleting: bool = False,
+) -> client.V1Pod:
+    refs = (
+        [client.V1OwnerReference(api_version="apps/v1", kind=kind, name=owner, uid="u",
+                                 controller=controller)]
+        if owner
+        else None
+    )  # fmt: skip
+    return client.V1Pod(
+        metadata=client.V1ObjectMeta(
+            name=name,
+            uid=f"uid-{name}",
+            owner_references=refs,
+            deletion_timestamp="2026-11-30T00:00:00Z" if deleting else None,
+        ),
+        status=client.V1PodStatus(pod_ip=ip, phase=phase),
+    )
+
+
+def test_pods_of_the_role_statefulsets_are_peers_ready_or_not() -> None:
+    pods = [pod("kv-prefill-0", "kv-prefill"), pod("kv-decode-0", "kv-decode", ip="10.0.0.2")]
+    assert endpoints_from_pods(pods, WORKLOADS, 8099) == [
+        PeerEndpoint("prefill", "10.0.0.1", 8099, "kv-prefill-0", "uid-kv-prefill-0"),
+        PeerEndpoint("decode", "10.0.0.2", 8099, "kv-decode-0", "uid-kv-decode-0"),
+    ]
+
+
+def test_a_deleting_pod_is_listed_as_terminating() -> None:
+    (peer,) = endpoints_from_pods([pod("kv-decode-0", "kv-decode", deleting=True)], WORKLOADS, 1)
+    assert peer.terminating
+
+
+def test_pods_that_only_copy_the_labels_or_cannot_serve_are_left_out() -> None:
+    pods = [
+        pod("stray", None),  # no owner
+        pod("other", "other-prefill"),  # another workload
+        pod("rs", "kv-prefill", kind="ReplicaSet"),
+        pod("adopted", "kv-prefill", controller=False),
+        pod("pending", "kv-prefill", ip=None),
+        pod("done", "kv-decode", phase="Succeeded"),
+        pod("failed", "kv-decode", phase="Failed"),
+    ]
+    assert endpoints_from_pods(pods, WORKLOADS, 8099) == []
