@@ -118,7 +118,7 @@ def emit(event: str, **fields: Any) -> None:
     sys.stdout.flush()
 
 
-def _nixl_api() -> Any:
+def nixl_api() -> Any:
     """``nixl._api``, or a backend wheel's own module when the ``nixl`` meta package is absent
     or picks a CUDA major version whose wheel is not installed."""
     try:
@@ -130,10 +130,10 @@ def _nixl_api() -> Any:
         raise
 
 
-def _agent(name: str, workers: int = 1, threads: int = 0) -> Any:
+def make_agent(name: str, workers: int = 1, threads: int = 0) -> Any:
     """A NIXL agent with a UCX backend of ``workers`` UCX workers (one per request in flight)
     and, with ``threads``, NIXL's UCX thread pool splitting every request over them."""
-    api = _nixl_api()
+    api = nixl_api()
     agent = api.nixl_agent(name, api.nixl_agent_config(enable_prog_thread=True, backends=[]))
     params = {"num_workers": str(max(1, workers))}
     if threads:
@@ -142,11 +142,11 @@ def _agent(name: str, workers: int = 1, threads: int = 0) -> Any:
     return agent
 
 
-def _register(agent: Any, buf: Buffer) -> Any:
+def register(agent: Any, buf: Buffer) -> Any:
     return agent.register_memory([(buf.addr, buf.nbytes, buf.device, "")], buf.mem)
 
 
-def _wait(done: Callable[[], bool], deadline: float, what: str) -> None:
+def wait_for(done: Callable[[], bool], deadline: float, what: str) -> None:
     """Poll ``done`` with a short spin, then exponential backoff up to 1 ms, until deadline."""
     start = time.perf_counter()
     delay = 0.0
@@ -164,8 +164,8 @@ def run_target(spec: dict[str, Any]) -> int:
     deadline = time.perf_counter() + float(spec.get("timeout_s", 120))
     # Memory first: GPU memory needs a CUDA context before UCX looks for cuda transports.
     buf = allocate(spec["mem"], int(spec["region_bytes"]), int(spec.get("device", 0)))
-    agent = _agent(spec["agent_name"])
-    _register(agent, buf)
+    agent = make_agent(spec["agent_name"])
+    register(agent, buf)
     emit(
         "ready",
         agent=spec["agent_name"],
@@ -183,7 +183,7 @@ def run_target(spec: dict[str, Any]) -> int:
         return bool(received)
 
     try:
-        _wait(verify_notif_arrived, deadline, "the initiator's verify notification")
+        wait_for(verify_notif_arrived, deadline, "the initiator's verify notification")
     except TimeoutError as exc:
         emit("verified", verified=False, error=str(exc))
         return 1
@@ -223,8 +223,8 @@ def _initiate(spec: dict[str, Any]) -> dict[str, Any]:
     data = pattern(src_bytes, seed)
     src.write(data)
     concurrency = int(spec.get("concurrency", 1))
-    agent = _agent(spec["agent_name"], concurrency, int(spec.get("nixl_threads", 0)))
-    _register(agent, src)
+    agent = make_agent(spec["agent_name"], concurrency, int(spec.get("nixl_threads", 0)))
+    register(agent, src)
     remote = agent.add_remote_agent(base64.b64decode(target["metadata_b64"]))
     agent.make_connection(remote)
 
@@ -299,10 +299,10 @@ def _timed_writes(
     remote_side = agent.prep_xfer_dlist(remote, remote_descs, target["mem"])
     handles = _requests_on_own_workers(agent, local_side, remote_side, count, concurrency)
     try:
-        _post_and_wait(agent, handles, deadline)  # warm-up: rkey unpack, lane wire-up
+        post_and_wait(agent, handles, deadline)  # warm-up: rkey unpack, lane wire-up
         start = time.perf_counter()
         for _ in range(iterations):
-            _post_and_wait(agent, handles, deadline)
+            post_and_wait(agent, handles, deadline)
         return time.perf_counter() - start
     finally:
         for handle in handles:
@@ -344,7 +344,7 @@ def _requests_on_own_workers(
     return handles
 
 
-def _post_and_wait(agent: Any, handles: list[Any], deadline: float) -> None:
+def post_and_wait(agent: Any, handles: list[Any], deadline: float) -> None:
     """Post every request, then wait until all of them are done."""
     pending = []
     for handle in handles:
@@ -364,7 +364,7 @@ def _post_and_wait(agent: Any, handles: list[Any], deadline: float) -> None:
         return not pending
 
     if pending:
-        _wait(finished, deadline, "the transfer")
+        wait_for(finished, deadline, "the transfer")
 
 
 def _keep_ucx_log(text: str, label: str) -> None:

@@ -1,0 +1,157 @@
+"""The two command lines the operator renders, parsed into one ``EngineConfig``.
+
+vLLM: ``vllm serve MODEL --host H --port P --tensor-parallel-size N --kv-transfer-config JSON
+[--served-model-name NAME] [--block-size N] [...]``; the role is ``kv_both`` (per request, from
+``kv_transfer_params``) unless ``kv_connector_extra_config.pdd_role`` names one for the logs.
+
+SGLang: ``python3 -m sglang.launch_server --model-path MODEL --host H --port P --tp N
+--disaggregation-mode prefill|decode --disaggregation-transfer-backend nixl
+--disaggregation-bootstrap-port B [--served-model-name NAME] [--page-size N] [...]``.
+
+Flags the reference engine does not know (the user's own ``args``) are ignored with one warning:
+a real engine would use them, a test double need not.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+REGION_BYTES_ENV = "PDD_REFENGINE_KV_REGION_BYTES"
+MEMORY_ENV = "PDD_REFENGINE_KV_MEMORY"  # dram (default) | vram
+DEFAULT_REGION_BYTES = 64 << 20
+VLLM_BLOCK_TOKENS = 16  # vLLM's default --block-size
+SGLANG_PAGE_TOKENS = 1  # SGLang's default --page-size
+SGLANG_BOOTSTRAP_PORT = 8998
+
+
+class UsageError(ValueError):
+    pass
+
+
+@dataclass(frozen=True)
+class EngineConfig:
+    engine: str  # "vllm" | "sglang"
+    model: str
+    served_name: str
+    host: str
+    port: int
+    tp_size: int
+    role: str  # "prefill" | "decode" | "both" (vLLM's kv_both: per request)
+    block_tokens: int
+    max_model_len: int | None = None
+    bootstrap_port: int | None = None  # SGLang prefill: where decodes register their rooms
+    region_bytes: int = DEFAULT_REGION_BYTES
+    memory: str = "DRAM"  # DRAM | VRAM
+    ignored: tuple[str, ...] = field(default=())
+
+
+def parse_args(argv: Sequence[str], environ: dict[str, str] | None = None) -> EngineConfig:
+    """``argv`` starts with the engine: ``vllm serve ...`` or ``sglang ...``."""
+    env = dict(os.environ if environ is None else environ)
+    if not argv or argv[0] not in ("vllm", "sglang"):
+        raise UsageError("usage: python -m pdd_refengine vllm serve MODEL ... | sglang ...")
+    config = _parse_vllm(argv[1:]) if argv[0] == "vllm" else _parse_sglang(argv[1:])
+    return _with_environment(config, env)
+
+
+def _parser(prog: str) -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog=prog, allow_abbrev=False, add_help=False)
+    parser.add_argument("--host", default="0.0.0.0")
+    parser.add_argument("--port", type=int, default=8000)
+    parser.add_argument("--served-model-name", nargs="+", default=None)
+    parser.add_argument("--max-model-len", type=int, default=None)
+    return parser
+
+
+def _parse_vllm(argv: Sequence[str]) -> EngineConfig:
+    if not argv or argv[0] != "serve":
+        raise UsageError("vllm: only `vllm serve MODEL ...` is supported")
+    parser = _parser("vllm serve")
+    parser.add_argument("model")
+    parser.add_argument("--tensor-parallel-size", "-tp", type=int, default=1)
+    parser.add_argument("--kv-transfer-config", default=None)
+    parser.add_argument("--block-size", type=int, default=VLLM_BLOCK_TOKENS)
+    known, unknown = _parse(parser, argv[1:])
+    return EngineConfig(
+        engine="vllm",
+        model=known.model,
+        served_name=_served_name(known.served_model_name, known.model),
+        host=known.host,
+        port=known.port,
+        tp_size=known.tensor_parallel_size,
+        role=_vllm_role(known.kv_transfer_config),
+        block_tokens=known.block_size,
+        max_model_len=known.max_model_len,
+        ignored=tuple(unknown),
+    )
+
+
+def _vllm_role(kv_transfer_config: str | None) -> str:
+    if kv_transfer_config is None:
+        return "both"
+    try:
+        config = json.loads(kv_transfer_config)
+    except json.JSONDecodeError as exc:
+        raise UsageError(f"--kv-transfer-config is not JSON: {exc}") from None
+    if config.get("kv_connector") != "NixlConnector":
+        raise UsageError("--kv-transfer-config: the reference engine speaks NixlConnector only")
+    role = str((config.get("kv_connector_extra_config") or {}).get("pdd_role", "both"))
+    return role if role in ("prefill", "decode") else "both"
+
+
+def _parse_sglang(argv: Sequence[str]) -> EngineConfig:
+    parser = _parser("sglang.launch_server")
+    parser.add_argument("--model-path", "--model", required=True)
+    parser.add_argument("--tp", "--tp-size", type=int, default=1)
+    parser.add_argument("--disaggregation-mode", default="null")
+    parser.add_argument("--disaggregation-transfer-backend", default="nixl")
+    parser.add_argument("--disaggregation-bootstrap-port", type=int, default=SGLANG_BOOTSTRAP_PORT)
+    parser.add_argument("--page-size", type=int, default=SGLANG_PAGE_TOKENS)
+    known, unknown = _parse(parser, argv)
+    if known.disaggregation_mode not in ("prefill", "decode"):
+        raise UsageError("--disaggregation-mode must be prefill or decode")
+    if known.disaggregation_transfer_backend != "nixl":
+        raise UsageError("--disaggregation-transfer-backend: the reference engine speaks nixl")
+    return EngineConfig(
+        engine="sglang",
+        model=known.model_path,
+        served_name=_served_name(known.served_model_name, known.model_path),
+        host=known.host,
+        port=known.port,
+        tp_size=known.tp,
+        role=known.disaggregation_mode,
+        block_tokens=known.page_size,
+        max_model_len=known.max_model_len,
+        bootstrap_port=known.disaggregation_bootstrap_port,
+        ignored=tuple(unknown),
+    )
+
+
+def _parse(
+    parser: argparse.ArgumentParser, argv: Sequence[str]
+) -> tuple[argparse.Namespace, list[str]]:
+    try:
+        known, unknown = parser.parse_known_args(list(argv))
+    except SystemExit:  # argparse exits on a missing or malformed argument
+        raise UsageError(f"{parser.prog}: cannot parse {' '.join(argv)!r}") from None
+    return known, unknown
+
+
+def _served_name(names: list[str] | None, model: str) -> str:
+    return names[0] if names else model
+
+
+def _with_environment(config: EngineConfig, env: dict[str, str]) -> EngineConfig:
+    from dataclasses import replace
+
+    region = int(env.get(REGION_BYTES_ENV) or DEFAULT_REGION_BYTES)
+    memory = (env.get(MEMORY_ENV) or "dram").upper()
+    if memory not in ("DRAM", "VRAM"):
+        raise UsageError(f"{MEMORY_ENV} must be dram or vram, not {memory.lower()!r}")
+    if config.block_tokens <= 0:
+        raise UsageError("the block (page) size must be a positive number of tokens")
+    return replace(config, region_bytes=region, memory=memory)

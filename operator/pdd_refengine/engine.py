@@ -1,0 +1,156 @@
+"""The engine's state shared by both protocols: config, identity, KV cache, metrics, sidecar,
+and the blocking work (NIXL, sidecar calls) moved off the event loop."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import os
+import re
+import threading
+import time
+import urllib.error
+import urllib.request
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+from pdd_refengine.cli import EngineConfig
+from pdd_refengine.kvcache import KvCache, RegionInfo, TransferError
+from pdd_refengine.layout import layout_for
+from pdd_refengine.metrics import EngineMetrics, engine_metrics
+from pdd_sidecar.client import SidecarClient, SidecarError
+
+log = logging.getLogger("pdd_refengine")
+T = TypeVar("T")
+
+KV_TIMEOUT_ENV = "PDD_REFENGINE_KV_TIMEOUT_S"  # every wait of one request's KV handoff
+FAULT_FIELD = "pdd_refengine_fault"  # request body: "corrupt_kv" (tests of the decode's check)
+
+
+@dataclass(frozen=True)
+class KvOutcome:
+    """One request's KV handoff, as the ``pdd_refengine`` response field reports it."""
+
+    prefill: str
+    decode: str
+    kv_bytes: int
+    verified: bool
+    seconds: float = 0.0
+
+    def field(self) -> dict[str, Any]:
+        return {
+            "pdd_refengine": {
+                "prefill": self.prefill,
+                "decode": self.decode,
+                "kv_bytes": self.kv_bytes,
+                "kv_verified": self.verified,
+            }
+        }
+
+
+class Engine:
+    def __init__(self, config: EngineConfig) -> None:
+        self.config = config
+        self.identity = os.environ.get("POD_NAME") or f"{config.host}:{config.port}"
+        self.engine_id = _agent_name(f"{self.identity}-{uuid.uuid4().hex[:8]}")
+        self.layout = layout_for(config.model)
+        self.cache = KvCache(
+            self.engine_id, self.layout, config.block_tokens, config.region_bytes, config.memory
+        )
+        self.metrics: EngineMetrics = engine_metrics(config.engine, config.served_name)
+        self.kv_timeout_s = float(os.environ.get(KV_TIMEOUT_ENV) or 30)
+        self.sidecar = SidecarClient.from_env(timeout_s=5)
+        self.published = threading.Event()
+        self.stop = threading.Event()
+
+    def publish_forever(self) -> None:
+        """Publish the agent's metadata to the sidecar, retrying until it answers, then keep
+        it published (a heartbeat: it disappears within the TTL if this process dies)."""
+
+        def run() -> None:
+            metadata = self.cache.metadata()
+            delay = 0.2
+            while not self.stop.is_set():
+                try:
+                    self.sidecar.keep_published(self.engine_id, metadata, ttl_s=30)
+                except (OSError, SidecarError) as exc:
+                    log.warning("publishing agent metadata to the sidecar failed: %s", exc)
+                    self.stop.wait(delay)
+                    delay = min(delay * 2, 5.0)
+                    continue
+                log.info("agent %s published to the sidecar", self.engine_id)
+                self.published.set()
+                return
+
+        threading.Thread(target=run, name="pdd-refengine-publish", daemon=True).start()
+
+    def fetch_peer_metadata(self, agent: str, deadline: float) -> bytes:
+        """A peer agent's metadata through this pod's sidecar. A just-started peer may not be
+        known to the sidecar yet, so a 404 is retried until ``deadline``."""
+        delay = 0.05
+        while True:
+            try:
+                return self.sidecar.fetch(agent)
+            except (OSError, SidecarError) as exc:
+                if time.monotonic() + delay > deadline:
+                    raise TransferError(
+                        f"the sidecar has no metadata of agent {agent}: {exc}"
+                    ) from None
+                time.sleep(delay)
+                delay = min(delay * 2, 0.5)
+
+    def load_peer(self, agent: str, deadline: float) -> None:
+        self.cache.load_remote(agent, self.fetch_peer_metadata(agent, deadline))
+
+    def record_received(self, outcome: KvOutcome) -> None:
+        if outcome.verified:
+            self.metrics.kv_bytes_verified.inc(outcome.kv_bytes)
+        else:
+            self.metrics.kv_verify_failures.inc()
+        self.metrics.kv_transfer_seconds.observe(outcome.seconds)
+        log.info(
+            "KV from %s: %d bytes in %.4f s (%.2f GB/s), verified=%s",
+            outcome.prefill,
+            outcome.kv_bytes,
+            outcome.seconds,
+            outcome.kv_bytes / max(outcome.seconds, 1e-9) / 1e9,
+            outcome.verified,
+        )
+
+    def region_json(self) -> dict[str, Any]:
+        return {**self.cache.info.to_json(), "identity": self.identity}
+
+
+async def off_loop(func: Callable[..., T], *args: Any) -> T:
+    """Run blocking work (NIXL, sidecar, numpy over gigabytes) in a thread."""
+    return await asyncio.to_thread(func, *args)
+
+
+def http_json(method: str, url: str, body: Any, timeout_s: float) -> Any:
+    """A small blocking JSON call to a peer engine (side channel, bootstrap server)."""
+    data = None if body is None else json.dumps(body).encode()
+    request = urllib.request.Request(
+        url, data=data, method=method, headers={"Content-Type": "application/json"}
+    )
+    try:
+        with urllib.request.urlopen(request, timeout=max(timeout_s, 0.1)) as response:
+            return json.loads(response.read() or b"null")
+    except urllib.error.HTTPError as err:
+        raise TransferError(f"{url} answered HTTP {err.code}: {err.read()[:300]!r}") from None
+    except (OSError, ValueError) as exc:
+        raise TransferError(f"cannot reach {url}: {exc}") from None
+
+
+def region_of(data: Any) -> RegionInfo:
+    try:
+        return RegionInfo.from_json(data)
+    except (KeyError, TypeError, ValueError) as exc:
+        raise TransferError(f"the peer's region description is malformed: {exc}") from None
+
+
+def _agent_name(text: str) -> str:
+    """A sidecar agent name: letters, digits and ._:@- only."""
+    return re.sub(r"[^A-Za-z0-9._:@-]", "-", text).lstrip("._:@-")[:200] or "refengine"

@@ -1,0 +1,88 @@
+"""Prometheus metrics in the engine's own names, plus the reference engine's KV counters.
+
+vLLM mode uses vLLM's names (``vllm:num_requests_running`` ...). SGLang mode uses SGLang's
+(``sglang:num_running_reqs`` ...) and nothing containing ``vllm``: smg decides whether a worker
+is vLLM by looking for ``vllm:``/``vllm_`` in its /metrics text, and only for an SGLang worker
+does it use the bootstrap protocol.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+
+# engine -> (running, waiting, kv usage, prompt tokens, generation tokens, successes)
+_NAMES = {
+    "vllm": (
+        "vllm:num_requests_running",
+        "vllm:num_requests_waiting",
+        "vllm:kv_cache_usage_perc",
+        "vllm:prompt_tokens",
+        "vllm:generation_tokens",
+        "vllm:request_success",
+    ),
+    "sglang": (
+        "sglang:num_running_reqs",
+        "sglang:num_queue_reqs",
+        "sglang:token_usage",
+        "sglang:prompt_tokens",
+        "sglang:generation_tokens",
+        "sglang:num_requests",
+    ),
+}
+_TRANSFER_BUCKETS = (0.0005, 0.001, 0.005, 0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30)
+
+
+@dataclass
+class EngineMetrics:
+    registry: CollectorRegistry
+    running: Gauge
+    waiting: Gauge
+    kv_usage: Gauge
+    prompt_tokens: Counter
+    generation_tokens: Counter
+    successes: Counter
+    kv_bytes_verified: Counter
+    kv_bytes_sent: Counter
+    kv_transfer_seconds: Histogram
+    kv_verify_failures: Counter
+
+
+def engine_metrics(engine: str, model_name: str) -> EngineMetrics:
+    registry = CollectorRegistry()
+    running, waiting, usage, prompt, generation, success = _NAMES[engine]
+    label = {"model_name": model_name}
+
+    def gauge(name: str, text: str) -> Gauge:
+        return Gauge(name, text, list(label), registry=registry).labels(**label)  # type: ignore[no-any-return]
+
+    def counter(name: str, text: str, labelled: bool = True) -> Counter:
+        if not labelled:
+            return Counter(name, text, registry=registry)
+        return Counter(name, text, list(label), registry=registry).labels(**label)  # type: ignore[no-any-return]
+
+    return EngineMetrics(
+        registry=registry,
+        running=gauge(running, "Requests being served."),
+        waiting=gauge(waiting, "Requests waiting (the reference engine queues none)."),
+        kv_usage=gauge(usage, "Fraction of KV blocks in use."),
+        prompt_tokens=counter(prompt, "Prompt tokens processed."),
+        generation_tokens=counter(generation, "Tokens generated."),
+        successes=counter(success, "Requests finished successfully."),
+        kv_bytes_verified=counter(
+            "pdd_refengine_kv_bytes_verified", "KV bytes received and checked byte for byte.", False
+        ),
+        kv_bytes_sent=counter(
+            "pdd_refengine_kv_bytes_sent", "KV bytes sent or served to peers.", False
+        ),
+        kv_transfer_seconds=Histogram(
+            "pdd_refengine_kv_transfer_seconds",
+            "Seconds one request's KV transfer took (NIXL post to completion).",
+            registry=registry,
+            buckets=_TRANSFER_BUCKETS,
+        ),
+        kv_verify_failures=counter(
+            "pdd_refengine_kv_verify_failures", "Requests whose received KV differed.", False
+        ),
+    )

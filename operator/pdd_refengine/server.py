@@ -1,0 +1,282 @@
+"""The HTTP face of the reference engine (a test double; see the package docstring): the
+OpenAI and SGLang routes the routers forward to, and the endpoints they poll."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import signal
+import sys
+import time
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Any
+
+from aiohttp import web
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+
+from pdd_refengine import openai_api, sglang_flow, vllm_flow
+from pdd_refengine.cli import EngineConfig, UsageError, parse_args
+from pdd_refengine.engine import Engine, KvOutcome, log
+from pdd_refengine.kv_params import KvParamsError, wants_remote_decode, wants_remote_prefill
+from pdd_refengine.kvcache import CacheFull, TransferError, run_notif_loop
+from pdd_refengine.openai_api import BadRequest, Completion
+
+VERSION = "0.1.0-pdd-refengine"
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+
+class App:
+    def __init__(self, engine: Engine, loop: asyncio.AbstractEventLoop) -> None:
+        self.engine = engine
+        self.config: EngineConfig = engine.config
+        self.held = vllm_flow.HeldBlocks(engine)
+        self.rooms = sglang_flow.Rooms(engine, loop)
+
+    def on_notif(self, agent: str, message: bytes) -> None:
+        self.held.on_notif(agent, message)
+        self.rooms.on_notif(agent, message)
+
+    def build(self) -> web.Application:
+        app = web.Application(client_max_size=64 << 20)
+        routes = [
+            web.post("/v1/completions", self._serve(openai_api.COMPLETIONS)),
+            web.post("/v1/chat/completions", self._serve(openai_api.CHAT)),
+            web.post("/generate", self._serve(openai_api.GENERATE)),
+            web.get("/health", self.health),
+            web.get("/health_generate", self.health),
+            web.get("/ping", self.health),
+            web.get("/metrics", self.metrics),
+            web.get("/version", self.version),
+            web.get("/v1/models", self.models),
+        ]
+        for path in ("/get_load", "/get_loads", "/loads", "/v1/loads"):
+            routes.append(web.get(path, self.load))
+        for path in ("/server_info", "/get_server_info", "/model_info", "/get_model_info"):
+            routes.append(web.get(path, self.server_info))
+        app.add_routes(routes)
+        return app
+
+    # -- what routers poll
+
+    async def health(self, _request: web.Request) -> web.Response:
+        if not self.engine.published.is_set():
+            return web.Response(status=503, text="NIXL agent metadata not published yet")
+        return web.Response(text="")
+
+    async def metrics(self, _request: web.Request) -> web.Response:
+        self.engine.metrics.kv_usage.set(self.engine.cache.usage())
+        body = generate_latest(self.engine.metrics.registry)
+        return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE_LATEST})
+
+    async def version(self, _request: web.Request) -> web.Response:
+        return web.json_response({"version": VERSION, "engine": self.config.engine})
+
+    async def models(self, _request: web.Request) -> web.Response:
+        card = {
+            "id": self.config.served_name,
+            "object": "model",
+            "created": 0,
+            "owned_by": "pdd-refengine",
+            "root": self.config.model,
+            "max_model_len": self.config.max_model_len,
+        }
+        return web.json_response({"object": "list", "data": [card]})
+
+    async def load(self, _request: web.Request) -> web.Response:
+        running = int(self.engine.metrics.running._value.get())
+        return web.json_response(
+            {
+                "load": running,
+                "num_reqs": running,
+                "num_waiting_reqs": 0,
+                "kv_cache_usage": self.engine.cache.usage(),
+            }
+        )
+
+    async def server_info(self, _request: web.Request) -> web.Response:
+        c = self.config
+        return web.json_response(
+            {
+                "model_path": c.model,
+                "served_model_name": c.served_name,
+                "tp_size": c.tp_size,
+                "dp_size": 1,
+                "page_size": c.block_tokens,
+                "max_model_len": c.max_model_len,
+                "disaggregation_mode": c.role if c.engine == "sglang" else "null",
+                "disaggregation_bootstrap_port": c.bootstrap_port,
+                "disaggregation_transfer_backend": "nixl",
+                "is_generation": True,
+                "version": VERSION,
+                "engine": c.engine,
+            }
+        )
+
+    # -- completions
+
+    def _serve(self, kind: str) -> Handler:
+        async def handler(request: web.Request) -> web.StreamResponse:
+            metrics = self.engine.metrics
+            metrics.running.inc()
+            try:
+                return await self._complete(kind, request)
+            except (BadRequest, KvParamsError, UsageError) as exc:
+                return _error(400, "BadRequestError", str(exc))
+            except CacheFull as exc:
+                return _error(503, "ServiceUnavailableError", str(exc))
+            except TransferError as exc:
+                log.warning("request failed: %s", exc)
+                return _error(502, "KVTransferError", str(exc))
+            finally:
+                metrics.running.dec()
+
+        return handler
+
+    async def _complete(self, kind: str, request: web.Request) -> web.StreamResponse:
+        try:
+            body = await request.json()
+        except ValueError:
+            raise BadRequest("the request body is not JSON") from None
+        req = openai_api.parse_request(
+            kind, body, self.config.served_name, request.headers.get("X-Request-Id", "")
+        )
+        self._check_model_len(req)
+        count, extra = await self._handoff(req)
+        self.engine.metrics.prompt_tokens.inc(len(req.prompt_tokens))
+        self.engine.metrics.generation_tokens.inc(count)
+        self.engine.metrics.successes.inc()
+        if req.stream:
+            return await self._stream(request, req, count, extra)
+        return web.json_response(openai_api.response(req, count, extra))
+
+    def _check_model_len(self, req: Completion) -> None:
+        limit = self.config.max_model_len
+        if limit is not None and len(req.prompt_tokens) + req.max_tokens > limit:
+            raise BadRequest(
+                f"{len(req.prompt_tokens)} prompt tokens + {req.max_tokens} to generate exceed "
+                f"--max-model-len {limit}"
+            )
+
+    async def _handoff(self, req: Completion) -> tuple[int, dict[str, Any]]:
+        """The request's KV part: (tokens to generate, extra response fields)."""
+        engine = self.engine
+        if self.config.engine == "vllm":
+            params = req.body.get("kv_transfer_params")
+            if wants_remote_decode(params):
+                return 1, await vllm_flow.prefill(engine, self.held, req)
+            if wants_remote_prefill(params):
+                outcome = await vllm_flow.decode(engine, req, params)
+                return req.max_tokens, outcome.field()
+        else:
+            bootstrap = sglang_flow.bootstrap_of(req)
+            if bootstrap is not None and self.config.role == "prefill":
+                outcome = await sglang_flow.prefill(engine, self.rooms, req, bootstrap[2])
+                return 1, outcome.field()
+            if bootstrap is not None:
+                outcome = await sglang_flow.decode(engine, self.rooms, req, bootstrap)
+                return req.max_tokens, outcome.field()
+        # Not disaggregated: this engine is prefill and decode, no KV moves.
+        local = KvOutcome(engine.identity, engine.identity, 0, False)
+        return req.max_tokens, local.field()
+
+    async def _stream(
+        self, request: web.Request, req: Completion, count: int, extra: dict[str, Any]
+    ) -> web.StreamResponse:
+        response = web.StreamResponse(
+            headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"}
+        )
+        await response.prepare(request)
+        for event in openai_api.sse_events(req, count, extra):
+            await response.write(event)
+        await response.write_eof()
+        return response
+
+
+def _error(status: int, kind: str, message: str) -> web.Response:
+    return web.json_response(
+        {
+            "object": "error",
+            "error": {"message": message, "type": kind, "code": status},
+            "message": message,
+            "type": kind,
+            "code": status,
+        },
+        status=status,
+    )
+
+
+# -- running -----------------------------------------------------------------------------------
+
+
+async def serve(config: EngineConfig) -> None:
+    loop = asyncio.get_running_loop()
+    engine = await asyncio.to_thread(Engine, config)
+    app = App(engine, loop)
+    run_notif_loop(engine.cache, app.on_notif, engine.stop)
+    engine.publish_forever()
+    runners = [await _start(app.build(), config.host, config.port)]
+    if config.engine == "vllm":
+        side_host = os.environ.get("VLLM_NIXL_SIDE_CHANNEL_HOST") or config.host
+        side_port = int(os.environ.get("VLLM_NIXL_SIDE_CHANNEL_PORT") or 5600)
+        runners.append(await _start(vllm_flow.side_channel_app(engine), side_host, side_port))
+    elif config.role == "prefill" and config.bootstrap_port:
+        bootstrap = sglang_flow.bootstrap_app(engine, app.rooms)
+        runners.append(await _start(bootstrap, config.host, config.bootstrap_port))
+    log.info(
+        "reference engine (test double) %s serving %s as %s on %s:%d, agent %s, "
+        "%d KV blocks of %d B (%d B/token, %s)",
+        config.engine,
+        config.served_name,
+        config.role,
+        config.host,
+        config.port,
+        engine.engine_id,
+        engine.cache.info.num_blocks,
+        engine.cache.block_bytes,
+        engine.cache.bytes_per_token,
+        engine.cache.info.mem,
+    )
+    stopped = asyncio.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stopped.set)
+    await stopped.wait()
+    engine.stop.set()
+    for runner in runners:
+        await runner.cleanup()
+    await asyncio.to_thread(_unpublish, engine)
+
+
+async def _start(app: web.Application, host: str, port: int) -> web.AppRunner:
+    runner = web.AppRunner(app, access_log=None)
+    await runner.setup()
+    await web.TCPSite(runner, host, port).start()
+    return runner
+
+
+def _unpublish(engine: Engine) -> None:
+    try:
+        engine.sidecar.unpublish(engine.engine_id)
+    except Exception as exc:  # the sidecar may be gone first; its TTL then drops the agent
+        log.info("unpublishing at shutdown: %s", exc)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    logging.basicConfig(
+        level=logging.INFO,
+        stream=sys.stderr,
+        format="%(asctime)s %(levelname)s pdd-refengine: %(message)s",
+    )
+    try:
+        config = parse_args(list(sys.argv[1:] if argv is None else argv))
+    except UsageError as exc:
+        sys.stderr.write(f"pdd-refengine: {exc}\n")
+        return 2
+    if config.ignored:
+        log.warning(
+            "ignoring flags the reference engine does not use: %s", " ".join(config.ignored)
+        )
+    started = time.monotonic()
+    asyncio.run(serve(config))
+    log.info("stopped after %.0f s", time.monotonic() - started)
+    return 0

@@ -1,0 +1,168 @@
+"""Processes for the reference-engine tests: pdd sidecars with static peers, reference
+engines (the test double of vLLM/SGLang) started through the image shims with the command
+lines the operator's engine adapters render, and the real routers. All on 127.0.0.0/8; every
+wait is bounded; ``Procs.close`` stops everything started."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from helpers.factories import make_pdd
+from pdd_operator.engines.registry import ENGINES
+
+REPO = Path(__file__).resolve().parents[2]
+OPERATOR_DIR = REPO / "operator"
+IMAGE = OPERATOR_DIR / "pdd_refengine" / "image"
+TOKEN = "refengine-test-token"
+MODEL = "test-org/tiny-model"  # not in the layout table: the default 256 B/token
+
+
+def rendered_engine_argv(engine: str, role: str, host: str, port: int, bootstrap: int) -> list[str]:
+    """The engine command line the operator renders for ``role``, bound where the test says
+    (a pod's IP and ports are its own; here pods share loopback, so each gets its own)."""
+    spec = make_pdd({"engine": {"type": engine}, "model": {"name": MODEL, "servedName": "tiny"},
+                     "kvTransfer": {"bootstrapPort": bootstrap}}).spec  # fmt: skip
+    launch = ENGINES[engine].launch(spec, role)
+    argv = [*launch.command, *launch.args]
+    return _replace_flag(_replace_flag(argv, "--host", host), "--port", str(port))
+
+
+def _replace_flag(argv: list[str], flag: str, value: str) -> list[str]:
+    i = argv.index(flag)
+    return [*argv[: i + 1], value, *argv[i + 2 :]]
+
+
+def free_port(host: str) -> int:
+    with socket.socket() as sock:
+        sock.bind((host, 0))
+        return int(sock.getsockname()[1])
+
+
+def wait_until(condition: Callable[[], Any], timeout_s: float, what: str) -> Any:
+    deadline = time.monotonic() + timeout_s
+    delay = 0.05
+    while True:
+        value = condition()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            pytest.fail(f"timed out after {timeout_s}s waiting for {what}")
+        time.sleep(delay)
+        delay = min(delay * 1.5, 0.5)
+
+
+def http(
+    method: str, url: str, body: Any = None, timeout: float = 30, token: str | None = None
+) -> tuple[int, bytes]:
+    data = None if body is None else json.dumps(body).encode()
+    request = urllib.request.Request(url, data=data, method=method)
+    request.add_header("Content-Type", "application/json")
+    if token:
+        request.add_header("Authorization", f"Bearer {token}")
+    try:
+        with urllib.request.urlopen(request, timeout=timeout) as response:
+            return response.status, response.read()
+    except urllib.error.HTTPError as err:
+        return err.code, err.read()
+
+
+def metric(url: str, name: str) -> float | None:
+    """The value of an unlabelled (or first labelled) sample ``name`` at ``url``/metrics."""
+    text = http("GET", f"{url}/metrics")[1].decode()
+    for line in text.splitlines():
+        series, _, value = line.rpartition(" ")
+        if series == name or series.startswith(name + "{"):
+            return float(value)
+    return None
+
+
+class Proc:
+    def __init__(self, name: str, argv: Sequence[str], env: dict[str, str], log_dir: Path) -> None:
+        self.name = name
+        self.log_path = log_dir / f"{name}.log"
+        with open(self.log_path, "wb") as log:
+            self.proc = subprocess.Popen(
+                list(argv), stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True
+            )
+
+    def log(self, tail: int = 4000) -> str:
+        return self.log_path.read_text(errors="replace")[-tail:]
+
+    def alive(self) -> bool:
+        return self.proc.poll() is None
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(timeout=10)
+
+
+class Procs:
+    def __init__(self, tmp_path: Path) -> None:
+        self.tmp_path = tmp_path
+        self.token_file = tmp_path / "token"
+        self.token_file.write_text(TOKEN + "\n")
+        self.started: list[Proc] = []
+
+    def env(self, **extra: str) -> dict[str, str]:
+        env = dict(os.environ)
+        venv_bin = str(Path(sys.executable).parent)
+        env["PATH"] = os.pathsep.join([str(IMAGE / "bin"), venv_bin, env.get("PATH", "")])
+        env["PYTHONPATH"] = os.pathsep.join([str(OPERATOR_DIR), str(IMAGE / "python")])
+        env["UCX_NET_DEVICES"] = "lo"  # loopback only
+        env.update(extra)
+        return env
+
+    def start(self, name: str, argv: Sequence[str], env: dict[str, str]) -> Proc:
+        proc = Proc(name, argv, env, self.tmp_path)
+        self.started.append(proc)
+        return proc
+
+    def sidecar(self, role: str, host: str, port: int, peers: str) -> str:
+        argv = [sys.executable, "-m", "pdd_sidecar", "serve", "--host", host, "--port", str(port),
+                "--pod-ip", host, "--role", role, "--pod-name", f"{role}-0", "--pod-uid",
+                f"uid-{role}", "--deployment", "demo", "--namespace", "test", "--token-file",
+                str(self.token_file), "--peer-source", f"static:{peers}"]  # fmt: skip
+        proc = self.start(f"sidecar-{role}", argv, self.env())
+        url = f"http://{host}:{port}"
+        wait_until(lambda: self._answers(proc, f"{url}/healthz"), 20, f"sidecar {role}")
+        return url
+
+    def engine(self, name: str, argv: Sequence[str], sidecar_url: str, **env: str) -> Proc:
+        environment = self.env(
+            PDD_SIDECAR_URL=sidecar_url, PDD_SIDECAR_TOKEN_FILE=str(self.token_file),
+            POD_NAME=name, **env,
+        )  # fmt: skip
+        return self.start(name, argv, environment)
+
+    def wait_healthy(self, proc: Proc, url: str, timeout_s: float = 60) -> None:
+        wait_until(lambda: self._answers(proc, f"{url}/health"), timeout_s, f"{proc.name} health")
+
+    def _answers(self, proc: Proc, url: str) -> bool:
+        if not proc.alive():
+            pytest.fail(f"{proc.name} exited: {proc.log()}")
+        try:
+            return http("GET", url, timeout=2)[0] == 200
+        except OSError:
+            return False
+
+    def close(self) -> None:
+        for proc in reversed(self.started):
+            proc.stop()

@@ -1,0 +1,205 @@
+"""The reference engine (a test double of vLLM/SGLang, no model) behind the real routers.
+
+No Kubernetes: two "pods" on their own loopback addresses, each a pdd sidecar (static peers)
+and a reference engine started as the operator renders the engine (through the image shims),
+and the real router in static PD mode in front. Real KV bytes move prefill -> decode with
+NIXL (UCX on loopback); the decode checks every byte. Every process is stopped at teardown.
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+import json
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from helpers.refengine import (
+    Procs,
+    free_port,
+    http,
+    metric,
+    rendered_engine_argv,
+    wait_until,
+)
+
+PREFILL_IP, DECODE_IP, ROUTER_IP = "127.91.0.1", "127.91.0.2", "127.91.0.3"
+BYTES_PER_TOKEN = 256  # the reference engine's default layout (model not in its table)
+PROMPT = "The quick brown fox jumps over the lazy dog, " * 5  # 225 bytes: 57 tokens
+
+
+@dataclass
+class Deployment:
+    engine: str
+    prefill: str
+    decode: str
+    router: str
+    procs: Procs
+
+
+def _tokens(prompt: str) -> int:
+    return -(-len(prompt.encode()) // 4)
+
+
+def _router_version(distribution: str) -> str:
+    return f"{distribution} {importlib.metadata.version(distribution)}"
+
+
+def _start_pair(procs: Procs, engine: str) -> tuple[str, str, int]:
+    sc_p, sc_d = free_port(PREFILL_IP), free_port(DECODE_IP)
+    p_side = procs.sidecar("prefill", PREFILL_IP, sc_p, f"decode={DECODE_IP}:{sc_d}")
+    d_side = procs.sidecar("decode", DECODE_IP, sc_d, f"prefill={PREFILL_IP}:{sc_p}")
+    bootstrap = free_port(PREFILL_IP)
+    urls = []
+    for role, ip, sidecar in (("prefill", PREFILL_IP, p_side), ("decode", DECODE_IP, d_side)):
+        port = free_port(ip)
+        argv = rendered_engine_argv(engine, role, ip, port, bootstrap)
+        env = {"VLLM_NIXL_SIDE_CHANNEL_HOST": ip, "VLLM_NIXL_SIDE_CHANNEL_PORT": str(free_port(ip)),
+               "PDD_REFENGINE_KV_TIMEOUT_S": "10"}  # fmt: skip
+        proc = procs.engine(f"{engine}-{role}-0", argv, sidecar, **env)
+        url = f"http://{ip}:{port}"
+        procs.wait_healthy(proc, url)
+        urls.append(url)
+    return urls[0], urls[1], bootstrap
+
+
+def _start_router(procs: Procs, engine: str, prefill: str, decode: str, bootstrap: int) -> str:
+    port, metrics_port = free_port(ROUTER_IP), free_port(ROUTER_IP)
+    common = ["--host", ROUTER_IP, "--port", str(port), "--prometheus-host", ROUTER_IP,
+              "--prometheus-port", str(metrics_port)]  # fmt: skip
+    bin_dir = Path(sys.executable).parent
+    if engine == "vllm":
+        binary = str(bin_dir / "vllm-router")
+        argv = [binary, *common, "--vllm-pd-disaggregation", "--prefill", prefill,
+                "--decode", decode, "--kv-connector", "nixl"]  # fmt: skip
+    else:
+        binary = str(bin_dir / "smg")
+        argv = [binary, "launch", *common, "--pd-disaggregation", "--prefill", prefill,
+                str(bootstrap), "--decode", decode, "--disable-tokenizer-autoload"]  # fmt: skip
+    print(f"router: {_router_version('vllm-router' if engine == 'vllm' else 'smg')}")
+    router = procs.start(f"router-{engine}", argv, procs.env())
+    url = f"http://{ROUTER_IP}:{port}"
+
+    def ready() -> bool:
+        if not router.alive():
+            pytest.fail(f"router exited: {router.log()}")
+        try:
+            return http("GET", f"{url}/readiness", timeout=2)[0] == 200
+        except OSError:
+            return False
+
+    wait_until(ready, 60, f"{engine} router readiness")
+    return url
+
+
+@pytest.fixture(params=["vllm", "sglang"])
+def deployment(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Deployment]:
+    procs = Procs(tmp_path)
+    try:
+        prefill, decode, bootstrap = _start_pair(procs, request.param)
+        router = _start_router(procs, request.param, prefill, decode, bootstrap)
+        yield Deployment(request.param, prefill, decode, router, procs)
+    except BaseException:
+        for proc in procs.started:
+            print(f"--- {proc.name}\n{proc.log()}")
+        raise
+    finally:
+        procs.close()
+
+
+def _complete(url: str, body: dict[str, object]) -> dict[str, object]:
+    status, raw = http("POST", f"{url}/v1/completions", body, timeout=60)
+    assert status == 200, raw
+    return json.loads(raw)  # type: ignore[no-any-return]
+
+
+def _stream(url: str, body: dict[str, object]) -> list[dict[str, object]]:
+    status, raw = http("POST", f"{url}/v1/completions", {**body, "stream": True}, timeout=60)
+    assert status == 200, raw
+    events = [
+        line[len("data: ") :] for line in raw.decode().splitlines() if line.startswith("data: ")
+    ]
+    assert events[-1] == "[DONE]", raw
+    return [json.loads(e) for e in events[:-1]]
+
+
+def test_completions_move_verified_kv_through_the_router(deployment: Deployment) -> None:
+    d = deployment
+    expected_bytes = _tokens(PROMPT) * BYTES_PER_TOKEN
+    answer = _complete(d.router, {"model": "tiny", "prompt": PROMPT, "max_tokens": 7})
+    choice = answer["choices"][0]  # type: ignore[index]
+    assert len(choice["text"].split()) == 7, answer
+    ext = answer.get("pdd_refengine")
+    print(f"{d.engine}: pdd_refengine = {ext}")
+    assert ext == {"prefill": f"{d.engine}-prefill-0", "decode": f"{d.engine}-decode-0",
+                   "kv_bytes": expected_bytes, "kv_verified": True}  # fmt: skip
+    assert metric(d.decode, "pdd_refengine_kv_bytes_verified_total") == expected_bytes
+
+    chunks = _stream(d.router, {"model": "tiny", "prompt": PROMPT + "!", "max_tokens": 5})
+    texts = [c["choices"][0]["text"] for c in chunks if c.get("choices")]  # type: ignore[index]
+    assert len("".join(texts).split()) == 5, chunks
+    assert metric(d.decode, "pdd_refengine_kv_bytes_verified_total") == (
+        expected_bytes + _tokens(PROMPT + "!") * BYTES_PER_TOKEN
+    )
+    assert metric(d.decode, "pdd_refengine_kv_verify_failures_total") == 0
+
+
+def test_same_prompt_same_tokens_and_other_prompts_differ(deployment: Deployment) -> None:
+    d = deployment
+    body = {"model": "tiny", "prompt": PROMPT, "max_tokens": 8}
+    first = _complete(d.router, body)["choices"][0]["text"]  # type: ignore[index]
+    again = _complete(d.router, body)["choices"][0]["text"]  # type: ignore[index]
+    other = _complete(d.router, {**body, "prompt": "another prompt"})["choices"][0]["text"]  # type: ignore[index]
+    assert first == again and first != other
+
+
+def test_the_decode_rejects_corrupted_kv_quickly(deployment: Deployment) -> None:
+    d = deployment
+    if d.engine != "vllm":
+        pytest.skip("covered by test_sglang_decode_rejects_corrupted_kv")
+    status, raw = http("POST", f"{d.prefill}/v1/completions", {
+        "prompt": PROMPT, "max_tokens": 1, "pdd_refengine_fault": "corrupt_kv",
+        "kv_transfer_params": {"do_remote_decode": True, "do_remote_prefill": False}})  # fmt: skip
+    assert status == 200, raw
+    params = json.loads(raw)["kv_transfer_params"]
+    assert params["do_remote_prefill"] is True and params["remote_block_ids"]
+    start = time.monotonic()
+    status, raw = http("POST", f"{d.decode}/v1/completions",
+                       {"prompt": PROMPT, "max_tokens": 4, "kv_transfer_params": params})  # fmt: skip
+    assert status == 502, raw
+    assert b"failed verification" in raw
+    assert time.monotonic() - start < 5
+    assert metric(d.decode, "pdd_refengine_kv_verify_failures_total") == 1
+
+
+def test_sglang_decode_rejects_corrupted_kv(deployment: Deployment) -> None:
+    d = deployment
+    if d.engine != "sglang":
+        pytest.skip("vLLM: test_the_decode_rejects_corrupted_kv_quickly")
+    status, raw = http("POST", f"{d.router}/v1/completions",
+                       {"model": "tiny", "prompt": PROMPT, "max_tokens": 3,
+                        "pdd_refengine_fault": "corrupt_kv"}, timeout=30)  # fmt: skip
+    assert status >= 500, raw
+    assert metric(d.decode, "pdd_refengine_kv_verify_failures_total") == 1
+
+
+def test_an_unreachable_prefill_is_an_error_not_a_hang(deployment: Deployment) -> None:
+    d = deployment
+    dead_port = free_port(PREFILL_IP)
+    start = time.monotonic()
+    if d.engine == "vllm":
+        params = {"do_remote_prefill": True, "do_remote_decode": False, "remote_block_ids": [0],
+                  "remote_engine_id": "gone", "remote_host": PREFILL_IP,
+                  "remote_port": dead_port, "tp_size": 1}  # fmt: skip
+        body: dict[str, object] = {"prompt": "hi", "max_tokens": 2, "kv_transfer_params": params}
+    else:
+        body = {"prompt": "hi", "max_tokens": 2, "bootstrap_host": PREFILL_IP,
+                "bootstrap_port": dead_port, "bootstrap_room": 12345}  # fmt: skip
+    status, raw = http("POST", f"{d.decode}/v1/completions", body, timeout=30)
+    assert status == 502, raw
+    assert b"cannot reach" in raw
+    assert time.monotonic() - start < 5
