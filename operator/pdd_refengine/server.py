@@ -77,7 +77,7 @@ class App:
             "id": self.config.served_name,
             "object": "model",
             "created": 0,
-            "owned_by": "pdd-refengine",
+            "owned_by": self.config.engine,
             "root": self.config.model,
             "max_model_len": self.config.max_model_len,
         }
@@ -138,6 +138,7 @@ class App:
             body = await request.json()
         except ValueError:
             raise BadRequest("the request body is not JSON") from None
+        log.debug("%s %s fields %s", request.method, request.path, sorted(body))
         req = openai_api.parse_request(
             kind, body, self.config.served_name, request.headers.get("X-Request-Id", "")
         )
@@ -262,8 +263,9 @@ def _unpublish(engine: Engine) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    level = os.environ.get("PDD_REFENGINE_LOG_LEVEL", "info").upper()
     logging.basicConfig(
-        level=logging.INFO,
+        level=getattr(logging, level, logging.INFO),
         stream=sys.stderr,
         format="%(asctime)s %(levelname)s pdd-refengine: %(message)s",
     )
