@@ -55,12 +55,12 @@ def engine_metrics(engine: str, model_name: str) -> EngineMetrics:
     label = {"model_name": model_name}
 
     def gauge(name: str, text: str) -> Gauge:
-        return Gauge(name, text, list(label), registry=registry).labels(**label)  # type: ignore[no-any-return]
+        return Gauge(name, text, list(label), registry=registry).labels(**label)
 
     def counter(name: str, text: str, labelled: bool = True) -> Counter:
         if not labelled:
             return Counter(name, text, registry=registry)
-        return Counter(name, text, list(label), registry=registry).labels(**label)  # type: ignore[no-any-return]
+        return Counter(name, text, list(label), registry=registry).labels(**label)
 
     return EngineMetrics(
         registry=registry,

@@ -32,6 +32,7 @@ class App:
         self.config: EngineConfig = engine.config
         self.held = vllm_flow.HeldBlocks(engine)
         self.rooms = sglang_flow.Rooms(engine, loop)
+        self.in_flight = 0  # requests being served, for the routers' load polls
 
     def on_notif(self, agent: str, message: bytes) -> None:
         self.held.on_notif(agent, message)
@@ -84,7 +85,7 @@ class App:
         return web.json_response({"object": "list", "data": [card]})
 
     async def load(self, _request: web.Request) -> web.Response:
-        running = int(self.engine.metrics.running._value.get())
+        running = self.in_flight
         return web.json_response(
             {
                 "load": running,
@@ -119,6 +120,7 @@ class App:
         async def handler(request: web.Request) -> web.StreamResponse:
             metrics = self.engine.metrics
             metrics.running.inc()
+            self.in_flight += 1
             try:
                 return await self._complete(kind, request)
             except (BadRequest, KvParamsError, UsageError) as exc:
@@ -130,6 +132,7 @@ class App:
                 return _error(502, "KVTransferError", str(exc))
             finally:
                 metrics.running.dec()
+                self.in_flight -= 1
 
         return handler
 

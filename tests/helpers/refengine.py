@@ -33,8 +33,13 @@ MODEL = "test-org/tiny-model"  # not in the layout table: the default 256 B/toke
 def rendered_engine_argv(engine: str, role: str, host: str, port: int, bootstrap: int) -> list[str]:
     """The engine command line the operator renders for ``role``, bound where the test says
     (a pod's IP and ports are its own; here pods share loopback, so each gets its own)."""
-    spec = make_pdd({"engine": {"type": engine}, "model": {"name": MODEL, "servedName": "tiny"},
-                     "kvTransfer": {"bootstrapPort": bootstrap}}).spec  # fmt: skip
+    spec = make_pdd(
+        {
+            "engine": {"type": engine},
+            "model": {"name": MODEL, "servedName": "tiny"},
+            "kvTransfer": {"bootstrapPort": bootstrap},
+        }
+    ).spec
     launch = ENGINES[engine].launch(spec, role)
     argv = [*launch.command, *launch.args]
     return _replace_flag(_replace_flag(argv, "--host", host), "--port", str(port))
@@ -136,10 +141,32 @@ class Procs:
         return proc
 
     def sidecar(self, role: str, host: str, port: int, peers: str) -> str:
-        argv = [sys.executable, "-m", "pdd_sidecar", "serve", "--host", host, "--port", str(port),
-                "--pod-ip", host, "--role", role, "--pod-name", f"{role}-0", "--pod-uid",
-                f"uid-{role}", "--deployment", "demo", "--namespace", "test", "--token-file",
-                str(self.token_file), "--peer-source", f"static:{peers}"]  # fmt: skip
+        argv = [
+            sys.executable,
+            "-m",
+            "pdd_sidecar",
+            "serve",
+            "--host",
+            host,
+            "--port",
+            str(port),
+            "--pod-ip",
+            host,
+            "--role",
+            role,
+            "--pod-name",
+            f"{role}-0",
+            "--pod-uid",
+            f"uid-{role}",
+            "--deployment",
+            "demo",
+            "--namespace",
+            "test",
+            "--token-file",
+            str(self.token_file),
+            "--peer-source",
+            f"static:{peers}",
+        ]
         proc = self.start(f"sidecar-{role}", argv, self.env())
         url = f"http://{host}:{port}"
         wait_until(lambda: self._answers(proc, f"{url}/healthz"), 20, f"sidecar {role}")
@@ -147,9 +174,11 @@ class Procs:
 
     def engine(self, name: str, argv: Sequence[str], sidecar_url: str, **env: str) -> Proc:
         environment = self.env(
-            PDD_SIDECAR_URL=sidecar_url, PDD_SIDECAR_TOKEN_FILE=str(self.token_file),
-            POD_NAME=name, **env,
-        )  # fmt: skip
+            PDD_SIDECAR_URL=sidecar_url,
+            PDD_SIDECAR_TOKEN_FILE=str(self.token_file),
+            POD_NAME=name,
+            **env,
+        )
         return self.start(name, argv, environment)
 
     def wait_healthy(self, proc: Proc, url: str, timeout_s: float = 60) -> None:

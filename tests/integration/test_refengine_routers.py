@@ -58,8 +58,11 @@ def _start_pair(procs: Procs, engine: str) -> tuple[str, str, int]:
     for role, ip, sidecar in (("prefill", PREFILL_IP, p_side), ("decode", DECODE_IP, d_side)):
         port = free_port(ip)
         argv = rendered_engine_argv(engine, role, ip, port, bootstrap)
-        env = {"VLLM_NIXL_SIDE_CHANNEL_HOST": ip, "VLLM_NIXL_SIDE_CHANNEL_PORT": str(free_port(ip)),
-               "PDD_REFENGINE_KV_TIMEOUT_S": "10"}  # fmt: skip
+        env = {
+            "VLLM_NIXL_SIDE_CHANNEL_HOST": ip,
+            "VLLM_NIXL_SIDE_CHANNEL_PORT": str(free_port(ip)),
+            "PDD_REFENGINE_KV_TIMEOUT_S": "10",
+        }
         proc = procs.engine(f"{engine}-{role}-0", argv, sidecar, **env)
         url = f"http://{ip}:{port}"
         procs.wait_healthy(proc, url)
@@ -69,17 +72,44 @@ def _start_pair(procs: Procs, engine: str) -> tuple[str, str, int]:
 
 def _start_router(procs: Procs, engine: str, prefill: str, decode: str, bootstrap: int) -> str:
     port, metrics_port = free_port(ROUTER_IP), free_port(ROUTER_IP)
-    common = ["--host", ROUTER_IP, "--port", str(port), "--prometheus-host", ROUTER_IP,
-              "--prometheus-port", str(metrics_port)]  # fmt: skip
+    common = [
+        "--host",
+        ROUTER_IP,
+        "--port",
+        str(port),
+        "--prometheus-host",
+        ROUTER_IP,
+        "--prometheus-port",
+        str(metrics_port),
+    ]
     bin_dir = Path(sys.executable).parent
     if engine == "vllm":
         binary = str(bin_dir / "vllm-router")
-        argv = [binary, *common, "--vllm-pd-disaggregation", "--prefill", prefill,
-                "--decode", decode, "--kv-connector", "nixl"]  # fmt: skip
+        argv = [
+            binary,
+            *common,
+            "--vllm-pd-disaggregation",
+            "--prefill",
+            prefill,
+            "--decode",
+            decode,
+            "--kv-connector",
+            "nixl",
+        ]
     else:
         binary = str(bin_dir / "smg")
-        argv = [binary, "launch", *common, "--pd-disaggregation", "--prefill", prefill,
-                str(bootstrap), "--decode", decode, "--disable-tokenizer-autoload"]  # fmt: skip
+        argv = [
+            binary,
+            "launch",
+            *common,
+            "--pd-disaggregation",
+            "--prefill",
+            prefill,
+            str(bootstrap),
+            "--decode",
+            decode,
+            "--disable-tokenizer-autoload",
+        ]
     print(f"router: {_router_version('vllm-router' if engine == 'vllm' else 'smg')}")
     router = procs.start(f"router-{engine}", argv, procs.env())
     url = f"http://{ROUTER_IP}:{port}"
@@ -135,8 +165,12 @@ def test_completions_move_verified_kv_through_the_router(deployment: Deployment)
     assert len(choice["text"].split()) == 7, answer
     ext = answer.get("pdd_refengine")
     print(f"{d.engine}: pdd_refengine = {ext}")
-    assert ext == {"prefill": f"{d.engine}-prefill-0", "decode": f"{d.engine}-decode-0",
-                   "kv_bytes": expected_bytes, "kv_verified": True}  # fmt: skip
+    assert ext == {
+        "prefill": f"{d.engine}-prefill-0",
+        "decode": f"{d.engine}-decode-0",
+        "kv_bytes": expected_bytes,
+        "kv_verified": True,
+    }
     assert metric(d.decode, "pdd_refengine_kv_bytes_verified_total") == expected_bytes
 
     chunks = _stream(d.router, {"model": "tiny", "prompt": PROMPT + "!", "max_tokens": 5})
@@ -197,13 +231,24 @@ def test_an_unreachable_prefill_is_an_error_not_a_hang(deployment: Deployment) -
     dead_port = free_port(PREFILL_IP)
     start = time.monotonic()
     if d.engine == "vllm":
-        params = {"do_remote_prefill": True, "do_remote_decode": False, "remote_block_ids": [0],
-                  "remote_engine_id": "gone", "remote_host": PREFILL_IP,
-                  "remote_port": dead_port, "tp_size": 1}  # fmt: skip
+        params = {
+            "do_remote_prefill": True,
+            "do_remote_decode": False,
+            "remote_block_ids": [0],
+            "remote_engine_id": "gone",
+            "remote_host": PREFILL_IP,
+            "remote_port": dead_port,
+            "tp_size": 1,
+        }
         body: dict[str, object] = {"prompt": "hi", "max_tokens": 2, "kv_transfer_params": params}
     else:
-        body = {"prompt": "hi", "max_tokens": 2, "bootstrap_host": PREFILL_IP,
-                "bootstrap_port": dead_port, "bootstrap_room": 12345}  # fmt: skip
+        body = {
+            "prompt": "hi",
+            "max_tokens": 2,
+            "bootstrap_host": PREFILL_IP,
+            "bootstrap_port": dead_port,
+            "bootstrap_room": 12345,
+        }
     status, raw = http("POST", f"{d.decode}/v1/completions", body, timeout=30)
     assert status == 502, raw
     assert b"cannot reach" in raw

@@ -1,0 +1,107 @@
+"""The reference engine (a test double of vLLM/SGLang) parses exactly the engine command lines
+the operator's adapters render: a change in rendering that it cannot serve fails here."""
+
+from __future__ import annotations
+
+import pytest
+
+from helpers.factories import make_pdd
+from pdd_operator.engines.registry import ENGINES
+from pdd_refengine.cli import DEFAULT_REGION_BYTES, UsageError, parse_args
+
+
+def rendered(engine: str, role: str, **spec: object) -> list[str]:
+    """What the engine container runs, as the image sees it: the shim names the engine."""
+    patch = {
+        "engine": {"type": engine},
+        "model": {"name": "meta-llama/Llama-3.1-70B-Instruct", "servedName": "llama"},
+        **spec,
+    }
+    launch = ENGINES[engine].launch(make_pdd(patch).spec, role)
+    argv = [*launch.command, *launch.args]
+    if engine == "vllm":
+        return argv  # `vllm serve ...`: image/bin/vllm passes "vllm" first
+    assert argv[:3] == ["python3", "-m", "sglang.launch_server"]
+    return ["sglang", *argv[3:]]
+
+
+@pytest.mark.parametrize(
+    ("engine", "role", "expect_role", "block_tokens", "bootstrap"),
+    [
+        ("vllm", "prefill", "prefill", 16, None),
+        ("vllm", "decode", "decode", 16, None),
+        ("sglang", "prefill", "prefill", 1, 8998),
+        ("sglang", "decode", "decode", 1, 8998),
+    ],
+)
+def test_rendered_command_lines_parse(
+    engine: str, role: str, expect_role: str, block_tokens: int, bootstrap: int | None
+) -> None:
+    config = parse_args(rendered(engine, role), environ={})
+    assert (config.engine, config.role, config.block_tokens) == (engine, expect_role, block_tokens)
+    assert config.model == "meta-llama/Llama-3.1-70B-Instruct"
+    assert config.served_name == "llama"
+    assert (config.host, config.port) == ("0.0.0.0", 8000)
+    assert config.bootstrap_port == bootstrap
+    assert config.ignored == ()
+    assert (config.region_bytes, config.memory) == (DEFAULT_REGION_BYTES, "DRAM")
+
+
+@pytest.mark.parametrize("engine", ["vllm", "sglang"])
+def test_block_size_and_user_args(engine: str) -> None:
+    argv = rendered(engine, "decode")
+    argv += [
+        "--block-size" if engine == "vllm" else "--page-size",
+        "32",
+        "--max-model-len",
+        "4096",
+        "--enforce-eager",
+    ]
+    config = parse_args(argv, environ={})
+    assert config.block_tokens == 32
+    assert config.max_model_len == 4096
+    assert config.ignored == ("--enforce-eager",)
+
+
+def test_tensor_parallel_size_follows_the_spec() -> None:
+    config = parse_args(rendered("vllm", "prefill", prefill={"gpusPerInstance": 4}), environ={})
+    assert config.tp_size == 4
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["vllm", "bench"], "vllm serve"),
+        (["vllm", "serve", "m", "--kv-transfer-config", "{not json"], "not JSON"),
+        (["vllm", "serve", "m", "--kv-transfer-config", '{"kv_connector":"Other"}'], "Nixl"),
+        (["sglang", "--model-path", "m"], "--disaggregation-mode"),
+        (
+            [
+                "sglang",
+                "--model-path",
+                "m",
+                "--disaggregation-mode",
+                "decode",
+                "--disaggregation-transfer-backend",
+                "mooncake",
+            ],
+            "nixl",
+        ),
+        (["tgi"], "usage"),
+    ],
+)
+def test_unusable_command_lines_are_refused(argv: list[str], message: str) -> None:
+    with pytest.raises(UsageError, match=message):
+        parse_args(argv, environ={})
+
+
+@pytest.mark.parametrize(
+    ("environ", "region", "memory"),
+    [
+        ({"PDD_REFENGINE_KV_REGION_BYTES": "1048576"}, 1 << 20, "DRAM"),
+        ({"PDD_REFENGINE_KV_MEMORY": "vram"}, DEFAULT_REGION_BYTES, "VRAM"),
+    ],
+)
+def test_region_from_the_environment(environ: dict[str, str], region: int, memory: str) -> None:
+    config = parse_args(["vllm", "serve", "m"], environ=environ)
+    assert (config.region_bytes, config.memory, config.role) == (region, memory, "both")
