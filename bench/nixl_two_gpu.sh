@@ -18,7 +18,7 @@ export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVL
 nvidia-smi topo -m >"$WORK/topology.txt" 2>&1
 nvidia-smi --query-gpu=name,driver_version,pcie.link.gen.current,clocks.max.mem --format=csv \
   >"$WORK/gpus.csv" 2>&1
-STEPS=${STEPS:-requests threads large host engine sgl sglarge check preflight}
+STEPS=${STEPS:-requests threads large host engine sgl sglarge check preflight reqprobe request}
 probe() { # name, then nixl_probe.py arguments
   local name=$1; shift
   [[ " $STEPS " == *" $name "* ]] || return 0
@@ -66,5 +66,16 @@ if [[ " $STEPS " == *" preflight "* ]]; then
     --kv-path-file "$WORK/preflight/kv-path.json" >"$WORK/preflight/log.txt" 2>&1
   echo "== preflight rc=$?"
   cat "$WORK/preflight/log.txt"
+fi
+# 10. One request's KV through the request path: the real vllm-router, reference engines (the
+#     test double of vLLM) with Llama-3.1-70B's KV in GPU memory, prefill GPU 0 -> decode GPU 1,
+#     4,096 tokens = 1,342,177,280 B; beside the probe of the same bytes at the same block size
+#     (16 tokens = 5 MiB), whose contiguous copy is the link time.
+NIXL_UCX_SGL_ENABLE=y probe reqprobe --paths VRAM-VRAM --concurrency 1 --block-sizes 5M \
+  --bytes-per-size 1342177280 --iterations 5
+if [[ " $STEPS " == *" request "* ]]; then
+  timeout 420 python3 bench/request_kv_two_gpu.py --out "$WORK/request" --tokens 4096 --requests 10
+  echo "== request rc=$?"
+  for f in "$WORK"/request/*.log; do echo "-- $f"; tail -5 "$f"; done
 fi
 tar czf "$OUT/nixl-two-gpu.tgz" -C "$WORK" .

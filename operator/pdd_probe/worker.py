@@ -314,32 +314,40 @@ def _timed_writes(
 def _requests_on_own_workers(
     agent: Any, local_side: Any, remote_side: Any, count: int, concurrency: int
 ) -> list[Any]:
-    """One WRITE request per chunk of the descriptors. NIXL's UCX backend binds a request to
-    the UCX worker of the thread that prepares it (one worker per thread, round robin), so each
-    request is prepared on a thread of its own to get a worker, and a CUDA stream, of its own."""
+    """One WRITE request per chunk of the descriptors, each on a UCX worker of its own."""
     chunks = np.array_split(np.arange(count, dtype=np.int32), min(concurrency, count))
-    handles: list[Any] = [None] * len(chunks)
+    return prepare_on_own_workers(
+        agent,
+        lambda k: agent.make_prepped_xfer("WRITE", local_side, chunks[k], remote_side, chunks[k]),
+        len(chunks),
+    )
+
+
+def prepare_on_own_workers(agent: Any, prepare: Callable[[int], Any], count: int) -> list[Any]:
+    """``prepare(k)`` for k < count, each on a thread of its own. NIXL's UCX backend binds a
+    request to the UCX worker of the thread that prepares it (one worker per thread, round
+    robin), so this gives each request a worker, and a CUDA stream, of its own: several
+    requests in flight is what reaches an NVLink's bandwidth. A failure releases the others."""
+    handles: list[Any] = [None] * count
     errors: list[BaseException] = []
 
-    def prepare(k: int) -> None:
+    def run(k: int) -> None:
         try:
-            handles[k] = agent.make_prepped_xfer(
-                "WRITE", local_side, chunks[k], remote_side, chunks[k]
-            )
+            handles[k] = prepare(k)
         except BaseException as exc:  # re-raised in the caller's thread
             errors.append(exc)
 
-    if len(chunks) == 1:
-        prepare(0)
+    if count == 1:
+        run(0)
     else:
-        threads = [threading.Thread(target=prepare, args=(k,)) for k in range(len(chunks))]
+        threads = [threading.Thread(target=run, args=(k,)) for k in range(count)]
         for thread in threads:
             thread.start()
         for thread in threads:
             thread.join()
     if errors:
         for handle in filter(None, handles):
-            handle.release()
+            agent.release_xfer_handle(handle)
         raise errors[0]
     return handles
 

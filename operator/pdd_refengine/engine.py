@@ -47,6 +47,7 @@ class KvOutcome:
                 "decode": self.decode,
                 "kv_bytes": self.kv_bytes,
                 "kv_verified": self.verified,
+                "kv_seconds": round(self.seconds, 6),
             }
         }
 

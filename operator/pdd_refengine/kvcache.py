@@ -23,7 +23,15 @@ from typing import Any
 
 import numpy as np
 
-from pdd_probe.worker import Buffer, allocate, make_agent, post_and_wait, register
+from pdd_probe.probe import LINK_CONCURRENCY
+from pdd_probe.worker import (
+    Buffer,
+    allocate,
+    make_agent,
+    post_and_wait,
+    prepare_on_own_workers,
+    register,
+)
 from pdd_refengine import pattern
 from pdd_refengine.layout import KvLayout, blocks_for
 
@@ -70,23 +78,29 @@ class RegionInfo:
         )
 
 
-def token_descriptors(info: RegionInfo, block_ids: Sequence[int], tokens: int) -> np.ndarray:
-    """(addr, length, device) per block of a request of ``tokens`` tokens; the last block
-    carries only the tokens it holds."""
+def block_descriptors(info: RegionInfo) -> np.ndarray:
+    """(addr, length, device) of every block of the region: prepared once per agent, as vLLM
+    prepares its block descriptors, so a request only names block indices."""
+    return np.array(
+        [(info.base_addr + b * info.block_bytes, info.block_bytes, info.device)
+         for b in range(info.num_blocks)],
+        dtype=np.uint64,
+    )  # fmt: skip
+
+
+def block_indices(info: RegionInfo, block_ids: Sequence[int], tokens: int) -> np.ndarray:
+    """The request's blocks as indices into ``block_descriptors(info)``, checked: as many as
+    ``tokens`` need, all inside the region. Whole blocks move (as in vLLM); the last one's
+    bytes past the prompt are never compared."""
     if len(block_ids) != blocks_for(tokens, info.block_tokens):
         raise TransferError(
             f"{tokens} tokens need {blocks_for(tokens, info.block_tokens)} "
             f"blocks of {info.block_tokens}, got {len(block_ids)}"
         )
-    rows = []
-    for k, block in enumerate(block_ids):
+    for block in block_ids:
         if not 0 <= block < info.num_blocks:
             raise TransferError(f"block {block} is outside the region ({info.num_blocks} blocks)")
-        held = min(info.block_tokens, tokens - k * info.block_tokens)
-        rows.append(
-            (info.base_addr + block * info.block_bytes, held * info.bytes_per_token, info.device)
-        )
-    return np.array(rows, dtype=np.uint64)
+    return np.array(block_ids, dtype=np.int32)
 
 
 class KvCache:
@@ -110,7 +124,10 @@ class KvCache:
             else np.zeros(self._buffer.nbytes, dtype=np.uint8)
         )
         self._lock = threading.RLock()
-        self._agent = make_agent(agent_name)
+        # GPU memory: several requests in flight, each on a UCX worker of its own (one request
+        # leaves an NVLink far from full); host memory over TCP gains nothing from it.
+        self.streams = LINK_CONCURRENCY if self._buffer.mem == "VRAM" else 1
+        self._agent = make_agent(agent_name, workers=self.streams)
         register(self._agent, self._buffer)
         self.info = RegionInfo(
             agent_name,
@@ -125,6 +142,10 @@ class KvCache:
         self._free = list(range(num_blocks))
         self._blocks_lock = threading.Lock()
         self._remote_sha: dict[str, str] = {}
+        self._local_side = self._agent.prep_xfer_dlist(
+            "NIXL_INIT_AGENT", block_descriptors(self.info), self.info.mem
+        )
+        self._remote_sides: dict[str, Any] = {}  # peer agent -> its prepared blocks
 
     # -- blocks
 
@@ -203,8 +224,7 @@ class KvCache:
             if self._remote_sha.get(name) == sha:
                 return
             if name in self._remote_sha:
-                self._agent.remove_remote_agent(name)
-                del self._remote_sha[name]
+                self.forget_remote(name)
             loaded = _text(self._agent.add_remote_agent(metadata))
             if loaded != name:
                 self._agent.remove_remote_agent(loaded)
@@ -213,8 +233,19 @@ class KvCache:
 
     def forget_remote(self, name: str) -> None:
         with self._lock:
+            side = self._remote_sides.pop(name, None)
+            if side is not None:
+                self._agent.release_dlist_handle(side)
             if self._remote_sha.pop(name, None) is not None:
                 self._agent.remove_remote_agent(name)
+
+    def _remote_side(self, remote: RegionInfo) -> Any:
+        side = self._remote_sides.get(remote.agent_name)
+        if side is None:
+            descs = block_descriptors(remote)
+            side = self._agent.prep_xfer_dlist(remote.agent_name, descs, remote.mem)
+            self._remote_sides[remote.agent_name] = side
+        return side
 
     def transfer(
         self,
@@ -233,27 +264,43 @@ class KvCache:
                 f"KV layouts differ: the peer has {remote.bytes_per_token} B/token, this engine "
                 f"{self.bytes_per_token} (same model and PDD_REFENGINE_KV_LAYOUT on both roles?)"
             )
-        local_descs = token_descriptors(self.info, local_blocks, tokens)
-        remote_descs = token_descriptors(remote, remote_blocks, tokens)
+        local = block_indices(self.info, local_blocks, tokens)
+        remote_ids = block_indices(remote, remote_blocks, tokens)
         with self._lock:
             start = time.perf_counter()
             try:
-                handle = self._agent.initialize_xfer(
-                    operation,
-                    self._agent.get_xfer_descs(local_descs, self.info.mem),
-                    self._agent.get_xfer_descs(remote_descs, remote.mem),
-                    remote.agent_name,
-                    notif,
-                )
-                try:
-                    post_and_wait(self._agent, [handle], time.perf_counter() + timeout_s)
-                finally:
-                    self._agent.release_xfer_handle(handle)
+                self._move(operation, local, remote, remote_ids, timeout_s)
+                # After every part landed: the peer may reuse the blocks once it reads this.
+                self._agent.send_notif(remote.agent_name, notif)
             except (RuntimeError, TimeoutError) as exc:
                 raise TransferError(f"NIXL {operation} from {remote.agent_name}: {exc}") from exc
             except Exception as exc:  # NIXL raises its own exception types
                 raise TransferError(f"NIXL {operation} with {remote.agent_name}: {exc}") from exc
             return time.perf_counter() - start
+
+    def _move(
+        self,
+        operation: str,
+        local: np.ndarray,
+        remote: RegionInfo,
+        remote_ids: np.ndarray,
+        timeout_s: float,
+    ) -> None:
+        """The blocks split into up to ``self.streams`` requests in flight at once."""
+        remote_side = self._remote_side(remote)
+        parts = np.array_split(np.arange(len(local)), min(self.streams, len(local)))
+
+        def prepare(k: int) -> Any:
+            return self._agent.make_prepped_xfer(
+                operation, self._local_side, local[parts[k]], remote_side, remote_ids[parts[k]]
+            )
+
+        handles = prepare_on_own_workers(self._agent, prepare, len(parts))
+        try:
+            post_and_wait(self._agent, handles, time.perf_counter() + timeout_s)
+        finally:
+            for handle in handles:
+                self._agent.release_xfer_handle(handle)
 
     def send_notif(self, remote_name: str, message: bytes) -> None:
         with self._lock:

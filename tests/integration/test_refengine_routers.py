@@ -165,6 +165,7 @@ def test_completions_move_verified_kv_through_the_router(deployment: Deployment)
     assert len(choice["text"].split()) == 7, answer
     ext = answer.get("pdd_refengine")
     print(f"{d.engine}: pdd_refengine = {ext}")
+    assert ext is not None and ext.pop("kv_seconds") > 0, ext
     assert ext == {
         "prefill": f"{d.engine}-prefill-0",
         "decode": f"{d.engine}-decode-0",
