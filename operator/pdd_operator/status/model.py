@@ -17,7 +17,7 @@ What is checked, and what is left to the kubelet:
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -184,7 +184,3 @@ def _available(spec: PDDeploymentSpec) -> str:
 def engine_roles_held(readiness: ModelReadiness | None) -> bool:
     """Whether the engine StatefulSets wait: only on a known problem."""
     return readiness is not None and readiness.ready is False
-
-
-def claim_names(refs: ModelReferences) -> Sequence[str]:
-    return [use.name for use in refs.claims]
