@@ -75,6 +75,7 @@ def run_example(
 ) -> int:
     body = yaml.safe_load(EXAMPLE.read_text())
     ns, name = body["metadata"]["namespace"], body["metadata"]["name"]
+    prepare_model_source(api, body)
     objects = client.CustomObjectsApi(api)
     objects.create_namespaced_custom_object("pdd.dev", "v1alpha1", ns, "pddeployments", body)
     print(f"applied {EXAMPLE.relative_to(ROOT)}", flush=True)
@@ -98,6 +99,22 @@ def run_example(
             return 1
         time.sleep(1)
     return 0
+
+
+def prepare_model_source(api: client.ApiClient, body: dict[str, Any]) -> None:
+    """What the example's model source needs: its token Secret (a placeholder: the simulated
+    engines download nothing). The shared cache claim is left out: the local control plane
+    runs no volume binder, and pods with an unbound claim are never scheduled."""
+    hf = body["spec"]["model"].get("source", {}).get("huggingFace", {})
+    hf.pop("cache", None)
+    ref = hf.get("tokenSecretRef")
+    if ref:
+        secret = {
+            "metadata": {"name": ref["name"]},
+            "stringData": {ref.get("key", "HF_TOKEN"): "hf_placeholder"},
+        }
+        client.CoreV1Api(api).create_namespaced_secret(body["metadata"]["namespace"], secret)
+        print(f"created Secret {ref['name']} (the example's Hugging Face token)", flush=True)
 
 
 def is_ready(pdd: dict[str, Any]) -> bool:

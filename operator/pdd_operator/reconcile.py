@@ -41,6 +41,14 @@ from pdd_operator.status.conditions import transition_events
 from pdd_operator.status.corrections import Correction, CorrectionLog, drifted
 from pdd_operator.status.drift import live_fingerprint, rendered_fingerprint
 from pdd_operator.status.invalid import invalid_spec_conditions, invalid_spec_message
+from pdd_operator.status.model import (
+    ModelFacts,
+    ModelReadiness,
+    claim_facts,
+    engine_roles_held,
+    model_readiness,
+    model_references,
+)
 from pdd_operator.status.observe import ChildKey, ChildSummary, PodSummary, pod_problems
 from pdd_operator.status.own_writes import OwnStatusWrites
 from pdd_operator.status.transfer import probe_due, prober, transfer_outcome
@@ -68,6 +76,10 @@ class ApiWriter(Protocol):
     def delete(self, kind: Kind, namespace: str, name: str) -> None: ...
     def patch_status(self, namespace: str, name: str, status: dict[str, Any]) -> str: ...
     def annotate_pod(self, namespace: str, name: str, annotations: dict[str, str]) -> None: ...
+
+    # The model's prerequisites are read on each pass (nothing watches Secrets or claims).
+    def secret_exists(self, namespace: str, name: str) -> bool: ...
+    def read_pvc(self, namespace: str, name: str) -> dict[str, Any] | None: ...
 
 
 EventSink = Callable[[Mapping[str, Any], str, str, str], None]  # body, type, reason, message
@@ -107,6 +119,13 @@ class _Changes:
     stale: tuple[ChildKey, ...]  # no longer rendered: to delete
 
 
+# While the model's Secret or claim is missing, the pass asks again after this many seconds,
+# doubling up to the maximum: nothing watches Secrets or claims (the operator may only get
+# them), and the periodic resync is minutes apart.
+MODEL_RETRY_FIRST_S = 2.0
+MODEL_RETRY_MAX_S = 60.0
+
+
 class Reconciler:
     def __init__(
         self,
@@ -116,6 +135,7 @@ class Reconciler:
         emit_event: EventSink,
         metrics: OperatorMetrics | None = None,
         max_concurrent: int = 64,
+        model_retry: tuple[float, float] = (MODEL_RETRY_FIRST_S, MODEL_RETRY_MAX_S),
     ) -> None:
         self.kube = kube
         self.view = view
@@ -131,6 +151,9 @@ class Reconciler:
         self._own_writes = OwnStatusWrites()
         self._rendered: dict[DeploymentKey, _Rendered] = {}
         self._corrections = CorrectionLog()
+        self._model_retry = model_retry
+        self._model_attempts: dict[DeploymentKey, int] = {}
+        self._retries: dict[DeploymentKey, asyncio.Task[None]] = {}
 
     def is_own_status_write(self, key: DeploymentKey, resource_version: str) -> bool:
         """Whether this version of the PDDeployment is the status this operator just wrote:
@@ -172,6 +195,9 @@ class Reconciler:
         self._own_writes.forget(key)
         self._rendered.pop(key, None)
         self._corrections.forget(key)
+        self._model_attempts.pop(key, None)
+        if (retry := self._retries.pop(key, None)) is not None:
+            retry.cancel()
 
     async def _reconcile_once(self, key: DeploymentKey) -> None:
         body = self.view.pdd_body(key)
@@ -201,14 +227,55 @@ class Reconciler:
         observed = self.view.children(_key(pdd))
         placement = self._place(pdd)
         desired = self._render(pdd, self._render_context(pdd, placement, observed))
+        model = await self._check_model(pdd)
+        held = _engine_workloads(desired) if engine_roles_held(model) else frozenset()
         try:
-            apply_error = await self._sync_children(pdd, body, desired, observed)
+            apply_error = await self._sync_children(pdd, body, desired, observed, held)
         except _NamespaceGoingAway:
             return  # its namespace is being deleted: nothing to create, nobody to tell
         if not apply_error:
             apply_error = await self._ensure_token(pdd)
-        status = await self._status(pdd, self._observed(pdd, desired, placement, apply_error))
+        observed_now = self._observed(pdd, desired, placement, apply_error)
+        status = await self._status(pdd, replace(observed_now, model=model))
         await self._write_status(pdd, body, status)
+
+    # ------------------------------------------------------------------------------ model
+
+    async def _check_model(self, pdd: PDDeployment) -> ModelReadiness:
+        """Whether the Secret and claims of spec.model.source are there; while one is not,
+        another pass is scheduled (with backoff) to notice when it appears."""
+        facts = await asyncio.to_thread(self._model_facts, pdd)
+        readiness = model_readiness(pdd, facts)
+        if readiness.ready is True:
+            self._model_attempts.pop(_key(pdd), None)
+        else:
+            self._retry_later(_key(pdd))
+        return readiness
+
+    def _model_facts(self, pdd: PDDeployment) -> ModelFacts:
+        refs = model_references(pdd.spec)
+        if refs.empty:
+            return ModelFacts()
+        try:
+            secret = refs.secret is None or self.kube.secret_exists(pdd.namespace, refs.secret)
+            claims = {
+                use.name: claim_facts(self.kube.read_pvc(pdd.namespace, use.name))
+                for use in refs.claims
+            }
+        except Exception as err:  # an answer other than "not found": say so, hold nothing
+            log.warning("checking the model of %s/%s failed: %s", pdd.namespace, pdd.name, err)
+            return ModelFacts(error=api_error_message(err))
+        return ModelFacts(secret_exists=secret, claims=claims)
+
+    def _retry_later(self, key: DeploymentKey) -> None:
+        pending = self._retries.get(key)
+        if pending is not None and not pending.done():
+            return
+        attempt = self._model_attempts.get(key, 0)
+        self._model_attempts[key] = attempt + 1
+        first, most = self._model_retry
+        delay = min(first * 2**attempt, most)
+        self._retries[key] = asyncio.create_task(self.reconcile(key, delay=delay))
 
     # ------------------------------------------------------------------------------ plan
 
@@ -263,9 +330,11 @@ class Reconciler:
         body: Mapping[str, Any],
         desired: _Desired,
         observed: Mapping[ChildKey, ChildSummary],
+        held: frozenset[ChildKey] = frozenset(),
     ) -> str:
-        """Apply what differs, delete what is no longer wanted; return a user-facing error."""
-        changes = _changes(desired, observed, self._corrections.of(_key(pdd)))
+        """Apply what differs, delete what is no longer wanted, leave `held` children as they
+        are (not created, not changed, not deleted); return a user-facing error."""
+        changes = _changes(desired, observed, self._corrections.of(_key(pdd)), held)
         self._corrections.keep_wanted(_key(pdd), desired.owned)
         try:
             await self._apply(pdd, body, changes, desired, observed)
@@ -484,24 +553,34 @@ def _changes(
     desired: _Desired,
     observed: Mapping[ChildKey, ChildSummary],
     corrections: Mapping[ChildKey, Correction],
+    held: frozenset[ChildKey] = frozenset(),
 ) -> _Changes:
     """A child differs when it is missing (deleted by hand included: the watch drops it from
     the index), when it was rendered from other inputs (its applied-hash), or when someone
-    changed a field the operator owns (status.corrections.drifted)."""
+    changed a field the operator owns (status.corrections.drifted). Held children are left
+    as they are."""
     differ = {
         key
         for key, wanted_hash in desired.hashes.items()
-        if key not in observed or observed[key].applied_hash != wanted_hash
+        if key not in held and (key not in observed or observed[key].applied_hash != wanted_hash)
     }
     drift = frozenset(
         key
         for key, wanted in desired.owned.items()
-        if key not in differ and drifted(observed[key], wanted, corrections.get(key))
+        if key not in differ
+        and key not in held
+        and drifted(observed[key], wanted, corrections.get(key))
     )
     changed = differ | drift
     objects = [obj for obj in desired.objects() if child_key(obj) in changed] if changed else []
     stale = tuple(key for key in observed if key not in desired.hashes)
     return _Changes(objects, drift, stale)
+
+
+def _engine_workloads(desired: _Desired) -> frozenset[ChildKey]:
+    """The prefill and decode StatefulSets: what waits while the model is not available.
+    Existing ones keep running as they are (their pods loaded the model already)."""
+    return frozenset(key for key in desired.hashes if key[1] == "StatefulSet")
 
 
 def _key(pdd: PDDeployment) -> DeploymentKey:

@@ -6,8 +6,9 @@ ServiceAccount (what its pod gets), reconciles a PDDeployment: StatefulSets, Ser
 router, the sidecars' Role/RoleBinding (RBAC refuses to grant what the granter lacks), the token
 Secret (create only) and the status write, with no request refused.
 
-Tight: with the same token, reading Secrets is refused (403) cluster-wide and in a namespace,
-and an access review lists what else it must not do.
+Tight: with the same token, listing and watching Secrets is refused (403) cluster-wide and in a
+namespace (a Secret is only looked up by the name a PDDeployment gives, for its metadata), and an
+access review lists what else it must not do.
 """
 
 from __future__ import annotations
@@ -117,7 +118,7 @@ def test_operator_with_its_service_account_reconciles(
         for role in roles
         for rule in role.rules
     )
-    # The token Secret: created (create is all the operator may do with Secrets).
+    # The token Secret: created (the operator may create Secrets and get one by name).
     secrets = core.list_namespaced_secret(APP_NS).items
     assert [s for s in secrets if s.metadata.owner_references], "no token Secret created"
     # Condition transitions become Events (kopf posts them in the background).
@@ -133,7 +134,46 @@ def test_operator_with_its_service_account_reconciles(
     assert "Forbidden" not in operator.tail(200_000), operator.tail()
 
 
-def test_operator_identity_cannot_read_secrets(
+def test_operator_with_its_service_account_checks_the_model_source(
+    operator: OperatorProcess, api_client: client.ApiClient
+) -> None:
+    """The lookups of the model's token Secret and cache claim are allowed: a missing one is
+    reported as missing (a 404), not as a check that failed (a 403)."""
+    ensure_namespace(api_client, APP_NS)
+    source = {"huggingFace": {"tokenSecretRef": {"name": "hf-token"}, "cache": {"claimName": "hf"}}}
+    body = small_pddeployment("gated")
+    body["spec"]["model"]["source"] = source
+    client.CustomObjectsApi(api_client).create_namespaced_custom_object(
+        GROUP, VERSION, APP_NS, PLURAL, body
+    )
+    try:
+        wait_for(
+            lambda: model_ready_reason(api_client, "gated") == "ModelSecretMissing",
+            timeout=60,
+            what="ModelReady ModelSecretMissing of rbac-proof/gated",
+        )
+        client.CoreV1Api(api_client).create_namespaced_secret(
+            APP_NS, {"metadata": {"name": "hf-token"}, "stringData": {"HF_TOKEN": "x"}}
+        )
+        wait_for(
+            lambda: model_ready_reason(api_client, "gated") == "ModelPVCMissing",
+            timeout=60,
+            what="ModelReady ModelPVCMissing of rbac-proof/gated",
+        )
+    except AssertionError as err:
+        pytest.fail(f"{err}\noperator log:\n{operator.tail()}")
+    assert "Forbidden" not in operator.tail(200_000), operator.tail()
+
+
+def model_ready_reason(api: client.ApiClient, name: str) -> str:
+    body = client.CustomObjectsApi(api).get_namespaced_custom_object(
+        GROUP, VERSION, APP_NS, PLURAL, name
+    )
+    conditions = body.get("status", {}).get("conditions", [])
+    return next((c["reason"] for c in conditions if c["type"] == "ModelReady"), "")
+
+
+def test_operator_identity_cannot_list_or_watch_secrets(
     operator_api: client.ApiClient, api_client: client.ApiClient
 ) -> None:
     ensure_namespace(api_client, APP_NS)
@@ -141,13 +181,17 @@ def test_operator_identity_cannot_read_secrets(
     refused = [
         lambda: core.list_secret_for_all_namespaces(),
         lambda: core.list_namespaced_secret(APP_NS),
-        lambda: core.read_namespaced_secret("any-secret", APP_NS),
         lambda: core.list_namespaced_secret(OPERATOR_NS),
+        lambda: core.list_namespaced_secret(APP_NS, watch=True, timeout_seconds=1),
     ]
     for call in refused:
         with pytest.raises(ApiException) as err:
             call()
         assert err.value.status == 403, err.value
+    # A lookup by name is allowed (the model's token Secret): a missing one is a 404, not a 403.
+    with pytest.raises(ApiException) as err:
+        core.read_namespaced_secret("no-such-secret", APP_NS)
+    assert err.value.status == 404, err.value
     # Sanity: the same credentials work for what the operator is granted.
     assert core.list_node().items is not None
 
@@ -163,9 +207,16 @@ ACCESS = [
     (OPERATOR_USER, "watch", "", "nodes", "", "", True),
     (OPERATOR_USER, "list", "apps", "replicasets", "", "", True),  # router pods' owner chain
     (OPERATOR_USER, "watch", "apps", "replicasets", "", APP_NS, True),
-    (OPERATOR_USER, "get", "", "secrets", "", APP_NS, False),
+    # Secrets: a lookup by name (the model's token Secret exists?), never list or watch.
+    (OPERATOR_USER, "get", "", "secrets", "", APP_NS, True),
     (OPERATOR_USER, "list", "", "secrets", "", "", False),
+    (OPERATOR_USER, "list", "", "secrets", "", APP_NS, False),
     (OPERATOR_USER, "watch", "", "secrets", "", APP_NS, False),
+    (OPERATOR_USER, "watch", "", "secrets", "", "", False),
+    (OPERATOR_USER, "get", "", "persistentvolumeclaims", "", APP_NS, True),
+    (OPERATOR_USER, "list", "", "persistentvolumeclaims", "", APP_NS, False),
+    (OPERATOR_USER, "watch", "", "persistentvolumeclaims", "", APP_NS, False),
+    (OPERATOR_USER, "patch", "", "persistentvolumeclaims", "", APP_NS, False),
     (OPERATOR_USER, "update", "", "secrets", "", APP_NS, False),
     (OPERATOR_USER, "patch", GROUP, PLURAL, "", APP_NS, False),  # spec belongs to GitOps
     (OPERATOR_USER, "delete", GROUP, PLURAL, "", APP_NS, False),

@@ -112,6 +112,8 @@ def stand_in_example() -> dict[str, Any]:
     pdd: dict[str, Any] = yaml.safe_load(EXAMPLE.read_text())
     spec = pdd["spec"]
     spec["engine"]["image"] = ENGINE_IMAGE  # answers /health like vLLM; no model download
+    # ... so no token Secret or shared cache claim either (kind's class has no ReadWriteMany).
+    spec["model"].pop("source", None)
     spec["router"]["image"] = ROUTER_IMAGE  # the real vllm-router, finding the stand-ins
     for role in ("prefill", "decode"):
         spec[role]["resources"] = {}  # the example asks 16 CPUs and 128Gi per pod

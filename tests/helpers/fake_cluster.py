@@ -104,6 +104,11 @@ class FakeCluster:
         self.status_writes: list[dict[str, Any]] = []
         self.events: list[tuple[str, str, str]] = []
         self.versions = 0
+        # The model's prerequisites: Secrets by (namespace, name), claims as the server has them.
+        self.secrets: set[tuple[str, str]] = set()
+        self.pvcs: dict[tuple[str, str], dict[str, Any]] = {}
+        self.reads: list[tuple[str, str, str]] = []  # (kind, namespace, name)
+        self.read_error: Exception | None = None
         self._lock = threading.Lock()  # applies of one wave arrive from several threads
         for body in bodies:
             self.add(body)
@@ -236,6 +241,19 @@ class FakeCluster:
             for i, pod in enumerate(pods):
                 if pod.name == name and request is not None:
                     pods[i] = replace(pod, probe_request=request)
+
+    def secret_exists(self, namespace: str, name: str) -> bool:
+        self.reads.append(("Secret", namespace, name))
+        if self.read_error is not None:
+            raise self.read_error
+        return (namespace, name) in self.secrets
+
+    def read_pvc(self, namespace: str, name: str) -> dict[str, Any] | None:
+        self.reads.append(("PersistentVolumeClaim", namespace, name))
+        if self.read_error is not None:
+            raise self.read_error
+        found = self.pvcs.get((namespace, name))
+        return copy.deepcopy(found) if found is not None else None
 
     # ------------------------------------------------------------------ ClusterView
 

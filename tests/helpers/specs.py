@@ -80,6 +80,37 @@ def kv_transfer(draw: st.DrawFn, dra: bool, engine: str) -> dict[str, Any]:
     return kv
 
 
+model_sources = st.one_of(
+    st.none(),
+    st.just({"huggingFace": {}}),
+    st.builds(
+        lambda secret, revision, cache: {
+            "huggingFace": {
+                "tokenSecretRef": {"name": secret},
+                **({"revision": revision} if revision else {}),
+                **({"cache": {"claimName": cache}} if cache else {}),
+            }
+        },
+        names,
+        st.sampled_from(["", "main", "0cb88a4f764b7a12671c53f0838cd831a0843b95"]),
+        st.one_of(st.just(""), names),
+    ),
+    st.builds(
+        lambda claim, sub: {"pvc": {"claimName": claim, **({"subPath": sub} if sub else {})}},
+        names,
+        st.sampled_from(["", "models/llama", "Llama-3.3-70B-Instruct"]),
+    ),
+    st.builds(lambda path: {"hostPath": {"path": path}}, st.sampled_from(["/mnt/m", "/data/x"])),
+    st.builds(
+        lambda ref, policy: {
+            "image": {"reference": ref, **({"pullPolicy": policy} if policy else {})}
+        },
+        st.sampled_from(IMAGES),
+        st.sampled_from(["", "Always", "IfNotPresent", "Never"]),
+    ),
+)
+
+
 @st.composite
 def valid_specs(draw: st.DrawFn) -> dict[str, Any]:
     engine = draw(st.sampled_from(["vllm", "sglang", "custom"]))
@@ -111,4 +142,9 @@ def valid_specs(draw: st.DrawFn) -> dict[str, Any]:
     }
     if engine == "custom" and draw(st.booleans()):
         spec["engine"]["command"] = ["python3", "-m", "engine"]
+    source = draw(model_sources)
+    if source is not None:
+        spec["model"]["source"] = source
+    if draw(st.booleans()):
+        spec["engine"]["startupTimeoutSeconds"] = draw(st.integers(60, 86400))
     return spec

@@ -194,6 +194,66 @@ INVALID: list[tuple[str, dict[str, Any], list[str]]] = [
         ["value or valueFrom"],
     ),
     ("unknown field", {"prefil": {"replicas": 1}}, ["unknown field", "spec.prefil"]),
+    (
+        "no model source",
+        {"model.source": {}},
+        ["spec.model.source: set exactly one of huggingFace, pvc, hostPath or image"],
+    ),
+    (
+        "two model sources",
+        {"model.source": {"huggingFace": {}, "pvc": {"claimName": "m"}}},
+        ["spec.model.source: set exactly one of huggingFace, pvc, hostPath or image"],
+    ),
+    (
+        "bad token secret name",
+        {"model.source": {"huggingFace": {"tokenSecretRef": {"name": "HF_Token"}}}},
+        ["spec.model.source.huggingFace.tokenSecretRef.name must be the name of a Secret"],
+    ),
+    (
+        "bad token secret key",
+        {"model.source": {"huggingFace": {"tokenSecretRef": {"name": "t", "key": "a b"}}}},
+        ["tokenSecretRef.key must be a Secret key"],
+    ),
+    (
+        "bad revision",
+        {"model.source": {"huggingFace": {"revision": "-bad"}}},
+        ["spec.model.source.huggingFace.revision"],
+    ),
+    (
+        "bad cache claim name",
+        {"model.source": {"huggingFace": {"cache": {"claimName": "Cache!"}}}},
+        ["spec.model.source.huggingFace.cache.claimName must be the name of a PersistentVolume"],
+    ),
+    (
+        "parent segment in subPath",
+        {"model.source": {"pvc": {"claimName": "m", "subPath": "models/../../etc"}}},
+        ["spec.model.source.pvc.subPath", "without '..' segments"],
+    ),
+    (
+        "absolute subPath",
+        {"model.source": {"image": {"reference": "m:v1", "subPath": "/models"}}},
+        ["spec.model.source.image.subPath must be a relative path"],
+    ),
+    (
+        "relative hostPath",
+        {"model.source": {"hostPath": {"path": "mnt/models"}}},
+        ["spec.model.source.hostPath.path must be an absolute directory"],
+    ),
+    (
+        "hostPath of the root",
+        {"model.source": {"hostPath": {"path": "/"}}},
+        ["other than '/'"],
+    ),
+    (
+        "bad model image",
+        {"model.source": {"image": {"reference": "Not An Image"}}},
+        ["spec.model.source.image.reference must be an image reference"],
+    ),
+    (
+        "startup timeout too short",
+        {"engine.startupTimeoutSeconds": 10},
+        ["spec.engine.startupTimeoutSeconds must be between 60 and 86400"],
+    ),
 ]
 
 
@@ -300,3 +360,44 @@ def test_the_engine_type_cannot_change_on_update(
     objects.patch_namespaced_custom_object(
         GROUP, VERSION, namespace, PLURAL, "immutable", {"spec": {"decode": {"replicas": 3}}}
     )
+
+
+@pytest.mark.parametrize(
+    "source",
+    [
+        {"huggingFace": {}},
+        {
+            "huggingFace": {
+                "tokenSecretRef": {"name": "hf-token"},
+                "revision": "0cb88a4f764b7a12671c53f0838cd831a0843b95",
+                "cache": {"claimName": "hf-cache"},
+            }
+        },
+        {"pvc": {"claimName": "llama-70b", "subPath": "meta-llama/Llama-3.3-70B-Instruct"}},
+        {"hostPath": {"path": "/mnt/models/llama-3.3-70b"}},
+        {"image": {"reference": "registry.example.com/models/llama:v1", "pullPolicy": "Always"}},
+    ],
+    ids=["huggingFace default", "huggingFace full", "pvc", "hostPath", "image"],
+)
+def test_each_model_source_is_accepted(
+    crd: None, api_client: client.ApiClient, namespace: str, source: dict[str, Any]
+) -> None:
+    create(api_client, namespace, spec_with({"model.source": source}))
+
+
+def test_a_spec_without_a_model_source_stays_without_one(
+    crd: None, api_client: client.ApiClient, namespace: str
+) -> None:
+    """Existing objects keep their meaning: no source is a Hugging Face download, and the
+    API server adds none (a defaulted `source: {}` would break the one-of rule)."""
+    body = {**pdd_body("no-source", namespace), "spec": VALID}
+    created = client.CustomObjectsApi(api_client).create_namespaced_custom_object(
+        GROUP, VERSION, namespace, PLURAL, body, dry_run="All"
+    )
+    assert "source" not in created["spec"]["model"]
+    token = {"huggingFace": {"tokenSecretRef": {"name": "t"}}}
+    body = {**pdd_body("token", namespace), "spec": spec_with({"model.source": token})}
+    created = client.CustomObjectsApi(api_client).create_namespaced_custom_object(
+        GROUP, VERSION, namespace, PLURAL, body, dry_run="All"
+    )
+    assert created["spec"]["model"]["source"]["huggingFace"]["tokenSecretRef"]["key"] == "HF_TOKEN"

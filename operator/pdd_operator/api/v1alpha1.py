@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from pdd_contract.env import GpuDirectRequest, NicSelectionMode
 from pdd_contract.ports import SGLANG_BOOTSTRAP_PORT, SIDECAR_PORT, VLLM_SIDE_CHANNEL_BASE_PORT
@@ -45,6 +45,11 @@ LABEL_KEY_PATTERN = (
     r"[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$"
 )
 NIC_PORT_PATTERN = r"^[A-Za-z0-9_.-]+:[0-9]+$"
+# An object name (Secret, PersistentVolumeClaim): a DNS subdomain, as the API server checks it.
+DNS_SUBDOMAIN_PATTERN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?([.][a-z0-9]([-a-z0-9]*[a-z0-9])?)*$"
+SECRET_KEY_PATTERN = r"^[-._a-zA-Z0-9]+$"
+# A path segment '..' anywhere (character classes: no backslashes to escape through CEL).
+PARENT_SEGMENT = "(^|/)[.][.](/|$)"
 ENV_NAME_PATTERN = r"^[A-Za-z_][A-Za-z0-9_.-]*$"
 
 
@@ -129,16 +134,200 @@ class KvCacheSpec(Model):
     )
 
 
+def _object_name(field: str, what: str, description: str = "") -> Any:
+    return Field(
+        max_length=253,
+        description=description or None,
+        json_schema_extra=cel(
+            f"self.matches('{DNS_SUBDOMAIN_PATTERN}')",
+            f"{field} must be the name of a {what}: lowercase letters, digits, '-' and '.', "
+            "starting and ending with a letter or digit",
+        ),
+    )
+
+
+class SecretKeyRef(Model):
+    """A key of a Secret in the PDDeployment's namespace. The operator checks only that the
+    Secret exists (its metadata); the value goes from the Secret straight into the engine's
+    environment (secretKeyRef) and never through the operator."""
+
+    name: str = _object_name("spec.model.source.huggingFace.tokenSecretRef.name", "Secret")
+    key: str = Field(
+        default="HF_TOKEN",
+        max_length=253,
+        json_schema_extra=cel(
+            f"self.matches('{SECRET_KEY_PATTERN}')",
+            "spec.model.source.huggingFace.tokenSecretRef.key must be a Secret key: letters, "
+            "digits, '-', '_' and '.'",
+        ),
+        description="The key holding the token.",
+    )
+
+
+class HuggingFaceCache(Model):
+    """One Hugging Face cache for all pods of the deployment, instead of one per pod."""
+
+    claimName: str = _object_name(
+        "spec.model.source.huggingFace.cache.claimName",
+        "PersistentVolumeClaim",
+        "A PersistentVolumeClaim mounted read-write as HF_HOME in every engine pod: "
+        "the first pod downloads, the others find the files (the Hub client locks per file). "
+        "ReadWriteMany when the deployment has more than one engine pod.",
+    )
+
+
+class HuggingFaceSource(Model):
+    """The engine downloads the model from the Hugging Face Hub at start."""
+
+    tokenSecretRef: SecretKeyRef | None = Field(
+        default=None,
+        description="The Secret key with a Hugging Face token (gated or private models), "
+        "given to the engine as HF_TOKEN.",
+    )
+    revision: str | None = Field(
+        default=None,
+        max_length=255,
+        json_schema_extra=cel(
+            "self.matches('^[A-Za-z0-9][A-Za-z0-9._/-]*$')",
+            "spec.model.source.huggingFace.revision must be a branch, tag or commit of the "
+            "model repository, such as 'main' or a 40-character commit hash",
+        ),
+        description="Branch, tag or commit to download (the engine's `--revision`); pin a "
+        "commit so that every pod serves the same weights.",
+    )
+    cache: HuggingFaceCache | None = Field(
+        default=None,
+        description="A shared cache (a PersistentVolumeClaim as HF_HOME). Unset: each pod "
+        "downloads into its own emptyDir, again after every pod replacement.",
+    )
+
+
+def _sub_path(field: str) -> Any:
+    return Field(
+        default=None,
+        max_length=1024,
+        json_schema_extra=cel(
+            [
+                (
+                    f"!self.startsWith('/') && !self.matches('{PARENT_SEGMENT}')",
+                    f"{field} must be a relative path without '..' segments, such as "
+                    "'models/llama-3.3-70b'",
+                )
+            ]
+        ),
+        description="The model's directory inside the volume; unset: its root.",
+    )
+
+
+class PvcSource(Model):
+    """A PersistentVolumeClaim that already holds the model, mounted read-only."""
+
+    claimName: str = _object_name(
+        "spec.model.source.pvc.claimName",
+        "PersistentVolumeClaim",
+        "The claim, in the PDDeployment's namespace. ReadOnlyMany (or "
+        "ReadWriteMany) when the deployment has more than one engine pod.",
+    )
+    subPath: str | None = _sub_path("spec.model.source.pvc.subPath")
+
+
+class HostPathSource(Model):
+    """A directory on every GPU node that holds the model (a node-local cache filled by
+    something else), mounted read-only."""
+
+    path: str = Field(
+        max_length=1024,
+        json_schema_extra=cel(
+            f"self.startsWith('/') && self != '/' && !self.matches('{PARENT_SEGMENT}')",
+            "spec.model.source.hostPath.path must be an absolute directory other than '/', "
+            "without '..' segments, such as '/mnt/models/llama-3.3-70b'",
+        ),
+        description="The model's directory on the node (hostPath type Directory: a node "
+        "without it does not start the pod).",
+    )
+
+
+class ImageSource(Model):
+    """An OCI image (artifact) holding the model, mounted read-only as an image volume
+    (Kubernetes 1.33+ with the ImageVolume feature gate, on by default from 1.35)."""
+
+    reference: str = Field(
+        max_length=512,
+        json_schema_extra=cel(
+            f"self.matches('{IMAGE_PATTERN}')",
+            "spec.model.source.image.reference must be an image reference such as "
+            "'registry.example.com/models/llama-3.3-70b:v1': lowercase repository, optional "
+            ":tag and @sha256 digest",
+        ),
+        description="The image; a digest keeps every node on the same weights.",
+    )
+    pullPolicy: Literal["Always", "IfNotPresent", "Never"] | None = Field(
+        default=None, description="The volume's pull policy; unset: the kubelet's default."
+    )
+    subPath: str | None = _sub_path("spec.model.source.image.subPath")
+
+
+MODEL_SOURCES = ("huggingFace", "pvc", "hostPath", "image")
+
+
+class ModelSource(Model):
+    """Where the weights come from: exactly one of the fields."""
+
+    model_config = ConfigDict(
+        extra="forbid",
+        populate_by_name=True,
+        frozen=True,
+        json_schema_extra=cel(
+            "[" + ", ".join(f"has(self.{s})" for s in MODEL_SOURCES) + "].filter(x, x).size() == 1",
+            "spec.model.source: set exactly one of huggingFace, pvc, hostPath or image",
+        ),
+    )
+
+    huggingFace: HuggingFaceSource | None = Field(
+        default=None, description="Download from the Hugging Face Hub (`name` is the repo id)."
+    )
+    pvc: PvcSource | None = Field(default=None, description="A claim that holds the model.")
+    hostPath: HostPathSource | None = Field(
+        default=None, description="A node-local directory that holds the model."
+    )
+    image: ImageSource | None = Field(
+        default=None, description="An OCI image that holds the model (image volume)."
+    )
+
+    @model_validator(mode="after")
+    def _exactly_one(self) -> ModelSource:
+        if sum(getattr(self, s) is not None for s in MODEL_SOURCES) != 1:
+            raise ValueError(
+                "spec.model.source: set exactly one of huggingFace, pvc, hostPath or image"
+            )
+        return self
+
+    @property
+    def kind(self) -> str:
+        """Which source is set: one of MODEL_SOURCES."""
+        return next(s for s in MODEL_SOURCES if getattr(self, s) is not None)
+
+
+DEFAULT_MODEL_SOURCE = ModelSource(huggingFace=HuggingFaceSource())
+
+
 class ModelSpec(Model):
     """The model every prefill and decode instance serves."""
 
     name: str = Field(
         min_length=1,
         max_length=512,
-        description="Model name or path passed to the engine (e.g. a Hugging Face id).",
+        description="The model's name: the Hugging Face repo id the engine downloads, and "
+        "the name clients use unless `servedName` is set (also with a local source).",
     )
     servedName: str | None = Field(
         default=None, max_length=256, description="Name clients use; defaults to `name`."
+    )
+    source: ModelSource | None = Field(
+        default=None,
+        description="Where the weights come from (docs/model-storage.md). Unset: each pod "
+        "downloads `name` from the Hugging Face Hub without a token into its own emptyDir, "
+        "as `huggingFace: {}`.",
     )
     kvCache: KvCacheSpec | None = Field(
         default=None,
@@ -146,6 +335,10 @@ class ModelSpec(Model):
         "Mixtral, DeepSeek-V3/R1) are recognised by name. Lets the transfer check measure at "
         "the engine's own descriptor size.",
     )
+
+    @property
+    def source_or_default(self) -> ModelSource:
+        return self.source or DEFAULT_MODEL_SOURCE
 
 
 class EngineSpec(Model):
@@ -185,6 +378,17 @@ class EngineSpec(Model):
         description="Tokens per KV-cache block (vLLM `--block-size`, SGLang `--page-size`); "
         "unset keeps the engine's default (16, SGLang 1). One NIXL descriptor moves one "
         "block of one layer, so larger blocks move KV faster (docs/benchmarks.md).",
+    )
+    startupTimeoutSeconds: int | None = Field(
+        default=None,
+        json_schema_extra=cel(
+            "self >= 60 && self <= 86400",
+            "spec.engine.startupTimeoutSeconds must be between 60 and 86400",
+        ),
+        description="How long the engine may take to become healthy (download, load, "
+        "compile) before its startup probe restarts it. Unset: from spec.model.source, "
+        "60 min for a Hugging Face download, 30 min from a PVC, 20 min from a hostPath or "
+        "image volume (docs/model-storage.md).",
     )
 
 

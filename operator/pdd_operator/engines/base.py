@@ -59,8 +59,10 @@ class HealthCheck:
     path: str = "/health"
     period_s: int = 10
     failure_threshold: int = 3
-    # Loading a large model takes minutes: the startup probe waits this many periods.
-    startup_failure_threshold: int = 180
+    # How many periods the startup probe waits. None: as long as the model's source needs
+    # (rendering.model.startup_budget_seconds); an adapter sets it only for an engine whose
+    # start does not depend on the model's size.
+    startup_failure_threshold: int | None = None
 
 
 @dataclass(frozen=True)
@@ -102,6 +104,10 @@ class EngineAdapter(ABC):
 
     type: ClassVar[str]
     kv_layout: ClassVar[KvLayout]
+    # Where a model from a volume (pvc, hostPath, image) is mounted: the engine loads it from
+    # this directory. HF_HOME is where a Hugging Face download is cached.
+    model_dir: ClassVar[str] = "/models/model"
+    hf_home: ClassVar[str] = "/models/hf-cache"
 
     @abstractmethod
     def launch(self, spec: PDDeploymentSpec, role: str) -> EngineLaunch:
@@ -131,6 +137,28 @@ class EngineAdapter(ABC):
         """Annotations on the role's pods that the router reads when it discovers them."""
         del spec, role
         return {}
+
+
+def model_location(spec: PDDeploymentSpec, model_dir: str) -> str:
+    """What the engine loads: the repo id for a Hugging Face download, else the directory
+    the model's volume is mounted at."""
+    if spec.model.source_or_default.huggingFace is not None:
+        return spec.model.name
+    return model_dir
+
+
+def model_flags(spec: PDDeploymentSpec) -> tuple[str, ...]:
+    """``--revision`` and ``--served-model-name``, spelled alike by vLLM and SGLang. Loaded
+    from a directory, the engine would serve the model under the directory's path: clients
+    keep the name they know (`servedName`, else `name`)."""
+    source = spec.model.source_or_default
+    flags: list[str] = []
+    if source.huggingFace is not None and source.huggingFace.revision:
+        flags += ["--revision", source.huggingFace.revision]
+    served = spec.model.servedName or (spec.model.name if source.huggingFace is None else None)
+    if served:
+        flags += ["--served-model-name", served]
+    return tuple(flags)
 
 
 def role_spec(spec: PDDeploymentSpec, role: str) -> RoleSpec:

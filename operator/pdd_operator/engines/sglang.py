@@ -24,6 +24,8 @@ from pdd_operator.engines.base import (
     RouterDiscovery,
     RouterLaunch,
     SideChannel,
+    model_flags,
+    model_location,
     pd_router_args,
     role_spec,
 )
@@ -41,7 +43,8 @@ class SglangAdapter(EngineAdapter):
             "-m",
             "sglang.launch_server",
             "--model-path",
-            spec.model.name,
+            model_location(spec, self.model_dir),
+            *model_flags(spec),
             "--host",
             "0.0.0.0",
             "--port",
@@ -55,8 +58,6 @@ class SglangAdapter(EngineAdapter):
             "--disaggregation-bootstrap-port",
             str(spec.kvTransfer.bootstrapPort),
         ]
-        if spec.model.servedName:
-            args += ["--served-model-name", spec.model.servedName]
         if spec.engine.kvBlockSize:
             args += ["--page-size", str(spec.engine.kvBlockSize)]
         return EngineLaunch(("python3",), tuple(args))

@@ -28,6 +28,8 @@ from pdd_operator.engines.base import (
     SideChannel,
     env_pod_ip,
     env_value,
+    model_flags,
+    model_location,
     pd_router_args,
     role_spec,
 )
@@ -53,7 +55,8 @@ class VllmAdapter(EngineAdapter):
             "kv_connector_extra_config": {"pdd_role": role},
         }
         args = [
-            spec.model.name,
+            model_location(spec, self.model_dir),
+            *model_flags(spec),
             "--host",
             "0.0.0.0",
             "--port",
@@ -63,8 +66,6 @@ class VllmAdapter(EngineAdapter):
             "--kv-transfer-config",
             json.dumps(kv_config, separators=(",", ":")),
         ]
-        if spec.model.servedName:
-            args += ["--served-model-name", spec.model.servedName]
         if spec.engine.kvBlockSize:
             args += ["--block-size", str(spec.engine.kvBlockSize)]
         env = (

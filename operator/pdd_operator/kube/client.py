@@ -17,7 +17,13 @@ from typing import Any, TypeVar
 from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
 
-from pdd_operator.kube.resources import PDDEPLOYMENT, Kind, kind_of
+from pdd_operator.kube.resources import (
+    PDDEPLOYMENT,
+    PERSISTENT_VOLUME_CLAIM,
+    SECRET,
+    Kind,
+    kind_of,
+)
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -26,6 +32,9 @@ RETRYABLE = {409, 429, 500, 502, 503, 504}
 
 
 API_CONNECTIONS = 32  # as many as the worker threads that call the API at once
+JSON = "application/json"
+# The object's metadata only (name, labels, ...): the API server leaves out everything else.
+METADATA_ONLY = "application/json;as=PartialObjectMetadata;g=meta.k8s.io;v=v1"
 
 
 def load_configuration(kubeconfig: str | None = None) -> client.Configuration:
@@ -113,6 +122,31 @@ class KubeApi:
         body = {"metadata": {"annotations": annotations}}
         _retry(lambda: self._call("PATCH", path, body, [], "application/merge-patch+json"))
 
+    def secret_exists(self, namespace: str, name: str) -> bool:
+        """Whether the Secret exists, asked for its metadata only and not even that read:
+        a Secret's value never enters the operator (RBAC: get, no list or watch)."""
+        path = SECRET.path(namespace, name)
+        return self._exists(path, METADATA_ONLY)
+
+    def read_pvc(self, namespace: str, name: str) -> dict[str, Any] | None:
+        """The PersistentVolumeClaim, or None when there is none."""
+        path = PERSISTENT_VOLUME_CLAIM.path(namespace, name)
+        try:
+            return _retry(lambda: self._call("GET", path, None, [], JSON))
+        except ApiException as err:
+            if err.status == 404:
+                return None
+            raise
+
+    def _exists(self, path: str, accept: str) -> bool:
+        try:
+            _retry(lambda: self._call("GET", path, None, [], JSON, False, accept))
+        except ApiException as err:
+            if err.status == 404:
+                return False
+            raise
+        return True
+
     def _call(
         self,
         method: str,
@@ -121,12 +155,13 @@ class KubeApi:
         query: list[tuple[str, str]],
         content_type: str,
         want_result: bool = True,
+        accept: str = JSON,
     ) -> dict[str, Any]:
         request = self.api.param_serialize(
             method,
             path,
             query_params=query,
-            header_params={"Content-Type": content_type, "Accept": "application/json"},
+            header_params={"Content-Type": content_type, "Accept": accept},
             body=body,
             auth_settings=["BearerToken"],
         )

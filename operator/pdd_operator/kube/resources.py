@@ -44,6 +44,7 @@ CHILD_KINDS: tuple[Kind, ...] = (
     Kind("policy/v1", "PodDisruptionBudget", "poddisruptionbudgets"),
 )
 SECRET = Kind("v1", "Secret", "secrets")
+PERSISTENT_VOLUME_CLAIM = Kind("v1", "PersistentVolumeClaim", "persistentvolumeclaims")
 PDDEPLOYMENT = Kind("pdd.dev/v1alpha1", "PDDeployment", "pddeployments")
 
 _BY_KEY = {(k.api_version, k.kind): k for k in (*CHILD_KINDS, SECRET, PDDEPLOYMENT)}

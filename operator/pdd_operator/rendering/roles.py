@@ -14,7 +14,7 @@ from pdd_operator.api import names
 from pdd_operator.api.v1alpha1 import PDDeployment, PDDeploymentSpec
 from pdd_operator.engines.base import EnginePort, HealthCheck, role_spec
 from pdd_operator.planning.placement import Placement
-from pdd_operator.rendering import sidecar, transfer
+from pdd_operator.rendering import model, sidecar, transfer
 from pdd_operator.rendering.command import engine_launch, wrap_with_env_file
 from pdd_operator.rendering.context import RenderContext
 from pdd_operator.rendering.merge import merge_template
@@ -186,6 +186,7 @@ def _engine_container(pdd: PDDeployment, role: str, ctx: RenderContext) -> dict[
         {"name": PDD_DEPLOYMENT, "value": names.instance_id(pdd.name)},
         {"name": POD_IP, "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}},
         *engine.env,
+        *model.model_env(spec, adapter),
         *transfer.transfer_env(spec),
         *sidecar.engine_env(pdd, ctx.settings.sidecar_port),
         *[e.model_dump(exclude_none=True) for e in spec.engine.env],
@@ -204,9 +205,10 @@ def _engine_container(pdd: PDDeployment, role: str, ctx: RenderContext) -> dict[
         "volumeMounts": [
             {"name": SHM_VOLUME, "mountPath": "/dev/shm"},
             {"name": ENV_VOLUME, "mountPath": ENV_DIR, "readOnly": True},
+            *model.model_mounts(spec, adapter),
         ],
         "readinessProbe": _http_probe(health, health.failure_threshold),
-        "startupProbe": _http_probe(health, health.startup_failure_threshold),
+        "startupProbe": _http_probe(health, model.startup_failure_threshold(spec, health)),
         # Engine images decide their user (vLLM's runs as root), so no runAsNonRoot here; a
         # podTemplate can add it. Capabilities: none, except IPC_LOCK to pin RDMA memory.
         "securityContext": {
@@ -277,6 +279,7 @@ def _volumes(spec: PDDeploymentSpec) -> list[dict[str, Any]]:
         },
         {"name": ENV_VOLUME, "emptyDir": {"medium": "Memory", "sizeLimit": "1Mi"}},
         {"name": PREFLIGHT_TMP_VOLUME, "emptyDir": {"sizeLimit": "64Mi"}},
+        *model.model_volumes(spec),
     ]
 
 

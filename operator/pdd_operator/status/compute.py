@@ -19,6 +19,7 @@ from pdd_operator.api.v1alpha1 import (
 )
 from pdd_operator.planning.placement import PlacementResult
 from pdd_operator.status.conditions import find, set_condition
+from pdd_operator.status.model import ModelReadiness
 
 ROLES_WITH_ROUTER = ("prefill", "decode", "router")
 NOT_VERIFIED_YET = (
@@ -73,6 +74,7 @@ class Observed:
     transfer_reason: str = ""
     apply_error: str = ""
     probe_requested_at: str = ""  # when this pass asked the prober pod for a transfer probe
+    model: ModelReadiness | None = None  # the model's Secret and claims (status.model)
 
 
 def compute_status(pdd: PDDeployment, observed: Observed, now: str) -> PDDeploymentStatus:
@@ -85,6 +87,12 @@ def compute_status(pdd: PDDeployment, observed: Observed, now: str) -> PDDeploym
     stalled = (degraded and any(p.blocking for p in observed.pod_problems)) or bool(
         observed.apply_error
     )
+    stall_reason, stall_msg = deg_reason, deg_msg
+    if _model_missing(observed) and not observed.apply_error:
+        # Nothing progresses until the user creates or fixes what the model needs.
+        assert observed.model is not None
+        progressing, prog_reason, prog_msg = False, observed.model.reason, observed.model.message
+        stalled, stall_reason, stall_msg = True, observed.model.reason, observed.model.message
     conditions = [
         set_condition(previous, "Ready", ready, ready_reason, ready_msg, gen, now),
         set_condition(previous, "Progressing", progressing, prog_reason, prog_msg, gen, now),
@@ -96,11 +104,12 @@ def compute_status(pdd: PDDeployment, observed: Observed, now: str) -> PDDeploym
             previous,
             "Stalled",
             stalled,
-            deg_reason if stalled else "NotStalled",
-            deg_msg if stalled else "",
+            stall_reason if stalled else "NotStalled",
+            stall_msg if stalled else "",
             gen,
             now,
         ),
+        *_model_condition(previous, observed, gen, now),
         *_placement_condition(previous, observed, gen, now),
         *_transfer_condition(previous, observed, gen, now),
     ]
@@ -141,6 +150,9 @@ def _readiness(observed: Observed, roles: dict[str, RoleStatus]) -> tuple[bool, 
     summary = _summary(roles)
     if observed.apply_error:
         return False, "ApplyFailed", observed.apply_error
+    if _model_missing(observed):
+        assert observed.model is not None
+        return False, observed.model.reason, observed.model.message
     missing = [r for r, s in roles.items() if s.desired and s.ready < s.desired]
     if missing:
         return False, "ReplicasNotReady", summary
@@ -186,6 +198,21 @@ def _degradation(observed: Observed) -> tuple[bool, str, str]:
     first = problems[0]
     more = f" (and {len(problems) - 1} more pods)" if len(problems) > 1 else ""
     return True, first.reason, f"{first.role} pod {first.pod}: {first.message}{more}"
+
+
+def _model_missing(observed: Observed) -> bool:
+    return observed.model is not None and observed.model.ready is False
+
+
+def _model_condition(
+    previous: Sequence[Condition], observed: Observed, gen: int, now: str
+) -> list[Condition]:
+    model = observed.model
+    if model is None:
+        return []
+    return [
+        set_condition(previous, "ModelReady", model.ready, model.reason, model.message, gen, now)
+    ]
 
 
 def _placement_condition(

@@ -44,15 +44,22 @@ class Event(NamedTuple):
 
 def transition_events(before: Sequence[Condition], after: Sequence[Condition]) -> list[Event]:
     """One event per condition whose status or reason changed, for the user to read in
-    `kubectl describe`; posted only after the status write that made the change succeeded."""
-    events = []
+    `kubectl describe`; posted only after the status write that made the change succeeded.
+    Conditions that say the same thing (Ready, Stalled and ModelReady about a missing
+    Secret) make one event, a Warning where one of them is."""
+    events: dict[str, Event] = {}  # by message (by condition where it has none)
     for cond in after:
         old = find(before, cond.type)
         if old is not None and old.status == cond.status and old.reason == cond.reason:
             continue
-        if (event := event_for(cond)) is not None:
-            events.append(event)
-    return events
+        event = event_for(cond)
+        if event is None:
+            continue
+        key = event.message or f"{cond.type}/{event.reason}"
+        said = events.get(key)
+        if said is None or (said.type == "Normal" and event.type == "Warning"):
+            events[key] = event
+    return list(events.values())
 
 
 def event_for(cond: Condition) -> Event | None:
@@ -65,6 +72,6 @@ def event_for(cond: Condition) -> Event | None:
         return Event("Normal", "NotReady", cond.message)
     if cond.type in ("Degraded", "Stalled"):
         return Event("Warning", cond.reason, cond.message) if cond.status == "True" else None
-    if cond.type in ("Placed", "KVTransferVerified"):
+    if cond.type in ("Placed", "KVTransferVerified", "ModelReady"):
         return Event("Normal" if cond.status == "True" else "Warning", cond.reason, cond.message)
     return None

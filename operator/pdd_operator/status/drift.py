@@ -26,7 +26,7 @@ import hashlib
 import json
 import re
 from collections.abc import Mapping
-from decimal import Decimal, InvalidOperation
+from decimal import Decimal
 from functools import lru_cache
 from json.encoder import encode_basestring
 from typing import Any
@@ -263,11 +263,11 @@ def _number(text: str) -> str:
     number, exponent, suffix = match.groups()
     try:
         amount = Decimal(number + (exponent or ""))
-    except InvalidOperation:
+        if suffix:
+            amount *= _SUFFIX[suffix]
+        return "#" + format(amount.normalize(), "f")
+    except ArithmeticError:  # InvalidOperation, or Overflow: a hash such as '1297e39167626459'
         return text
-    if suffix:
-        amount *= _SUFFIX[suffix]
-    return "#" + format(amount.normalize(), "f")
 
 
 # Defaults the server writes inside values owned as a whole (atomic structs and lists), which a

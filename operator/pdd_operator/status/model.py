@@ -1,0 +1,186 @@
+"""Whether the objects ``spec.model.source`` refers to are there, before any engine pod
+starts (pure): the token Secret, the model's claim, the shared cache's claim.
+
+Without this check a missing Secret shows as six pods in CreateContainerConfigError, a
+missing claim as six pods Pending; here it is one condition (ModelReady=False) whose message
+says what to create, and the engine StatefulSets wait for it (reconcile.py).
+
+What is checked, and what is left to the kubelet:
+- the Secret exists (its metadata only: the token never enters the operator, so a missing
+  *key* shows only when a pod starts, as CreateContainerConfigError in Degraded);
+- a claim exists and is not Lost. Pending is accepted: a claim of a WaitForFirstConsumer
+  class binds only when its first pod is scheduled, and one that cannot bind shows in the
+  pods' Unschedulable message;
+- a claim several engine pods mount allows it across nodes: ReadOnlyMany or ReadWriteMany
+  for the model (read-only), ReadWriteMany for a shared download cache (written).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from pdd_operator.api.v1alpha1 import PDDeployment, PDDeploymentSpec
+
+MULTI_NODE_READ = frozenset({"ReadOnlyMany", "ReadWriteMany"})
+MULTI_NODE_WRITE = frozenset({"ReadWriteMany"})
+
+
+@dataclass(frozen=True)
+class ClaimUse:
+    """A PersistentVolumeClaim the engine pods mount, and the field that names it."""
+
+    name: str
+    field: str
+    written: bool  # the shared Hugging Face cache; the model's own claim is read-only
+
+
+@dataclass(frozen=True)
+class ModelReferences:
+    secret: str | None = None  # the token Secret's name
+    secret_key: str = ""
+    claims: tuple[ClaimUse, ...] = ()
+
+    @property
+    def empty(self) -> bool:
+        return self.secret is None and not self.claims
+
+
+@dataclass(frozen=True)
+class ClaimFacts:
+    """What the API server says of a claim: absent (None in ModelFacts.claims), or these."""
+
+    phase: str = ""
+    access_modes: frozenset[str] = frozenset()
+
+
+@dataclass(frozen=True)
+class ModelFacts:
+    """What a reconcile pass read. ``error``: a lookup failed (not a 404): nothing is known."""
+
+    secret_exists: bool = True
+    claims: Mapping[str, ClaimFacts | None] | None = None
+    error: str = ""
+
+
+@dataclass(frozen=True)
+class ModelReadiness:
+    """ModelReady: True (all there), False (the engines wait; message says the fix) or None
+    (could not be checked: the engines are not held back on a guess)."""
+
+    ready: bool | None
+    reason: str
+    message: str
+
+
+def model_references(spec: PDDeploymentSpec) -> ModelReferences:
+    source = spec.model.source_or_default
+    if source.pvc is not None:
+        use = ClaimUse(source.pvc.claimName, "spec.model.source.pvc.claimName", written=False)
+        return ModelReferences(claims=(use,))
+    hf = source.huggingFace
+    if hf is None:
+        return ModelReferences()  # hostPath and image: nothing the API server can confirm
+    claims: tuple[ClaimUse, ...] = ()
+    if hf.cache is not None:
+        field = "spec.model.source.huggingFace.cache.claimName"
+        claims = (ClaimUse(hf.cache.claimName, field, written=True),)
+    token = hf.tokenSecretRef
+    return ModelReferences(
+        secret=token.name if token else None, secret_key=token.key if token else "", claims=claims
+    )
+
+
+def claim_facts(pvc: Mapping[str, Any] | None) -> ClaimFacts | None:
+    """From a PersistentVolumeClaim as the API server returns it. The bound volume's modes
+    (status) are what was granted; before binding, the requested ones (spec)."""
+    if pvc is None:
+        return None
+    status = pvc.get("status") or {}
+    modes = status.get("accessModes") or (pvc.get("spec") or {}).get("accessModes") or []
+    return ClaimFacts(phase=str(status.get("phase") or ""), access_modes=frozenset(modes))
+
+
+def model_readiness(pdd: PDDeployment, facts: ModelFacts) -> ModelReadiness:
+    refs = model_references(pdd.spec)
+    if facts.error:
+        return ModelReadiness(
+            None, "ModelCheckFailed", f"could not check the model's sources: {facts.error}"
+        )
+    if refs.secret is not None and not facts.secret_exists:
+        return ModelReadiness(False, "ModelSecretMissing", _secret_missing(pdd, refs))
+    pods = pdd.spec.prefill.replicas + pdd.spec.decode.replicas
+    for use in refs.claims:
+        problem = _claim_problem(pdd.namespace, use, (facts.claims or {}).get(use.name), pods)
+        if problem is not None:
+            return problem
+    return ModelReadiness(True, "ModelAvailable", _available(pdd.spec))
+
+
+def _secret_missing(pdd: PDDeployment, refs: ModelReferences) -> str:
+    return (
+        f"Secret {refs.secret} (spec.model.source.huggingFace.tokenSecretRef) does not exist "
+        f"in namespace {pdd.namespace}: create it with the Hugging Face token under key "
+        f"{refs.secret_key}, e.g. kubectl -n {pdd.namespace} create secret generic "
+        f"{refs.secret} --from-literal={refs.secret_key}=<token>; the engine pods start "
+        "once it exists"
+    )
+
+
+def _claim_problem(
+    namespace: str, use: ClaimUse, claim: ClaimFacts | None, pods: int
+) -> ModelReadiness | None:
+    what = f"PersistentVolumeClaim {use.name} ({use.field})"
+    needed = MULTI_NODE_WRITE if use.written else MULTI_NODE_READ
+    if claim is None:
+        fill = "for the shared download cache" if use.written else "holding the model"
+        return ModelReadiness(
+            False,
+            "ModelPVCMissing",
+            f"{what} does not exist in namespace {namespace}: create it ({_modes(needed)}, "
+            f"{fill}) or correct the name; the engine pods start once it exists",
+        )
+    if claim.phase == "Lost":
+        return ModelReadiness(
+            False,
+            "ModelPVCLost",
+            f"{what} is Lost (its PersistentVolume is gone): restore the volume, or create "
+            "a new claim and point the field at it",
+        )
+    if pods > 1 and claim.access_modes and not claim.access_modes & needed:
+        have = ", ".join(sorted(claim.access_modes))
+        return ModelReadiness(
+            False,
+            "ModelPVCAccessMode",
+            f"{what} allows only {have}, but {pods} engine pods on different nodes mount "
+            f"it{' read-write' if use.written else ''}: use a claim with {_modes(needed)}",
+        )
+    return None
+
+
+def _modes(modes: frozenset[str]) -> str:
+    return " or ".join(sorted(modes))
+
+
+def _available(spec: PDDeploymentSpec) -> str:
+    source = spec.model.source_or_default
+    if source.pvc is not None:
+        return f"model from PersistentVolumeClaim {source.pvc.claimName}"
+    if source.hostPath is not None:
+        return f"model from the nodes' {source.hostPath.path}"
+    if source.image is not None:
+        return f"model from image {source.image.reference}"
+    hf = source.huggingFace
+    cache = (
+        f"into the shared cache {hf.cache.claimName}"
+        if hf is not None and hf.cache is not None
+        else "by each pod into its own emptyDir"
+    )
+    token = " with the token Secret" if hf is not None and hf.tokenSecretRef else ""
+    return f"{spec.model.name} downloaded from the Hugging Face Hub{token} {cache}"
+
+
+def engine_roles_held(readiness: ModelReadiness | None) -> bool:
+    """Whether the engine StatefulSets wait: only on a known problem."""
+    return readiness is not None and readiness.ready is False

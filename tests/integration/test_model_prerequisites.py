@@ -1,0 +1,228 @@
+"""The model's Secret and claim, checked before any engine pod starts, on the real API server:
+a PDDeployment naming a missing one says what to create (ModelReady=False, an event) and gets
+no engine pods; once it exists, the pods come without anyone touching the PDDeployment.
+
+And the lookup itself: a Secret is asked for as PartialObjectMetadata, whose answer holds no
+data, so the token never reaches the operator."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+from kubernetes import client
+from kubernetes.client.exceptions import ApiException
+
+from helpers.factories import pdd_body, sample_spec
+from helpers.operator_proc import OperatorProcess, install_crd
+from helpers.waits import wait_for
+from pdd_operator.api.v1alpha1 import PDDeployment
+from pdd_operator.kube.client import METADATA_ONLY, KubeApi
+from pdd_operator.rendering.children import render_children
+from pdd_operator.rendering.context import RenderContext
+from pdd_operator.status.drift import live_fingerprint, rendered_fingerprint
+
+GROUP, VERSION, PLURAL = "pdd.dev", "v1alpha1", "pddeployments"
+ENGINE_ROLES = ("prefill", "decode")
+
+
+def create_pdd(api_client: client.ApiClient, namespace: str, source: dict[str, Any]) -> None:
+    body = pdd_body(
+        "llama",
+        namespace,
+        model={"name": "meta-llama/Llama-3.3-70B-Instruct", "source": source},
+        prefill={"replicas": 1, "gpusPerInstance": 1},
+        decode={"replicas": 1, "gpusPerInstance": 1},
+        topology={"placement": "none"},
+    )
+    client.CustomObjectsApi(api_client).create_namespaced_custom_object(
+        GROUP, VERSION, namespace, PLURAL, body
+    )
+
+
+def model_ready(api_client: client.ApiClient, namespace: str) -> dict[str, Any]:
+    body = client.CustomObjectsApi(api_client).get_namespaced_custom_object(
+        GROUP, VERSION, namespace, PLURAL, "llama"
+    )
+    conditions = body.get("status", {}).get("conditions", [])
+    return next((c for c in conditions if c["type"] == "ModelReady"), {})
+
+
+def engine_pods(api_client: client.ApiClient, namespace: str) -> list[str]:
+    pods = client.CoreV1Api(api_client).list_namespaced_pod(namespace).items
+    return [
+        p.metadata.name
+        for p in pods
+        if (p.metadata.labels or {}).get("app.kubernetes.io/component") in ENGINE_ROLES
+    ]
+
+
+def statefulsets(api_client: client.ApiClient, namespace: str) -> list[str]:
+    return [
+        s.metadata.name
+        for s in client.AppsV1Api(api_client).list_namespaced_stateful_set(namespace).items
+    ]
+
+
+def warning_events(api_client: client.ApiClient, namespace: str, reason: str) -> list[str]:
+    events = client.CoreV1Api(api_client).list_namespaced_event(namespace).items
+    return [e.message for e in events if e.reason == reason and e.type == "Warning"]
+
+
+def wait_held(api_client: client.ApiClient, namespace: str, reason: str) -> str:
+    """Until ModelReady says `reason`; then the engines must not exist."""
+    cond = wait_for(
+        lambda: (c := model_ready(api_client, namespace)).get("reason") == reason and c,
+        timeout=60,
+        what=f"ModelReady {reason}",
+    )
+    assert cond["status"] == "False"
+    message: str = cond["message"]
+    # The router exists (the rest of the deployment is applied), the engines do not.
+    wait_for(lambda: exists_deployment(api_client, namespace, "llama-router"), 30, what="router")
+    assert statefulsets(api_client, namespace) == []
+    assert engine_pods(api_client, namespace) == []
+    wait_for(lambda: message in warning_events(api_client, namespace, reason), 30, what="the event")
+    return message
+
+
+def exists_deployment(api_client: client.ApiClient, namespace: str, name: str) -> bool:
+    try:
+        client.AppsV1Api(api_client).read_namespaced_deployment(name, namespace)
+        return True
+    except ApiException as err:
+        if err.status == 404:
+            return False
+        raise
+
+
+def wait_engines_started(api_client: client.ApiClient, namespace: str) -> None:
+    wait_for(
+        lambda: len(engine_pods(api_client, namespace)) == 2,
+        timeout=90,
+        what="a prefill and a decode pod",
+    )
+    assert model_ready(api_client, namespace)["status"] == "True"
+
+
+def test_a_missing_token_secret_holds_the_engines_until_it_is_created(
+    operator: OperatorProcess, api_client: client.ApiClient, namespace: str
+) -> None:
+    create_pdd(api_client, namespace, {"huggingFace": {"tokenSecretRef": {"name": "hf-token"}}})
+    message = wait_held(api_client, namespace, "ModelSecretMissing")
+    assert f"kubectl -n {namespace} create secret generic hf-token" in message
+    assert "HF_TOKEN" in message
+
+    client.CoreV1Api(api_client).create_namespaced_secret(
+        namespace,
+        {"metadata": {"name": "hf-token"}, "stringData": {"HF_TOKEN": "hf_not_a_real_token"}},
+    )
+    wait_engines_started(api_client, namespace)
+    sts = client.AppsV1Api(api_client).read_namespaced_stateful_set("llama-decode", namespace)
+    engine = next(c for c in sts.spec.template.spec.containers if c.name == "engine")
+    token = next(e for e in engine.env if e.name == "HF_TOKEN")
+    assert token.value is None
+    assert token.value_from.secret_key_ref.to_dict() == {
+        "name": "hf-token",
+        "key": "HF_TOKEN",
+        "optional": None,
+    }
+    assert "hf_not_a_real_token" not in operator.tail(2_000_000)
+
+
+def test_a_missing_or_unshareable_claim_holds_the_engines_until_fixed(
+    operator: OperatorProcess, api_client: client.ApiClient, namespace: str
+) -> None:
+    core = client.CoreV1Api(api_client)
+    # Two pods on possibly two nodes cannot share a ReadWriteOnce claim.
+    core.create_namespaced_persistent_volume_claim(namespace, claim("llama-rwo", "ReadWriteOnce"))
+    create_pdd(api_client, namespace, {"pvc": {"claimName": "llama-rwo"}})
+    message = wait_held(api_client, namespace, "ModelPVCAccessMode")
+    assert "allows only ReadWriteOnce" in message and "ReadOnlyMany" in message
+
+    client.CustomObjectsApi(api_client).patch_namespaced_custom_object(
+        GROUP,
+        VERSION,
+        namespace,
+        PLURAL,
+        "llama",
+        {"spec": {"model": {"source": {"pvc": {"claimName": "llama-70b"}}}}},
+    )
+    message = wait_held(api_client, namespace, "ModelPVCMissing")
+    assert "PersistentVolumeClaim llama-70b" in message and "ReadOnlyMany" in message
+
+    # Pending (no volume binder runs here) is accepted: a WaitForFirstConsumer claim binds
+    # only once its first pod is scheduled.
+    core.create_namespaced_persistent_volume_claim(namespace, claim("llama-70b", "ReadOnlyMany"))
+    wait_engines_started(api_client, namespace)
+
+
+def claim(name: str, mode: str) -> dict[str, Any]:
+    return {
+        "metadata": {"name": name},
+        "spec": {
+            "accessModes": [mode],
+            "storageClassName": "",
+            "resources": {"requests": {"storage": "1Gi"}},
+        },
+    }
+
+
+def test_a_secret_is_looked_up_as_metadata_only(
+    api_client: client.ApiClient, namespace: str
+) -> None:
+    kube = KubeApi(api_client)
+    assert kube.secret_exists(namespace, "hf-token") is False
+    client.CoreV1Api(api_client).create_namespaced_secret(
+        namespace, {"metadata": {"name": "hf-token"}, "stringData": {"HF_TOKEN": "secret-value"}}
+    )
+    assert kube.secret_exists(namespace, "hf-token") is True
+    # What the server answers to the operator's Accept header: metadata, no data.
+    path = f"/api/v1/namespaces/{namespace}/secrets/hf-token"
+    answer = kube._call("GET", path, None, [], "application/json", True, METADATA_ONLY)
+    assert answer["kind"] == "PartialObjectMetadata"
+    assert "data" not in answer and "stringData" not in answer
+    assert "secret-value" not in json.dumps(answer)
+    assert "c2VjcmV0LXZhbHVl" not in json.dumps(answer)  # nor base64
+
+
+SOURCES = {
+    "huggingFace": {"huggingFace": {"tokenSecretRef": {"name": "t"}, "revision": "main"}},
+    "huggingFace cache": {"huggingFace": {"cache": {"claimName": "hf-cache"}}},
+    "pvc": {"pvc": {"claimName": "llama", "subPath": "Llama-3.3-70B-Instruct"}},
+    "hostPath": {"hostPath": {"path": "/mnt/models/llama"}},
+    "image": {"image": {"reference": "registry.example.com/m:v1", "pullPolicy": "IfNotPresent"}},
+    "image subPath": {"image": {"reference": "registry.example.com/m:v1", "subPath": "models"}},
+}
+
+
+@pytest.mark.parametrize("source", SOURCES.values(), ids=SOURCES.keys())
+def test_each_source_renders_a_pod_the_api_server_takes_as_rendered(
+    api_client: client.ApiClient, namespace: str, source: dict[str, Any]
+) -> None:
+    """Server-side dry-run of the engine StatefulSets (image volumes need the ImageVolume
+    gate, on by default in 1.35), read back with the owned-fields digest of the render."""
+    install_crd(api_client)
+    spec = sample_spec({"model": {"name": "m", "source": source}})
+    body = {
+        "apiVersion": "pdd.dev/v1alpha1",
+        "kind": "PDDeployment",
+        "metadata": {"name": "llama", "namespace": namespace, "uid": "u", "generation": 1},
+        "spec": spec,
+    }
+    pdd = PDDeployment.from_body(body)
+    kube = KubeApi(api_client)
+    for child in render_children(pdd, RenderContext()):
+        if child["kind"] != "StatefulSet":
+            continue
+        live = kube.apply(child, dry_run=True)
+        volumes = {v["name"]: v for v in live["spec"]["template"]["spec"]["volumes"]}
+        for kind, fields in _volume(child).items():  # the server may add defaults
+            assert fields.items() <= volumes["model"][kind].items(), volumes["model"]
+        assert live_fingerprint(live, kube.field_manager) == rendered_fingerprint(child)
+
+
+def _volume(sts: dict[str, Any]) -> dict[str, Any]:
+    rendered = next(v for v in sts["spec"]["template"]["spec"]["volumes"] if v["name"] == "model")
+    return {k: v for k, v in rendered.items() if k != "name"}

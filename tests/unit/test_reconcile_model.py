@@ -1,0 +1,112 @@
+"""The Reconciler and the model's prerequisites, against the in-memory cluster of
+helpers.fake_cluster: the engine StatefulSets wait for a missing Secret or claim, everything
+else is applied, another pass comes by itself, and running engines are never taken away."""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+from typing import Any
+
+from helpers.factories import BASE_BODY
+from helpers.fake_cluster import FakeCluster
+from pdd_operator.reconcile import Reconciler
+from pdd_operator.rendering.context import OperatorSettings
+
+NS = "team-a"
+KEY = (NS, "llama")
+STATEFULSETS = {("StatefulSet", "llama-prefill"), ("StatefulSet", "llama-decode")}
+TOKEN_SOURCE = {"huggingFace": {"tokenSecretRef": {"name": "hf-token"}}}
+
+
+def body(source: dict[str, Any]) -> dict[str, Any]:
+    result = copy.deepcopy(BASE_BODY)
+    result["metadata"].update(uid="uid-llama", resourceVersion="1")
+    result["spec"]["topology"] = {"placement": "none"}
+    result["spec"]["model"] = {**result["spec"]["model"], "source": source}
+    return result
+
+
+def reconciler(cluster: FakeCluster, retry: tuple[float, float] = (60.0, 60.0)) -> Reconciler:
+    return Reconciler(cluster, cluster, OperatorSettings(), cluster.emit, model_retry=retry)
+
+
+def applied(cluster: FakeCluster) -> set[tuple[str, str]]:
+    return {(kind, name) for verb, kind, name in cluster.writes if verb == "apply"}
+
+
+def condition(cluster: FakeCluster, type_: str) -> tuple[str, str, str]:
+    found = next(c for c in cluster.stored[KEY]["status"]["conditions"] if c["type"] == type_)
+    return found["status"], found["reason"], found["message"]
+
+
+async def test_a_missing_secret_holds_the_engines_and_says_what_to_create() -> None:
+    cluster = FakeCluster(body(TOKEN_SOURCE))
+    await reconciler(cluster).reconcile(KEY)
+
+    assert ("Secret", NS, "hf-token") in cluster.reads
+    assert not STATEFULSETS & applied(cluster)
+    assert ("Deployment", "llama-router") in applied(cluster)  # the rest is there already
+    status, reason, message = condition(cluster, "ModelReady")
+    assert (status, reason) == ("False", "ModelSecretMissing")
+    assert "create secret generic hf-token" in message
+    assert condition(cluster, "Ready")[:2] == ("False", "ModelSecretMissing")
+    assert ("Warning", "ModelSecretMissing", message) in cluster.events
+
+
+async def test_the_engines_start_once_the_secret_exists() -> None:
+    cluster = FakeCluster(body(TOKEN_SOURCE))
+    rec = reconciler(cluster)
+    await rec.reconcile(KEY)
+    cluster.secrets.add((NS, "hf-token"))
+    await rec.reconcile(KEY)
+    assert applied(cluster) >= STATEFULSETS
+    assert condition(cluster, "ModelReady")[:2] == ("True", "ModelAvailable")
+    assert any(e[:2] == ("Normal", "ModelAvailable") for e in cluster.events)
+
+
+async def test_a_missing_prerequisite_brings_another_pass_by_itself() -> None:
+    """Nothing watches Secrets: the reconciler asks again, soon, without any event."""
+    cluster = FakeCluster(body({"pvc": {"claimName": "llama-70b"}}))
+    rec = reconciler(cluster, retry=(0.01, 0.05))
+    await rec.reconcile(KEY)
+    assert condition(cluster, "ModelReady")[1] == "ModelPVCMissing"
+    cluster.pvcs[(NS, "llama-70b")] = {
+        "spec": {"accessModes": ["ReadOnlyMany"]},
+        "status": {"phase": "Bound", "accessModes": ["ReadOnlyMany"]},
+    }
+    for _ in range(200):
+        if condition(cluster, "ModelReady")[0] == "True":
+            break
+        await asyncio.sleep(0.01)
+    assert condition(cluster, "ModelReady")[:2] == ("True", "ModelAvailable")
+    assert applied(cluster) >= STATEFULSETS
+
+
+async def test_running_engines_are_left_alone_when_the_secret_goes_away() -> None:
+    cluster = FakeCluster(body(TOKEN_SOURCE))
+    cluster.secrets.add((NS, "hf-token"))
+    rec = reconciler(cluster)
+    await rec.reconcile(KEY)
+    cluster.secrets.clear()
+    cluster.update_spec(KEY, {"prefill": {"replicas": 3}})  # a change that would re-apply
+    writes = len(cluster.writes)
+    await rec.reconcile(KEY)
+    verbs = {(verb, kind) for verb, kind, _ in cluster.writes[writes:]}
+    assert ("apply", "StatefulSet") not in verbs and ("delete", "StatefulSet") not in verbs
+    assert condition(cluster, "ModelReady")[1] == "ModelSecretMissing"
+
+
+async def test_a_failed_lookup_does_not_hold_the_engines() -> None:
+    cluster = FakeCluster(body(TOKEN_SOURCE))
+    cluster.read_error = RuntimeError("connection refused")
+    await reconciler(cluster).reconcile(KEY)
+    assert applied(cluster) >= STATEFULSETS
+    assert condition(cluster, "ModelReady")[:2] == ("Unknown", "ModelCheckFailed")
+
+
+async def test_the_default_source_looks_nothing_up() -> None:
+    cluster = FakeCluster(body({"huggingFace": {}}))
+    await reconciler(cluster).reconcile(KEY)
+    assert cluster.reads == []
+    assert applied(cluster) >= STATEFULSETS
