@@ -77,7 +77,7 @@ def test_every_child_suffix_is_distinct_from_the_end_of_another() -> None:
         names.role_name(base, "decode"),
         names.router_account_name(base),
         names.sidecar_account_name(base),
-        names.token_secret_name(base),
+        names.token_secret_name(base, "0123456789"),
         names.network_policy_name(base),
         names.claim_template_name(base, "prefill"),
         names.claim_template_name(base, "decode"),

@@ -62,8 +62,12 @@ def role_name(name: str, role: str) -> str:
     return f"{instance_id(name)}-{role}"
 
 
-def token_secret_name(name: str) -> str:
-    return f"{instance_id(name)}-sidecar-token"
+def token_secret_name(name: str, uid: str) -> str:
+    """The sidecar token Secret, with the PDDeployment's uid in its name: the operator may
+    create Secrets but not read them, so it could not tell a Secret of this name that someone
+    made beforehand (and whose token they know) from its own; one named after a uid that did
+    not exist before the PDDeployment cannot have been made beforehand."""
+    return f"{instance_id(name)}-sidecar-token-{uid[:8]}"
 
 
 def sidecar_account_name(name: str) -> str:
