@@ -121,7 +121,7 @@ async def test_the_deployment_resumes_once_the_name_is_free() -> None:
     assert conditions(cluster)["Stalled"]["status"] == "False"
 
 
-async def test_a_settled_deployment_reads_nothing_and_a_pass_after_a_conflict_reads_again() -> None:
+async def test_a_settled_deployment_reads_nothing_to_check_names() -> None:
     cluster = FakeCluster(body())
     rec = reconciler(cluster)
     await rec.reconcile(KEY)
@@ -231,3 +231,27 @@ def test_the_message_lists_every_conflict_and_the_fix() -> None:
     )
     assert "Service a (owned by no owner); Role b (owned by PDDeployment c)" in message
     assert "delete or rename that object" in message and "resumes" in message
+
+
+async def test_a_conflict_is_looked_at_again_by_itself_with_backoff() -> None:
+    """The object holding the name is not watched: the reconciler schedules its own passes,
+    each later than the one before, and the one after the name is freed applies the child."""
+    import asyncio
+
+    cluster = FakeCluster(body())
+    rec = reconciler_for(cluster)
+    rec.conflict_retry_seconds = 0.05
+    where = (NS, "v1", "ServiceAccount", "llama-sidecar")
+    cluster.objects[where] = foreign("ServiceAccount", "v1", "llama-sidecar", [])
+    await rec.reconcile(KEY)
+    await asyncio.sleep(0.4)  # 0.05 + 0.1 + 0.2: three more passes, no more
+    looked = [r for r in cluster.reads if r == ("ServiceAccount", "llama-sidecar")]
+    assert 3 <= len(looked) <= 4, looked
+
+    del cluster.objects[where]
+    await asyncio.sleep(1.0)
+    assert cluster.objects[where]["metadata"]["ownerReferences"][0]["uid"] == "uid-llama"
+    assert conditions(cluster)["Stalled"]["status"] == "False"
+    reads = len(cluster.reads)
+    await asyncio.sleep(0.5)
+    assert len(cluster.reads) == reads  # resolved: no more passes of its own
