@@ -61,3 +61,14 @@ UCX_NET_DEVICES = "UCX_NET_DEVICES"
 UCX_IB_GPU_DIRECT_RDMA = "UCX_IB_GPU_DIRECT_RDMA"
 NIXL_ETCD_ENDPOINTS = "NIXL_ETCD_ENDPOINTS"
 NIXL_ETCD_NAMESPACE = "NIXL_ETCD_NAMESPACE"
+NIXL_UCX_SGL_ENABLE = "NIXL_UCX_SGL_ENABLE"
+
+# --- vLLM's NixlConnector side channel, set by the operator on the engine --------------------
+
+VLLM_NIXL_SIDE_CHANNEL_HOST = "VLLM_NIXL_SIDE_CHANNEL_HOST"
+VLLM_NIXL_SIDE_CHANNEL_PORT = "VLLM_NIXL_SIDE_CHANNEL_PORT"
+
+# Where the model comes from (spec.model.source): the Hugging Face cache, token and offline switch.
+HF_HOME = "HF_HOME"
+HF_TOKEN = "HF_TOKEN"
+HF_HUB_OFFLINE = "HF_HUB_OFFLINE"

@@ -36,6 +36,7 @@ from pdd_operator.rendering.children import child_key, owner_reference, render_c
 from pdd_operator.rendering.context import OperatorSettings, RenderContext
 from pdd_operator.rendering.roles import engine_revision
 from pdd_operator.rendering.sidecar import render_token_secret, sidecar_enabled
+from pdd_operator.status import ownership
 from pdd_operator.status.compute import Observed, WorkloadState, compute_status, is_ready
 from pdd_operator.status.conditions import transition_events
 from pdd_operator.status.corrections import Correction, CorrectionLog, drifted
@@ -73,7 +74,10 @@ class ApiWriter(Protocol):
         self, obj: dict[str, Any], dry_run: bool = False, want_result: bool = True
     ) -> dict[str, Any]: ...
     def create_if_absent(self, obj: dict[str, Any]) -> bool: ...
-    def delete(self, kind: Kind, namespace: str, name: str) -> None: ...
+    def owner_references(
+        self, kind: Kind, namespace: str, name: str
+    ) -> list[dict[str, Any]] | None: ...
+    def delete(self, kind: Kind, namespace: str, name: str, uid: str = "") -> None: ...
     def patch_status(self, namespace: str, name: str, status: dict[str, Any]) -> str: ...
     def annotate_pod(self, namespace: str, name: str, annotations: dict[str, str]) -> None: ...
 
@@ -90,6 +94,7 @@ class _KeyState:
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)
     dirty: bool = False
     due: bool = False  # a delayed pass is already waiting to start
+    conflict_retries: int = 0  # passes in a row that found a child's name taken
 
 
 @dataclass(frozen=True)
@@ -119,6 +124,19 @@ class _Changes:
     stale: tuple[ChildKey, ...]  # no longer rendered: to delete
 
 
+@dataclass(frozen=True)
+class _Blocked:
+    """Why a pass could not write its children: a condition reason and the user's message."""
+
+    reason: str = ""
+    message: str = ""
+
+
+# A name conflict is looked at again after this long, doubling up to the maximum: the object
+# holding the name is not watched (it may carry no label of ours), so nothing else would say
+# that it is gone before the next resync.
+CONFLICT_RETRY_SECONDS = 5.0
+CONFLICT_RETRY_MAX_SECONDS = 300.0
 # While the model's Secret or claim is missing, the pass asks again after this many seconds,
 # doubling up to the maximum: nothing watches Secrets or claims (the operator may only get
 # them), and the periodic resync is minutes apart.
@@ -153,6 +171,8 @@ class Reconciler:
         self._corrections = CorrectionLog()
         self._model_retry = model_retry
         self._model_attempts: dict[DeploymentKey, int] = {}
+        self.conflict_retry_seconds = CONFLICT_RETRY_SECONDS
+        # One delayed pass per deployment at most, while its model or a child's name waits.
         self._retries: dict[DeploymentKey, asyncio.Task[None]] = {}
 
     def is_own_status_write(self, key: DeploymentKey, resource_version: str) -> bool:
@@ -230,14 +250,27 @@ class Reconciler:
         model = await self._check_model(pdd)
         held = _engine_workloads(desired) if engine_roles_held(model) else frozenset()
         try:
-            apply_error = await self._sync_children(pdd, body, desired, observed, held)
+            blocked = await self._sync_children(pdd, body, desired, observed, held)
         except _NamespaceGoingAway:
             return  # its namespace is being deleted: nothing to create, nobody to tell
-        if not apply_error:
-            apply_error = await self._ensure_token(pdd)
-        observed_now = self._observed(pdd, desired, placement, apply_error)
+        self._retry_while_conflicting(_key(pdd), blocked)
+        if not blocked.message:
+            blocked = _Blocked("ApplyFailed", await self._ensure_token(pdd))
+        observed_now = self._observed(pdd, desired, placement, blocked)
         status = await self._status(pdd, replace(observed_now, model=model))
         await self._write_status(pdd, body, status)
+
+    def _retry_while_conflicting(self, key: DeploymentKey, blocked: _Blocked) -> None:
+        """Schedule the next look at a name conflict, backing off while it lasts."""
+        state = self._states.setdefault(key, _KeyState())
+        if blocked.reason != ownership.REASON:
+            state.conflict_retries = 0
+            return
+        delay = min(
+            self.conflict_retry_seconds * 2**state.conflict_retries, CONFLICT_RETRY_MAX_SECONDS
+        )
+        state.conflict_retries += 1
+        self._retry_later(key, delay)
 
     # ------------------------------------------------------------------------------ model
 
@@ -246,10 +279,14 @@ class Reconciler:
         another pass is scheduled (with backoff) to notice when it appears."""
         facts = await asyncio.to_thread(self._model_facts, pdd)
         readiness = model_readiness(pdd, facts)
+        key = _key(pdd)
         if readiness.ready is True:
-            self._model_attempts.pop(_key(pdd), None)
+            self._model_attempts.pop(key, None)
         else:
-            self._retry_later(_key(pdd))
+            attempt = self._model_attempts.get(key, 0)
+            self._model_attempts[key] = attempt + 1
+            first, most = self._model_retry
+            self._retry_later(key, min(first * 2**attempt, most))
         return readiness
 
     def _model_facts(self, pdd: PDDeployment) -> ModelFacts:
@@ -267,14 +304,12 @@ class Reconciler:
             return ModelFacts(error=api_error_message(err))
         return ModelFacts(secret_exists=secret, claims=claims)
 
-    def _retry_later(self, key: DeploymentKey) -> None:
+    def _retry_later(self, key: DeploymentKey, delay: float) -> None:
+        """Another pass after `delay`, unless one is already scheduled (other than the one
+        running this pass: it is about to end)."""
         pending = self._retries.get(key)
-        if pending is not None and not pending.done():
+        if pending is not None and not pending.done() and pending is not asyncio.current_task():
             return
-        attempt = self._model_attempts.get(key, 0)
-        self._model_attempts[key] = attempt + 1
-        first, most = self._model_retry
-        delay = min(first * 2**attempt, most)
         self._retries[key] = asyncio.create_task(self.reconcile(key, delay=delay))
 
     # ------------------------------------------------------------------------------ plan
@@ -331,21 +366,64 @@ class Reconciler:
         desired: _Desired,
         observed: Mapping[ChildKey, ChildSummary],
         held: frozenset[ChildKey] = frozenset(),
-    ) -> str:
+    ) -> _Blocked:
         """Apply what differs, delete what is no longer wanted, leave `held` children as they
-        are (not created, not changed, not deleted); return a user-facing error."""
+        are (not created, not changed, not deleted); say what stopped it if anything did.
+        While a child's name is taken by an object that is not this deployment's, nothing is
+        written: the rest would run pods against that object (its ServiceAccount, Service)."""
         changes = _changes(desired, observed, self._corrections.of(_key(pdd)), held)
         self._corrections.keep_wanted(_key(pdd), desired.owned)
         try:
+            conflicts = await self._name_conflicts(pdd, changes.apply, observed)
+            if conflicts:
+                return self._report_conflicts(pdd, conflicts)
             await self._apply(pdd, body, changes, desired, observed)
-            await self._prune(pdd.namespace, changes.stale)
+            await self._prune(pdd.namespace, changes.stale, observed)
         except Exception as err:  # surfaced as a condition + event, not a trace
             if namespace_unavailable(err):
                 raise _NamespaceGoingAway from err
             message = api_error_message(err)
             log.warning("applying children of %s/%s failed: %s", pdd.namespace, pdd.name, message)
-            return f"could not apply children: {message}"
-        return ""
+            return _Blocked("ApplyFailed", f"could not apply children: {message}")
+        return _Blocked()
+
+    async def _name_conflicts(
+        self,
+        pdd: PDDeployment,
+        objects: Sequence[dict[str, Any]],
+        observed: Mapping[ChildKey, ChildSummary],
+    ) -> list[ownership.NameConflict]:
+        """The children about to be applied that the indexes do not list as this
+        deployment's (new ones, mostly) and whose name an object of someone else holds."""
+        unlisted = [obj for obj in objects if child_key(obj) not in observed]
+        refs = await asyncio.gather(
+            *(
+                asyncio.to_thread(
+                    self.kube.owner_references,
+                    kind_of(obj["apiVersion"], obj["kind"]),
+                    pdd.namespace,
+                    obj["metadata"]["name"],
+                )
+                for obj in unlisted
+            )
+        )
+        conflicts = []
+        for obj, owners in zip(unlisted, refs, strict=True):
+            if owners is None:
+                continue  # the name is free
+            conflict = ownership.name_conflict(
+                obj["kind"], obj["metadata"]["name"], owners, pdd.uid
+            )
+            if conflict is not None:
+                conflicts.append(conflict)
+        return conflicts
+
+    def _report_conflicts(
+        self, pdd: PDDeployment, conflicts: Sequence[ownership.NameConflict]
+    ) -> _Blocked:
+        message = ownership.conflict_message(conflicts)
+        log.warning("%s/%s: %s", pdd.namespace, pdd.name, message)
+        return _Blocked(ownership.REASON, message)
 
     async def _apply(
         self,
@@ -380,10 +458,23 @@ class Reconciler:
         for obj in changes.apply:
             self._count_write("apply", obj["kind"])
 
-    async def _prune(self, namespace: str, stale: Sequence[ChildKey]) -> None:
+    async def _prune(
+        self,
+        namespace: str,
+        stale: Sequence[ChildKey],
+        observed: Mapping[ChildKey, ChildSummary],
+    ) -> None:
+        """Delete children no longer rendered, each only as the object the index saw (its
+        uid): never another object that took the name since."""
         await asyncio.gather(
             *(
-                asyncio.to_thread(self.kube.delete, kind_of(version, kind), namespace, name)
+                asyncio.to_thread(
+                    self.kube.delete,
+                    kind_of(version, kind),
+                    namespace,
+                    name,
+                    observed[(version, kind, name)].uid,
+                )
                 for version, kind, name in stale
             )
         )
@@ -446,7 +537,7 @@ class Reconciler:
         pdd: PDDeployment,
         desired: _Desired,
         placement: PlacementResult,
-        apply_error: str,
+        blocked: _Blocked,
     ) -> Observed:
         key = _key(pdd)
         children = self.view.children(key)
@@ -471,7 +562,8 @@ class Reconciler:
             transfer=outcome.status if outcome else None,
             transfer_ok=outcome.ok if outcome else None,
             transfer_reason=outcome.reason if outcome else "",
-            apply_error=apply_error,
+            apply_error=blocked.message,
+            apply_error_reason=blocked.reason or "ApplyFailed",
         )
 
     async def _status(self, pdd: PDDeployment, observed: Observed) -> PDDeploymentStatus:

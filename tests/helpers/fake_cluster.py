@@ -101,6 +101,7 @@ class FakeCluster:
         # Every request that writes, in the order the server received them: (verb, kind, name).
         self.writes: list[tuple[str, str, str]] = []
         self.applies: list[tuple[str, str, bool]] = []  # kind, name, answer decoded
+        self.reads: list[tuple[str, str]] = []  # kind, name of each owner look-up
         self.status_writes: list[dict[str, Any]] = []
         self.events: list[tuple[str, str, str]] = []
         self.versions = 0
@@ -211,10 +212,24 @@ class FakeCluster:
         self.objects[key] = copy.deepcopy(obj)
         return True
 
-    def delete(self, kind: Kind, namespace: str, name: str) -> None:
+    def owner_references(
+        self, kind: Kind, namespace: str, name: str
+    ) -> list[dict[str, Any]] | None:
+        with self._lock:
+            self.reads.append((kind.kind, name))
+        live = self.objects.get((namespace, kind.api_version, kind.kind, name))
+        if live is None:
+            return None
+        return copy.deepcopy(live["metadata"].get("ownerReferences") or [])
+
+    def delete(self, kind: Kind, namespace: str, name: str, uid: str = "") -> None:
         with self._lock:
             self.writes.append(("delete", kind.kind, name))
-        self.objects.pop((namespace, kind.api_version, kind.kind, name), None)
+        key = (namespace, kind.api_version, kind.kind, name)
+        live = self.objects.get(key)
+        if live is not None and uid and live["metadata"].get("uid") != uid:
+            return  # the uid precondition: another object holds the name now
+        self.objects.pop(key, None)
 
     def patch_status(self, namespace: str, name: str, status: dict[str, Any]) -> str:
         with self._lock:
@@ -264,12 +279,15 @@ class FakeCluster:
         for where, live in self.objects.items():
             if live["kind"] in INDEXED_KINDS and where[1:] not in self.index_lag:
                 self._indexed_children[where] = summarize_child(live, MANAGER)
+        # As the operator's view: by the controller reference's uid, not its name.
+        uid = (self.indexed.get(key) or {}).get("metadata", {}).get("uid", "")
         return {
             where[1:]: summary
             for where, summary in self._indexed_children.items()
             if where in self.objects
             and where[0] == key[0]
             and _owner(self.objects[where]) == key[1]
+            and summary.owner_uid == uid
         }
 
     def pods(self, key: DeploymentKey) -> Sequence[PodSummary]:

@@ -14,6 +14,7 @@ IMAGES = [
 ]
 RDMA_TLS = ["rc_x", "rc", "dc_x", "ud_x"]
 OTHER_TLS = ["cuda_copy", "cuda_ipc", "gdr_copy", "sm", "self", "tcp"]
+GPU_TLS = ["cuda_copy", "cuda_ipc", "gdr_copy"]
 
 dns_label = st.from_regex(r"[a-z]([a-z0-9-]{0,20}[a-z0-9])?", fullmatch=True)
 names = st.one_of(
@@ -53,7 +54,7 @@ def kv_transfer(draw: st.DrawFn, dra: bool, engine: str) -> dict[str, Any]:
         kv["rdma"] = {
             "resourceName": "rdma/hca",
             "count": draw(st.integers(1, 4)),
-            "networks": draw(st.lists(dns_label, max_size=2)),
+            "networks": draw(st.lists(dns_label, max_size=2, unique=True)),
             "required": draw(st.booleans()),
         }
     if gpudirect in ("dmabuf", "peermem") and not dra and "rdma" not in kv:
@@ -64,6 +65,10 @@ def kv_transfer(draw: st.DrawFn, dra: bool, engine: str) -> dict[str, Any]:
         )
         if gpudirect in ("dmabuf", "peermem") and not set(tls) & set(RDMA_TLS):
             tls.append("rc_x")
+        if not set(tls) & set(GPU_TLS):  # the KV cache is GPU memory
+            tls.append("cuda_copy")
+        if set(tls) <= set(GPU_TLS):  # UCX needs a transport that carries messages
+            tls.append("tcp")
         kv["ucx"] = {"transports": tls}
     if draw(st.booleans()):
         gpus = draw(st.lists(st.integers(0, 7), min_size=1, max_size=8, unique=True))
@@ -118,8 +123,8 @@ def valid_specs(draw: st.DrawFn) -> dict[str, Any]:
     prefill, decode = draw(roles()), draw(roles())
     if prefill["replicas"] + decode["replicas"] == 0:
         decode["replicas"] = 1
-    small, large = sorted((prefill["gpusPerInstance"], decode["gpusPerInstance"]))
-    if engine == "vllm" and large % small:  # vLLM maps ranks by the ratio of the TP sizes
+    # vLLM's NIXL connector: the decode TP is a multiple of the prefill TP.
+    if engine == "vllm" and decode["gpusPerInstance"] % prefill["gpusPerInstance"]:
         decode["gpusPerInstance"] = prefill["gpusPerInstance"]
     spec: dict[str, Any] = {
         "model": {"name": draw(st.sampled_from(["meta-llama/Llama-3.1-70B-Instruct", "m"]))},

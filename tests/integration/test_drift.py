@@ -22,7 +22,7 @@ from helpers.waits import wait_for
 GROUP, VERSION, PLURAL = "pdd.dev", "v1alpha1", "pddeployments"
 NAME = "llama-70b"
 DECODE = f"{NAME}-decode"
-PINNED_NICS = "mlx5_0:1,mlx5_1:1"
+RNDV_THRESH = "8k"  # a UCX setting of the spec (extraEnv), rendered into the engine env
 CORRECTED_WITHIN = 30.0  # seconds; far below the 300 s resync
 
 
@@ -46,7 +46,7 @@ def operator(
 def deployment(
     operator: OperatorProcess, api_client: client.ApiClient, namespace: str
 ) -> dict[str, Any]:
-    """A Ready PDDeployment whose UCX_NET_DEVICES is pinned in its spec."""
+    """A Ready PDDeployment with UCX_RNDV_THRESH in its spec."""
     body = pdd_body(
         NAME,
         namespace,
@@ -54,7 +54,7 @@ def deployment(
         prefill={"replicas": 1, "gpusPerInstance": 1},
         decode={"replicas": 2, "gpusPerInstance": 1},
         topology={"placement": "none"},
-        kvTransfer={"ucx": {"extraEnv": [{"name": "UCX_NET_DEVICES", "value": PINNED_NICS}]}},
+        kvTransfer={"ucx": {"extraEnv": [{"name": "UCX_RNDV_THRESH", "value": RNDV_THRESH}]}},
     )
     custom = client.CustomObjectsApi(api_client)
     custom.create_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, body)
@@ -113,21 +113,21 @@ def test_an_env_var_removed_from_a_container_is_put_back(
     sts = decode_statefulset(api_client, namespace)
     containers = sts.spec.template.spec.containers
     at = next(i for i, c in enumerate(containers) if c.name == "engine")
-    env_at = [e.name for e in containers[at].env].index("UCX_NET_DEVICES")
+    env_at = [e.name for e in containers[at].env].index("UCX_RNDV_THRESH")
     path = f"/spec/template/spec/containers/{at}/env/{env_at}"
     # What `kubectl patch --type=json` or `kubectl edit` sends.
     client.AppsV1Api(api_client).patch_namespaced_stateful_set(
         DECODE, namespace, [{"op": "remove", "path": path}]
     )
-    assert "UCX_NET_DEVICES" not in engine_env(decode_statefulset(api_client, namespace))
+    assert "UCX_RNDV_THRESH" not in engine_env(decode_statefulset(api_client, namespace))
 
     wait_for(
         lambda: (
-            engine_env(decode_statefulset(api_client, namespace)).get("UCX_NET_DEVICES")
-            == PINNED_NICS
+            engine_env(decode_statefulset(api_client, namespace)).get("UCX_RNDV_THRESH")
+            == RNDV_THRESH
         ),
         CORRECTED_WITHIN,
-        what="UCX_NET_DEVICES back in the engine container",
+        what="UCX_RNDV_THRESH back in the engine container",
     )
 
 

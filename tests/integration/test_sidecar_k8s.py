@@ -277,7 +277,8 @@ def test_real_sidecars_discover_replace_and_probe(
     revision = pods["kv-prefill-0"].metadata.labels[REVISION_LABEL]
     assert {p.metadata.labels[REVISION_LABEL] for p in pods.values()} == {revision}
 
-    secret = core.read_namespaced_secret(f"{NAME}-sidecar-token", ns)
+    uid = pdd(api_client, ns)["metadata"]["uid"]
+    secret = core.read_namespaced_secret(f"{NAME}-sidecar-token-{uid[:8]}", ns)
     token = base64.b64decode(secret.data["token"]).decode().strip()
     token_file = tmp_path / "token"
     token_file.write_text(token)

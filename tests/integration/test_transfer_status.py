@@ -67,9 +67,10 @@ def test_rendered_sidecar_token_rbac_and_network_policy(
     assert "--peer-source" in sidecar.command and "k8s" in sidecar.command
     assert pod_spec.service_account_name == "kv-sidecar"
     token_volume = next(v for v in pod_spec.volumes if v.name == "sidecar-token")
-    assert token_volume.secret.secret_name == "kv-sidecar-token"
+    token_name = f"kv-sidecar-token-{pdd(api_client, namespace)['metadata']['uid'][:8]}"
+    assert token_volume.secret.secret_name == token_name
 
-    secret = wait_for(lambda: core.read_namespaced_secret("kv-sidecar-token", namespace), 30)
+    secret = wait_for(lambda: core.read_namespaced_secret(token_name, namespace), 30)
     assert len(secret.data["token"]) >= 40  # base64 of a 32-byte random token
     assert secret.metadata.owner_references[0].kind == "PDDeployment"
 
@@ -151,7 +152,8 @@ def test_the_sidecar_token_never_appears_in_logs_events_or_status(
 
     create(api_client, namespace)
     core = client.CoreV1Api(api_client)
-    secret = wait_for(lambda: core.read_namespaced_secret("kv-sidecar-token", namespace), 30)
+    token_name = f"kv-sidecar-token-{pdd(api_client, namespace)['metadata']['uid'][:8]}"
+    secret = wait_for(lambda: core.read_namespaced_secret(token_name, namespace), 30)
     token = base64.b64decode(secret.data["token"]).decode()
     wait_for(lambda: pdd(api_client, namespace).get("status", {}).get("conditions"), 60)
     events = " ".join(e.message or "" for e in core.list_namespaced_event(namespace).items)

@@ -35,3 +35,61 @@ def test_long_names_with_the_same_prefix_do_not_collide() -> None:
     b = names.instance_id("p" * 60 + "b")
     assert a != b
     assert a.startswith("p" * 10)
+
+
+# Pairs of names that the first scheme (keep a short safe name, else hash) mapped to the same
+# instance id, and so to the same children: the second is the first's hashed id spelled out.
+def _hashed_twin(name: str) -> str:
+    return names.instance_id(name)
+
+
+@pytest.mark.parametrize(
+    "name",
+    ["a.b", "llama.v2", "9lives", "Model", "p" * 60, "x" * 41, "svc.prod.eu-west-1"],
+)
+def test_a_name_spelled_like_another_names_hashed_id_gets_its_own_id(name: str) -> None:
+    twin = _hashed_twin(name)
+    assert twin != name  # hashed: the name itself is not a label-safe short id
+    assert names.instance_id(twin) != twin
+    assert names.instance_id(twin) != names.instance_id(name)
+    for role in ("prefill", "decode", "router"):
+        assert names.role_name(twin, role) != names.role_name(name, role)
+
+
+@pytest.mark.parametrize("name", ["kv-deadbeef", "a-00000000", "llama-1234abcd"])
+def test_names_ending_like_a_hash_are_hashed_and_still_fit(name: str) -> None:
+    instance = names.instance_id(name)
+    assert instance != name and len(instance) <= names.MAX_INSTANCE_ID
+    assert DNS1035.match(instance)
+
+
+@pytest.mark.parametrize("name", ["kv-dead", "a-0000000g", "llama-1234abcde", "x-abcdef1"])
+def test_names_that_only_resemble_a_hash_are_kept(name: str) -> None:
+    assert names.instance_id(name) == name
+
+
+def test_every_child_suffix_is_distinct_from_the_end_of_another() -> None:
+    """Distinct ids give distinct children only if no suffix ends another one: `x` with
+    `-sidecar-token` must not be `x-sidecar` with `-token`."""
+    base = "n"
+    made = [
+        names.role_name(base, "prefill"),
+        names.role_name(base, "decode"),
+        names.router_account_name(base),
+        names.sidecar_account_name(base),
+        names.token_secret_name(base, "0123456789"),
+        names.network_policy_name(base),
+        names.claim_template_name(base, "prefill"),
+        names.claim_template_name(base, "decode"),
+    ]
+    suffixes = {child[len(base) :] for child in made}
+    for a in suffixes:
+        for b in suffixes:
+            assert a == b or not a.endswith(b), (a, b)
+
+
+def test_ids_of_many_names_are_unique() -> None:
+    candidates = [f"m{i}" for i in range(300)] + [f"m{i}.x" for i in range(300)]
+    candidates += [names.instance_id(n) for n in candidates]
+    ids = {names.instance_id(n) for n in set(candidates)}
+    assert len(ids) == len(set(candidates))

@@ -76,7 +76,7 @@ async def test_a_new_deployment_applies_its_children_in_waves_and_writes_status_
     # The sidecar's and the router's Role and ServiceAccount, before anything else.
     assert {kind for kind, _ in applies[:4]} == REFERENCED_FIRST
     assert [w for w in cluster.writes if w[0] != "apply"] == [
-        ("create", "Secret", names.token_secret_name("llama")),
+        ("create", "Secret", names.token_secret_name("llama", "uid-llama")),
         ("status", "PDDeployment", "llama"),
     ]
     assert condition(cluster, "Ready") == ("False", "ReplicasNotReady")

@@ -5,6 +5,12 @@ A StatefulSet's name plus the 11 characters of its `controller-revision-hash` su
 dots), while a PDDeployment may be named with up to 253 characters and dots. So every child
 name starts from `instance_id`: the name itself when short and label-safe, else a readable
 prefix plus a hash of the full name (stable, and distinct for names sharing a prefix).
+
+Two PDDeployments of one namespace never share an instance id (they would fight over the same
+children): a name kept as it is never ends in `-<8 hex>`, the shape of a hashed one, so a name
+spelled like another's hashed id (`a-b-1234abcd` beside `a.b`) is hashed too. Past that only a
+32-bit hash collision is left, which the reconciler refuses like any other taken name. No
+suffix appended to the id is the end of another suffix, so distinct ids give distinct children.
 """
 
 from __future__ import annotations
@@ -37,11 +43,15 @@ def prober_pod_name(name: str) -> str:
 ROLES = ("prefill", "decode")
 
 
+# The tail instance_id gives a hashed name: a name that ends like it is hashed too.
+_HASHED = re.compile(r"-[0-9a-f]{8}$")
+
+
 def instance_id(name: str) -> str:
     safe = re.sub(r"[^a-z0-9-]", "-", name.lower())
     if not safe[:1].isalpha():
         safe = "pdd-" + safe
-    if safe == name and len(safe) <= MAX_INSTANCE_ID:
+    if safe == name and len(safe) <= MAX_INSTANCE_ID and not _HASHED.search(safe):
         return safe
     digest = hashlib.sha256(name.encode()).hexdigest()[:8]
     return f"{safe[: MAX_INSTANCE_ID - 9].rstrip('-')}-{digest}"
@@ -52,8 +62,12 @@ def role_name(name: str, role: str) -> str:
     return f"{instance_id(name)}-{role}"
 
 
-def token_secret_name(name: str) -> str:
-    return f"{instance_id(name)}-sidecar-token"
+def token_secret_name(name: str, uid: str) -> str:
+    """The sidecar token Secret, with the PDDeployment's uid in its name: the operator may
+    create Secrets but not read them, so it could not tell a Secret of this name that someone
+    made beforehand (and whose token they know) from its own; one named after a uid that did
+    not exist before the PDDeployment cannot have been made beforehand."""
+    return f"{instance_id(name)}-sidecar-token-{uid[:8]}"
 
 
 def sidecar_account_name(name: str) -> str:

@@ -10,8 +10,9 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from pdd_contract import env as contract_env
 from pdd_contract.env import GpuDirectRequest, NicSelectionMode
 from pdd_contract.ports import SGLANG_BOOTSTRAP_PORT, SIDECAR_PORT, VLLM_SIDE_CHANNEL_BASE_PORT
 from pdd_operator.api.schema import cel, free_form, quantity
@@ -36,6 +37,16 @@ UCX_TRANSPORTS = (
     "cma", "knem", "xpmem", "rocm_copy", "rocm_ipc", "rocm_gdr", "cuda", "rocm", "mm",
 )  # fmt: skip
 
+# Transports that move GPU memory (UCX_TLS needs one for a KV cache on the GPU), and those
+# that only copy memory and carry no messages (UCX needs a message transport for wire-up).
+GPU_MEMORY_TRANSPORTS = (
+    "all", "cuda", "cuda_copy", "cuda_ipc", "gdr_copy", "rocm", "rocm_copy", "rocm_ipc", "rocm_gdr",
+)  # fmt: skip
+COPY_ONLY_TRANSPORTS = (
+    "cuda", "cuda_copy", "cuda_ipc", "gdr_copy", "rocm", "rocm_copy", "rocm_ipc", "rocm_gdr",
+    "cma", "knem", "xpmem",
+)  # fmt: skip
+
 IMAGE_PATTERN = (
     r"^([a-z0-9]+([._-][a-z0-9]+)*(:[0-9]+)?/)?[a-z0-9]+([._-][a-z0-9]+)*"
     r"(/[a-z0-9]+([._-][a-z0-9]+)*)*(:[A-Za-z0-9_][A-Za-z0-9_.-]{0,127})?(@sha256:[a-f0-9]{64})?$"
@@ -50,6 +61,10 @@ DNS_SUBDOMAIN_PATTERN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?([.][a-z0-9]([-a-z0-9]*[
 SECRET_KEY_PATTERN = r"^[-._a-zA-Z0-9]+$"
 # A path segment '..' anywhere (character classes: no backslashes to escape through CEL).
 PARENT_SEGMENT = "(^|/)[.][.](/|$)"
+# A Multus network selection element: [namespace/]name[@interface] (DNS names, Linux ifname).
+NETWORK_PATTERN = (
+    r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?/)?[a-z0-9]([-a-z0-9.]*[a-z0-9])?(@[A-Za-z0-9_.-]{1,15})?$"
+)
 ENV_NAME_PATTERN = r"^[A-Za-z_][A-Za-z0-9_.-]*$"
 
 
@@ -60,6 +75,158 @@ DEFAULT_ROUTER_IMAGE = "ghcr.io/pdd-dev/pdd-router:0.1.0"
 
 def _cel_list(items: tuple[str, ...]) -> str:
     return "[" + ", ".join(f"'{t}'" for t in items) + "]"
+
+
+# --- Settings the operator injects: refused where a user could override them ----------------
+
+# Environment the operator sets on the pods it renders, each with the spec field that sets it
+# instead. A user's env entry of the same name came later in the list and silently won, with
+# the deployment still saying Ready; so every env list refuses them, and PDD_* besides.
+RESERVED_ENV: dict[str, str] = {
+    contract_env.UCX_TLS: "spec.kvTransfer.ucx.transports",
+    contract_env.UCX_NET_DEVICES: "spec.kvTransfer.nicSelection",
+    contract_env.UCX_IB_GPU_DIRECT_RDMA: "spec.kvTransfer.gpuDirect",
+    contract_env.NIXL_UCX_SGL_ENABLE: "spec.kvTransfer.ucx.scatterGather",
+    contract_env.NIXL_ETCD_ENDPOINTS: "spec.kvTransfer.metadataExchange",
+    contract_env.NIXL_ETCD_NAMESPACE: "spec.kvTransfer.metadataExchange",
+    contract_env.VLLM_NIXL_SIDE_CHANNEL_PORT: "spec.kvTransfer.sideChannelPort",
+    contract_env.VLLM_NIXL_SIDE_CHANNEL_HOST: "always the pod IP",
+    contract_env.POD_IP: "the downward API",
+    contract_env.POD_NAME: "the downward API",
+    contract_env.POD_UID: "the downward API",
+    contract_env.HF_HOME: "spec.model.source",
+    contract_env.HF_TOKEN: "spec.model.source.huggingFace.tokenSecretRef",
+    contract_env.HF_HUB_OFFLINE: "spec.model.source",
+}
+RESERVED_ENV_PREFIX = "PDD_"
+
+
+def env_name_reserved(name: str) -> bool:
+    return name.startswith(RESERVED_ENV_PREFIX) or name in RESERVED_ENV
+
+
+def _reserved_env_rule() -> tuple[str, str]:
+    """On an env entry's name: the API server's answer then shows the path and the name."""
+    instead = ", ".join(f"{name} ({where})" for name, where in RESERVED_ENV.items())
+    return (
+        f"!self.startsWith('{RESERVED_ENV_PREFIX}') && !(self in {_cel_list(tuple(RESERVED_ENV))})",
+        f"the operator sets this variable and it cannot be overridden in env; remove it "
+        f"(set the field named here instead, where there is one): {RESERVED_ENV_PREFIX}* "
+        f"(the operator's own), {instead}",
+    )
+
+
+# Engine flags the adapter renders from spec fields: a user's copy in args either contradicts
+# the rendered one (the engine takes the last) or sizes the engine past its GPUs (the TP size
+# is the role's gpusPerInstance; pipeline or data parallelism would need more GPUs than the
+# pod has). Each engine's own spelling; `custom` engines get no flags from the operator.
+RESERVED_FLAGS: dict[str, dict[str, str]] = {
+    "vllm": {
+        "--tensor-parallel-size": "spec.<role>.gpusPerInstance",
+        "-tp": "spec.<role>.gpusPerInstance",
+        "--pipeline-parallel-size": "more GPUs than gpusPerInstance",
+        "-pp": "more GPUs than gpusPerInstance",
+        "--data-parallel-size": "more GPUs than gpusPerInstance",
+        "-dp": "more GPUs than gpusPerInstance",
+        "--kv-transfer-config": "spec.kvTransfer",
+        "--host": "0.0.0.0",
+        "--port": "spec.engine.port",
+        "--served-model-name": "spec.model.servedName",
+        "--block-size": "spec.engine.kvBlockSize",
+        "--model": "spec.model.name",
+    },
+    "sglang": {
+        "--tp-size": "spec.<role>.gpusPerInstance",
+        "--tp": "spec.<role>.gpusPerInstance",
+        "--tensor-parallel-size": "spec.<role>.gpusPerInstance",
+        "--pp-size": "more GPUs than gpusPerInstance",
+        "--pipeline-parallel-size": "more GPUs than gpusPerInstance",
+        "--disaggregation-mode": "the role",
+        "--disaggregation-transfer-backend": "spec.kvTransfer.backend",
+        "--disaggregation-bootstrap-port": "spec.kvTransfer.bootstrapPort",
+        "--host": "0.0.0.0",
+        "--port": "spec.engine.port",
+        "--served-model-name": "spec.model.servedName",
+        "--page-size": "spec.engine.kvBlockSize",
+        "--model-path": "spec.model.name",
+        "--model": "spec.model.name",
+    },
+}
+ALL_ARGS = "(self.engine.args + self.prefill.args + self.decode.args)"
+
+
+def _reserved_flags_rule(engine: str) -> tuple[str, str]:
+    flags = RESERVED_FLAGS[engine]
+    listed = _cel_list(tuple(flags))
+    instead = ", ".join(f"{flag} ({where})" for flag, where in flags.items())
+    return (
+        f"self.engine.type != '{engine}' || {ALL_ARGS}.all(a, !(a in {listed} || "
+        f"{listed}.exists(f, a.startsWith(f + '='))))",
+        f"spec.engine.args, spec.prefill.args or spec.decode.args set a flag the operator sets "
+        f"for a {engine} engine; remove it (set the field named here instead): {instead}",
+    )
+
+
+# Pod template keys the operator sets and selects on: a podTemplate that sets one is refused by
+# the operator (Stalled=InvalidSpec; podTemplate is free-form, beyond what CEL can walk).
+RESERVED_LABEL_PREFIX = "pdd.dev/"
+RESERVED_LABELS = (
+    "app.kubernetes.io/name",
+    "app.kubernetes.io/instance",
+    "app.kubernetes.io/component",
+    "app.kubernetes.io/part-of",
+    "app.kubernetes.io/managed-by",
+)
+MULTUS_NETWORKS = "k8s.v1.cni.cncf.io/networks"
+RESERVED_ANNOTATIONS = {MULTUS_NETWORKS: "spec.kvTransfer.rdma.networks"}
+
+
+def pod_template_problems(template: dict[str, Any] | None) -> list[str]:
+    """What a podTemplate fragment sets that the operator injects: labels and annotations it
+    selects or configures the pod by, and reserved env in any container."""
+    if not template:
+        return []
+    problems = []
+    meta = template.get("metadata")
+    meta = meta if isinstance(meta, dict) else {}
+    for key in _keys(meta.get("labels")):
+        if key.startswith(RESERVED_LABEL_PREFIX) or key in RESERVED_LABELS:
+            problems.append(
+                f"metadata.labels[{key}] is set by the operator (it selects and pairs the "
+                "pods by it); use another label key"
+            )
+    for key in _keys(meta.get("annotations")):
+        if key.startswith(RESERVED_LABEL_PREFIX) or key in RESERVED_ANNOTATIONS:
+            where = RESERVED_ANNOTATIONS.get(key, "the operator's own")
+            problems.append(f"metadata.annotations[{key}] is set by the operator ({where})")
+    pod = template.get("spec")
+    pod = pod if isinstance(pod, dict) else {}
+    for list_name in ("initContainers", "containers"):
+        for container in _dicts(pod.get(list_name)):
+            for env in _dicts(container.get("env")):
+                name = str(env.get("name", ""))
+                if env_name_reserved(name):
+                    where = RESERVED_ENV.get(name, "the operator's own")
+                    problems.append(
+                        f"spec.{list_name}[{container.get('name', '?')}].env[{name}] is set by "
+                        f"the operator ({where}) and cannot be overridden"
+                    )
+    return problems
+
+
+def _keys(value: Any) -> list[str]:
+    return [str(k) for k in value] if isinstance(value, dict) else []
+
+
+def _dicts(value: Any) -> list[dict[str, Any]]:
+    return [v for v in value if isinstance(v, dict)] if isinstance(value, list) else []
+
+
+def _check_pod_template(template: dict[str, Any] | None) -> dict[str, Any] | None:
+    problems = pod_template_problems(template)
+    if problems:
+        raise ValueError("; ".join(problems) + "; remove it from the podTemplate")
+    return template
 
 
 class Model(BaseModel):
@@ -83,7 +250,9 @@ def _image(field: str) -> Any:
 class EnvVar(Model):
     """One environment variable, as in a Pod (value or valueFrom)."""
 
-    name: str = Field(max_length=256, pattern=ENV_NAME_PATTERN)
+    name: str = Field(
+        max_length=256, pattern=ENV_NAME_PATTERN, json_schema_extra=cel([_reserved_env_rule()])
+    )
     value: str | None = Field(default=None, max_length=32768)
     valueFrom: Annotated[dict[str, Any] | None, free_form()] = None
 
@@ -319,9 +488,22 @@ class ModelSpec(Model):
         max_length=512,
         description="The model's name: the Hugging Face repo id the engine downloads, and "
         "the name clients use unless `servedName` is set (also with a local source).",
+        json_schema_extra=cel(
+            "!self.startsWith('-') && !self.matches('[[:space:][:cntrl:]]')",
+            "spec.model.name must be a model id or path such as "
+            "'meta-llama/Llama-3.1-8B-Instruct' or '/models/llama': not starting with '-' "
+            "(the engine would read it as a flag) and without spaces or control characters",
+        ),
     )
     servedName: str | None = Field(
-        default=None, max_length=256, description="Name clients use; defaults to `name`."
+        default=None,
+        max_length=256,
+        description="Name clients use; defaults to `name`.",
+        json_schema_extra=cel(
+            "!self.startsWith('-') && !self.matches('[[:space:][:cntrl:]]')",
+            "spec.model.servedName must not start with '-' (the engine would read it as a "
+            "flag) nor hold spaces or control characters",
+        ),
     )
     source: ModelSource | None = Field(
         default=None,
@@ -362,7 +544,11 @@ class EngineSpec(Model):
         "preflight env file sourced).",
     )
     args: Args = Field(default_factory=list, description="Extra engine arguments, both roles.")
-    env: EnvList = Field(default_factory=list, description="Extra environment, both roles.")
+    env: EnvList = Field(
+        default_factory=list,
+        description="Extra environment, both roles. Variables the operator sets (PDD_*, UCX_TLS, "
+        "UCX_NET_DEVICES, VLLM_NIXL_SIDE_CHANNEL_*, ...: docs/security.md) are refused.",
+    )
     port: int = Field(
         default=8000,
         json_schema_extra=cel(
@@ -414,6 +600,11 @@ class ResourceRequirements(Model):
 class RoleSpec(Model):
     """One role (prefill or decode): a group of identical engine instances, one per pod."""
 
+    @field_validator("podTemplate")
+    @classmethod
+    def _no_injected_settings(cls, value: dict[str, Any] | None) -> dict[str, Any] | None:
+        return _check_pod_template(value)
+
     replicas: int = Field(
         default=1,
         json_schema_extra=cel(
@@ -431,7 +622,10 @@ class RoleSpec(Model):
         description="GPUs per instance; also the engine's tensor-parallel size.",
     )
     args: Args = Field(default_factory=list, description="Extra engine arguments for this role.")
-    env: EnvList = Field(default_factory=list, description="Extra environment for this role.")
+    env: EnvList = Field(
+        default_factory=list,
+        description="Extra environment for this role (operator-set variables refused).",
+    )
     resources: ResourceRequirements = Field(
         default_factory=ResourceRequirements,
         description="Extra resources (cpu, memory, ...); GPUs and RDMA come from the operator.",
@@ -441,7 +635,9 @@ class RoleSpec(Model):
     podTemplate: Annotated[dict[str, Any] | None, free_form()] = Field(
         default=None,
         description="A Pod template fragment merged over the rendered one (metadata, spec; "
-        "containers merge by name) for anything the API does not model.",
+        "containers merge by name) for anything the API does not model. What the operator "
+        "sets (pdd.dev/* and app.kubernetes.io/* labels, the networks annotation, operator-set "
+        "env) is refused: Stalled=InvalidSpec.",
     )
 
 
@@ -464,6 +660,11 @@ class RouterSpec(Model):
     router) for `sglang`, both from `image`, finding the pods by Kubernetes service discovery
     (docs/engines.md). `command` runs a router of your own instead.
     """
+
+    @field_validator("podTemplate")
+    @classmethod
+    def _no_injected_settings(cls, value: dict[str, Any] | None) -> dict[str, Any] | None:
+        return _check_pod_template(value)
 
     enabled: bool = True
     image: str = Field(
@@ -493,7 +694,9 @@ class RouterSpec(Model):
     args: Args = Field(
         default_factory=list, description="Extra router arguments, after the engine's router's."
     )
-    env: EnvList = Field(default_factory=list)
+    env: EnvList = Field(
+        default_factory=list, description="Extra environment (operator-set variables refused)."
+    )
     port: int = Field(
         default=8000,
         json_schema_extra=cel(
@@ -533,8 +736,22 @@ class UcxVar(Model):
     name: str = Field(
         max_length=64,
         json_schema_extra=cel(
-            "self.matches('^UCX_[A-Z0-9_]+$')",
-            "spec.kvTransfer.ucx.extraEnv[].name must be a UCX_* variable such as UCX_RNDV_THRESH",
+            [
+                (
+                    "self.matches('^UCX_[A-Z0-9_]+$')",
+                    "spec.kvTransfer.ucx.extraEnv[].name must be a UCX_* variable such as "
+                    "UCX_RNDV_THRESH",
+                ),
+                (
+                    "!(self in "
+                    + _cel_list(tuple(n for n in RESERVED_ENV if n.startswith("UCX_")))
+                    + ")",
+                    "spec.kvTransfer.ucx.extraEnv[].name: UCX_TLS, UCX_NET_DEVICES and "
+                    "UCX_IB_GPU_DIRECT_RDMA are set by the operator: use "
+                    "spec.kvTransfer.ucx.transports, spec.kvTransfer.nicSelection and "
+                    "spec.kvTransfer.gpuDirect",
+                ),
+            ]
         ),
     )
     value: str = Field(max_length=1024)
@@ -548,9 +765,11 @@ class UcxSpec(Model):
         json_schema_extra=cel(
             [
                 (
-                    "self.all(t, t == 'auto' || t.replace('^', '') in "
+                    "self.all(t, t == 'auto' || t in "
                     + _cel_list(UCX_TRANSPORTS)
-                    + ")",
+                    + " || (t.startsWith('^') && t.substring(1) in "
+                    + _cel_list(UCX_TRANSPORTS)
+                    + "))",
                     "spec.kvTransfer.ucx.transports: unknown UCX transport; use 'auto' or "
                     "tokens of UCX_TLS: " + ", ".join(UCX_TRANSPORTS),
                 ),
@@ -559,13 +778,44 @@ class UcxSpec(Model):
                     "spec.kvTransfer.ucx.transports: 'auto' stands alone; remove the other "
                     "tokens or remove 'auto'",
                 ),
+                (
+                    "self.all(t, !t.startsWith('^')) || "
+                    "(self[0].startsWith('^') && size(self.filter(t, t.startsWith('^'))) == 1)",
+                    "spec.kvTransfer.ucx.transports: '^' (all but) may only start the first "
+                    "token and then excludes every listed transport: ['^tcp', 'cuda_ipc'] "
+                    "means all but tcp and cuda_ipc",
+                ),
+                (
+                    "self.all(t, self.exists_one(u, u == t))",
+                    "spec.kvTransfer.ucx.transports: each transport once",
+                ),
+                (
+                    "self == ['auto'] || self[0].startsWith('^') || self.exists(t, t in "
+                    + _cel_list(GPU_MEMORY_TRANSPORTS)
+                    + ")",
+                    "spec.kvTransfer.ucx.transports has no transport for GPU memory, where the "
+                    "KV cache lives: add cuda_copy (and cuda_ipc, gdr_copy), or use ['auto']",
+                ),
+                (
+                    "self == ['auto'] || self[0].startsWith('^') || self.exists(t, !(t in "
+                    + _cel_list(COPY_ONLY_TRANSPORTS)
+                    + "))",
+                    "spec.kvTransfer.ucx.transports lists only copy transports: UCX needs one "
+                    "that carries messages to connect the peers: add rc_x (RDMA), tcp or sm",
+                ),
             ]
         ),
         description="UCX_TLS: `[auto]` (per path: rc_x,cuda_copy,cuda_ipc with an "
         "active-message transport for wire-up) or an explicit list of transports.",
     )
     extraEnv: Annotated[list[UcxVar], Field(max_length=32)] = Field(
-        default_factory=list, description="More UCX_* variables, e.g. UCX_RNDV_THRESH."
+        default_factory=list,
+        description="More UCX_* variables, e.g. UCX_RNDV_THRESH (not the operator's own: "
+        "UCX_TLS, UCX_NET_DEVICES, UCX_IB_GPU_DIRECT_RDMA).",
+        json_schema_extra=cel(
+            "self.all(v, self.exists_one(w, w.name == v.name))",
+            "spec.kvTransfer.ucx.extraEnv: each variable once (the later one would win silently)",
+        ),
     )
     scatterGather: bool = Field(
         default=True,
@@ -605,6 +855,11 @@ class NicSelection(Model):
     map: Annotated[list[NicMapping], Field(max_length=64)] = Field(
         default_factory=list,
         description="Per GPU index its UCX device:port list, for mode explicit.",
+        json_schema_extra=cel(
+            "self.all(m, self.exists_one(n, n.gpu == m.gpu))",
+            "spec.kvTransfer.nicSelection.map: a GPU index is listed twice; give each GPU "
+            "one entry (several NICs go in its devices, comma-separated)",
+        ),
     )
 
 
@@ -626,7 +881,23 @@ class RdmaSpec(Model):
     )
     networks: Annotated[list[Annotated[str, Field(max_length=253)]], Field(max_length=16)] = Field(
         default_factory=list,
-        description="Multus networks (k8s.v1.cni.cncf.io/networks) for the RDMA interfaces.",
+        description="Multus networks (k8s.v1.cni.cncf.io/networks) for the RDMA interfaces, "
+        "each `[namespace/]name[@interface]`.",
+        json_schema_extra=cel(
+            [
+                (
+                    f"self.all(n, n.matches('{NETWORK_PATTERN}'))",
+                    "spec.kvTransfer.rdma.networks[]: one NetworkAttachmentDefinition per "
+                    "entry as [namespace/]name[@interface], e.g. 'rdma-net' or "
+                    "'infra/rdma-net@net1' (no commas, spaces or JSON: the operator joins the "
+                    "entries into the k8s.v1.cni.cncf.io/networks annotation)",
+                ),
+                (
+                    "self.all(n, self.exists_one(m, m == n))",
+                    "spec.kvTransfer.rdma.networks: each entry once",
+                ),
+            ]
+        ),
     )
     required: bool = Field(
         default=False,
@@ -805,15 +1076,18 @@ SPEC_RULES = cel(
             "the pod's network; choose another engine port",
         ),
         (
-            # vLLM's NixlConnector maps ranks by the ratio of the two TP sizes (0.33:
-            # kv_connector/v1/nixl/tp_mapping.py), so one must divide the other.
+            # vLLM's NixlConnector (v0.11.0, nixl_connector.py add_remote_agent): tp_ratio =
+            # divide(decode TP, prefill TP), asserted > 0 ("Decode TP cannot be smaller than
+            # prefill TP"); divide() asserts that it divides.
             "self.engine.type != 'vllm' || "
-            "self.prefill.gpusPerInstance % self.decode.gpusPerInstance == 0 || "
             "self.decode.gpusPerInstance % self.prefill.gpusPerInstance == 0",
-            "spec.prefill.gpusPerInstance and spec.decode.gpusPerInstance (the TP sizes) must "
-            "divide one another for vLLM's NIXL connector, which maps ranks by their ratio: "
-            "e.g. 2 and 4, not 3 and 4",
+            "spec.prefill.gpusPerInstance and spec.decode.gpusPerInstance (the TP sizes): "
+            "vLLM's NIXL connector needs the decode TP to be a multiple of the prefill TP "
+            "(each decode rank reads from one prefill rank): e.g. 2 and 4 or 4 and 4, not 4 "
+            "and 2, not 3 and 4",
         ),
+        _reserved_flags_rule("vllm"),
+        _reserved_flags_rule("sglang"),
     ]
 )
 

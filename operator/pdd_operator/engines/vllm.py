@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 
+from pdd_contract.env import VLLM_NIXL_SIDE_CHANNEL_HOST, VLLM_NIXL_SIDE_CHANNEL_PORT
 from pdd_contract.ports import SIDE_CHANNEL_SERVED_BY, VLLM_SIDE_CHANNEL
 from pdd_operator.api.v1alpha1 import PDDeploymentSpec
 from pdd_operator.engines.base import (
@@ -69,8 +70,8 @@ class VllmAdapter(EngineAdapter):
         if spec.engine.kvBlockSize:
             args += ["--block-size", str(spec.engine.kvBlockSize)]
         env = (
-            env_pod_ip("VLLM_NIXL_SIDE_CHANNEL_HOST"),
-            env_value("VLLM_NIXL_SIDE_CHANNEL_PORT", str(spec.kvTransfer.sideChannelPort)),
+            env_pod_ip(VLLM_NIXL_SIDE_CHANNEL_HOST),
+            env_value(VLLM_NIXL_SIDE_CHANNEL_PORT, str(spec.kvTransfer.sideChannelPort)),
         )
         return EngineLaunch(("vllm", "serve"), tuple(args), env)
 

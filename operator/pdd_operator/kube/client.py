@@ -31,6 +31,9 @@ T = TypeVar("T")
 RETRYABLE = {409, 429, 500, 502, 503, 504}
 
 
+# Ask for an object's metadata only (the API server's PartialObjectMetadata form).
+METADATA_ONLY = "application/json;as=PartialObjectMetadata;g=meta.k8s.io;v=v1"
+
 API_CONNECTIONS = 32  # as many as the worker threads that call the API at once
 JSON = "application/json"
 # The object's metadata only (name, labels, ...): the API server leaves out everything else.
@@ -90,15 +93,39 @@ class KubeApi:
                 return False
             raise
 
-    def delete(self, kind: Kind, namespace: str, name: str) -> None:
-        body = {"propagationPolicy": "Background"}
+    def owner_references(
+        self, kind: Kind, namespace: str, name: str
+    ) -> list[dict[str, Any]] | None:
+        """The owner references of the object of that name, None when there is none. Only its
+        metadata is read (PartialObjectMetadata): whose it is, not what it holds."""
+        path = kind.path(namespace, name)
+        try:
+            meta = _retry(lambda: self._call("GET", path, None, [], "", accept=METADATA_ONLY))
+        except ApiException as err:
+            if err.status == 404:
+                return None
+            raise
+        refs = (meta.get("metadata") or {}).get("ownerReferences") or []
+        return [ref for ref in refs if isinstance(ref, dict)]
+
+    def delete(self, kind: Kind, namespace: str, name: str, uid: str = "") -> None:
+        """Delete the object; with `uid`, only that object (a precondition): a name freed and
+        taken by someone else's object meanwhile is left alone."""
+        body: dict[str, Any] = {"propagationPolicy": "Background"}
+        if uid:
+            body["preconditions"] = {"uid": uid}
+        path = kind.path(namespace, name)
         try:
             _retry(
-                lambda: self._call(
-                    "DELETE", kind.path(namespace, name), body, [], "application/json"
-                )
+                lambda: self._call("DELETE", path, body, [], "application/json"),
+                retryable=lambda err: _retryable(err) and not _precondition_failed(err),
             )
         except ApiException as err:
+            if _precondition_failed(err):
+                log.info(
+                    "not deleting %s %s/%s: it is another object now", kind.kind, namespace, name
+                )
+                return
             if err.status != 404:
                 raise
 
@@ -157,11 +184,14 @@ class KubeApi:
         want_result: bool = True,
         accept: str = JSON,
     ) -> dict[str, Any]:
+        headers = {"Accept": accept}
+        if content_type:
+            headers["Content-Type"] = content_type
         request = self.api.param_serialize(
             method,
             path,
             query_params=query,
-            header_params={"Content-Type": content_type, "Accept": accept},
+            header_params=headers,
             body=body,
             auth_settings=["BearerToken"],
         )
@@ -175,16 +205,22 @@ class KubeApi:
         return data if isinstance(data, dict) else {}
 
 
-def _retry(call: Callable[[], T], attempts: int = 5, base_delay: float = 0.2) -> T:
+def _retry(
+    call: Callable[[], T],
+    attempts: int = 5,
+    base_delay: float = 0.2,
+    retryable: Callable[[ApiException], bool] | None = None,
+) -> T:
     """Retry conflicts and server errors with jittered exponential backoff, never hot-looping.
 
     Runs in a worker thread (see module docstring), so sleeping here blocks no event loop.
     """
+    worth_retrying = retryable or _retryable
     for attempt in range(attempts):
         try:
             return call()
         except ApiException as err:
-            if not _retryable(err) or attempt == attempts - 1:
+            if not worth_retrying(err) or attempt == attempts - 1:
                 raise
             delay = min(base_delay * 2**attempt, 5.0) * (0.5 + random.random())
             log.info("API answered %s; retrying in %.2fs", err.status, delay)
@@ -196,6 +232,14 @@ def _retryable(err: ApiException) -> bool:
     # A 409 is either Conflict (someone wrote in between: try again) or AlreadyExists (a
     # create of a name that is taken: the same answer every time).
     return err.status in RETRYABLE and api_status(err).reason != "AlreadyExists"
+
+
+def _precondition_failed(err: ApiException) -> bool:
+    """A delete's uid precondition did not hold: the name is another object's now, and
+    retrying gives the same answer. A DELETE without a resourceVersion has no other cause of
+    409 Conflict."""
+    status = api_status(err)
+    return status.code == 409 and status.reason == "Conflict"
 
 
 @dataclass(frozen=True)

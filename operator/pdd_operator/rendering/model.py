@@ -12,6 +12,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from pdd_contract.env import HF_HOME, HF_HUB_OFFLINE, HF_TOKEN
 from pdd_operator.api.v1alpha1 import ModelSource, PDDeploymentSpec
 from pdd_operator.engines.base import EngineAdapter, HealthCheck
 
@@ -61,11 +62,11 @@ def model_env(spec: PDDeploymentSpec, adapter: EngineAdapter) -> list[dict[str, 
     operator never holds it); the Hub switched off for a model on a volume."""
     hf = spec.model.source_or_default.huggingFace
     if hf is None:
-        return [{"name": "HF_HUB_OFFLINE", "value": "1"}]
-    env: list[dict[str, Any]] = [{"name": "HF_HOME", "value": adapter.hf_home}]
+        return [{"name": HF_HUB_OFFLINE, "value": "1"}]
+    env: list[dict[str, Any]] = [{"name": HF_HOME, "value": adapter.hf_home}]
     if hf.tokenSecretRef is not None:
         ref = {"name": hf.tokenSecretRef.name, "key": hf.tokenSecretRef.key}
-        env.append({"name": "HF_TOKEN", "valueFrom": {"secretKeyRef": ref}})
+        env.append({"name": HF_TOKEN, "valueFrom": {"secretKeyRef": ref}})
     return env
 
 

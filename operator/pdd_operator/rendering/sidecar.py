@@ -138,7 +138,10 @@ def sidecar_volumes(pdd: PDDeployment) -> list[dict[str, Any]]:
     return [
         {
             "name": TOKEN_VOLUME,
-            "secret": {"secretName": names.token_secret_name(pdd.name), "defaultMode": 0o440},
+            "secret": {
+                "secretName": names.token_secret_name(pdd.name, pdd.uid),
+                "defaultMode": 0o440,
+            },
         },
         {"name": SCRATCH_VOLUME, "emptyDir": {"sizeLimit": "256Mi"}},
     ]
@@ -183,7 +186,7 @@ def render_token_secret(pdd: PDDeployment, token: str) -> dict[str, Any]:
     return {
         "apiVersion": "v1",
         "kind": "Secret",
-        "metadata": _meta(pdd, names.token_secret_name(pdd.name)),
+        "metadata": _meta(pdd, names.token_secret_name(pdd.name, pdd.uid)),
         "type": "Opaque",
         "stringData": {TOKEN_KEY: token},
     }

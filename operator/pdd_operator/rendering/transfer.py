@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 from pdd_contract.env import (
+    NIXL_UCX_SGL_ENABLE,
     PDD_GPUDIRECT,
     PDD_KV_DESCRIPTOR_BYTES,
     PDD_NIC_MAP,
@@ -60,7 +61,7 @@ def transfer_env(spec: PDDeploymentSpec) -> list[dict[str, Any]]:
         env.append({"name": PDD_NIC_MAP, "value": nic_map_value(kv)})
     if kv.gpuDirect == "off":
         env.append({"name": UCX_IB_GPU_DIRECT_RDMA, "value": "no"})
-    env.append({"name": "NIXL_UCX_SGL_ENABLE", "value": "y" if kv.ucx.scatterGather else "n"})
+    env.append({"name": NIXL_UCX_SGL_ENABLE, "value": "y" if kv.ucx.scatterGather else "n"})
     env += [{"name": var.name, "value": var.value} for var in kv.ucx.extraEnv]
     return env
 

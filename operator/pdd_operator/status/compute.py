@@ -72,7 +72,8 @@ class Observed:
     transfer: TransferStatus | None = None
     transfer_ok: bool | None = None
     transfer_reason: str = ""
-    apply_error: str = ""
+    apply_error: str = ""  # the children could not be written: why, for the user
+    apply_error_reason: str = "ApplyFailed"  # its condition reason (NameConflict, ...)
     probe_requested_at: str = ""  # when this pass asked the prober pod for a transfer probe
     model: ModelReadiness | None = None  # the model's Secret and claims (status.model)
 
@@ -149,7 +150,7 @@ def _role_status(observed: Observed, role: str) -> RoleStatus:
 def _readiness(observed: Observed, roles: dict[str, RoleStatus]) -> tuple[bool, str, str]:
     summary = _summary(roles)
     if observed.apply_error:
-        return False, "ApplyFailed", observed.apply_error
+        return False, observed.apply_error_reason, observed.apply_error
     if _model_missing(observed):
         assert observed.model is not None
         return False, observed.model.reason, observed.model.message
@@ -192,7 +193,7 @@ def _progress(observed: Observed, roles: dict[str, RoleStatus]) -> tuple[bool, s
 def _degradation(observed: Observed) -> tuple[bool, str, str]:
     problems = list(observed.pod_problems)
     if observed.apply_error:
-        return True, "ApplyFailed", observed.apply_error
+        return True, observed.apply_error_reason, observed.apply_error
     if not problems:
         return False, "AsExpected", ""
     first = problems[0]

@@ -1,0 +1,59 @@
+"""Whose object holds a child's name (pure): the operator writes only objects it controls.
+
+Server-side apply with force would take over any object of a child's name: merge the render
+into its spec, add nothing else of the operator's, and leave it for the garbage collector to
+delete with the PDDeployment. So before a child that the indexes do not list as this
+deployment's is applied, the object of that name (if any) is read; one whose controller
+reference is not this PDDeployment's uid is a name conflict, reported and left alone.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+REASON = "NameConflict"
+
+
+@dataclass(frozen=True)
+class NameConflict:
+    """An object that holds a child's name and is not this deployment's."""
+
+    kind: str
+    name: str
+    holder: str  # "PDDeployment other", "Deployment web", or "no owner"
+
+    def describe(self) -> str:
+        return f"{self.kind} {self.name} (owned by {self.holder})"
+
+
+def holder(owner_references: Sequence[Mapping[str, Any]]) -> str:
+    """Who controls an object, as a user finds it: kind and name of the controller reference,
+    else of the first owner reference, else "no owner"."""
+    refs = list(owner_references)
+    ref = next((r for r in refs if r.get("controller")), refs[0] if refs else None)
+    if ref is None:
+        return "no owner"
+    return f"{ref.get('kind', '?')} {ref.get('name', '?')}"
+
+
+def name_conflict(
+    kind: str, name: str, owner_references: Sequence[Mapping[str, Any]], pdd_uid: str
+) -> NameConflict | None:
+    """None when the object is this PDDeployment's (its controller reference names the uid)."""
+    for ref in owner_references:
+        if ref.get("controller") and ref.get("uid") == pdd_uid:
+            return None
+    return NameConflict(kind, name, holder(owner_references))
+
+
+def conflict_message(conflicts: Sequence[NameConflict]) -> str:
+    """The condition's message: which objects, whose, and what to do."""
+    listed = "; ".join(c.describe() for c in conflicts)
+    return (
+        f"the name of a child is taken by an object this PDDeployment does not own: {listed}. "
+        "The operator does not take over, change or delete it and applies none of this "
+        "deployment's children meanwhile: delete or rename that object, or rename this "
+        "PDDeployment (child names derive from it); it resumes once the name is free"
+    )

@@ -1,0 +1,274 @@
+"""Names and ownership on the real control plane: an object holding a child's name that the
+PDDeployment does not own is never taken over, changed or deleted; the PDDeployment is
+Stalled=NameConflict naming it (and its owner) with a Warning event, and resumes once the
+name is free. Two PDDeployments whose names used to map to the same children get their own."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+from kubernetes import client
+from kubernetes.client.exceptions import ApiException
+
+from helpers.factories import pdd_body
+from helpers.operator_proc import OperatorProcess
+from helpers.waits import wait_for
+from pdd_operator.api import names
+
+GROUP, VERSION, PLURAL = "pdd.dev", "v1alpha1", "pddeployments"
+FOREIGN_LABELS = {"app": "someone-else"}
+
+
+def create_pdd(api: client.ApiClient, ns: str, name: str = "kv") -> dict[str, Any]:
+    body = pdd_body(
+        name,
+        ns,
+        router={"enabled": False},
+        prefill={"replicas": 1, "gpusPerInstance": 1},
+        decode={"replicas": 1, "gpusPerInstance": 1},
+        topology={"placement": "none"},
+    )
+    return client.CustomObjectsApi(api).create_namespaced_custom_object(
+        GROUP, VERSION, ns, PLURAL, body
+    )
+
+
+def conditions(api: client.ApiClient, ns: str, name: str = "kv") -> dict[str, dict[str, Any]]:
+    obj = client.CustomObjectsApi(api).get_namespaced_custom_object(
+        GROUP, VERSION, ns, PLURAL, name
+    )
+    return {c["type"]: c for c in obj.get("status", {}).get("conditions", [])}
+
+
+def stalled_by_conflict(api: client.ApiClient, ns: str, name: str = "kv") -> dict[str, Any]:
+    stalled = conditions(api, ns, name).get("Stalled", {})
+    return stalled if stalled.get("reason") == "NameConflict" else {}
+
+
+# ------------------------------------------------------------------ someone else's objects
+
+
+def foreign_statefulset(name: str, owners: list[Any] | None = None) -> Any:
+    pod = client.V1PodTemplateSpec(
+        metadata=client.V1ObjectMeta(labels=FOREIGN_LABELS),
+        spec=client.V1PodSpec(containers=[client.V1Container(name="c", image="busybox")]),
+    )
+    return client.V1StatefulSet(
+        metadata=client.V1ObjectMeta(name=name, labels=FOREIGN_LABELS, owner_references=owners),
+        spec=client.V1StatefulSetSpec(
+            replicas=0,
+            service_name=name,
+            selector=client.V1LabelSelector(match_labels=FOREIGN_LABELS),
+            template=pod,
+        ),
+    )
+
+
+def foreign_service(name: str, owners: list[Any] | None = None) -> Any:
+    return client.V1Service(
+        metadata=client.V1ObjectMeta(name=name, labels=FOREIGN_LABELS, owner_references=owners),
+        spec=client.V1ServiceSpec(
+            selector=FOREIGN_LABELS, ports=[client.V1ServicePort(name="web", port=80)]
+        ),
+    )
+
+
+# kind, the child's name for PDDeployment "kv", create, read, delete (api client, ns, ...)
+Ops = tuple[Callable[..., Any], Callable[..., Any], Callable[..., Any]]
+
+
+def ops(api: client.ApiClient, kind: str) -> Ops:
+    apps, core = client.AppsV1Api(api), client.CoreV1Api(api)
+    rbac, net = client.RbacAuthorizationV1Api(api), client.NetworkingV1Api(api)
+    table: dict[str, Ops] = {
+        "StatefulSet": (
+            lambda ns, name: apps.create_namespaced_stateful_set(ns, foreign_statefulset(name)),
+            lambda ns, name: apps.read_namespaced_stateful_set(name, ns),
+            lambda ns, name: apps.delete_namespaced_stateful_set(name, ns),
+        ),
+        "Service": (
+            lambda ns, name: core.create_namespaced_service(ns, foreign_service(name)),
+            lambda ns, name: core.read_namespaced_service(name, ns),
+            lambda ns, name: core.delete_namespaced_service(name, ns),
+        ),
+        "ServiceAccount": (
+            lambda ns, name: core.create_namespaced_service_account(
+                ns, client.V1ServiceAccount(metadata=client.V1ObjectMeta(name=name))
+            ),
+            lambda ns, name: core.read_namespaced_service_account(name, ns),
+            lambda ns, name: core.delete_namespaced_service_account(name, ns),
+        ),
+        "Role": (
+            lambda ns, name: rbac.create_namespaced_role(
+                ns,
+                client.V1Role(
+                    metadata=client.V1ObjectMeta(name=name),
+                    rules=[
+                        client.V1PolicyRule(
+                            api_groups=[""], resources=["configmaps"], verbs=["get"]
+                        )
+                    ],
+                ),
+            ),
+            lambda ns, name: rbac.read_namespaced_role(name, ns),
+            lambda ns, name: rbac.delete_namespaced_role(name, ns),
+        ),
+        "NetworkPolicy": (
+            lambda ns, name: net.create_namespaced_network_policy(
+                ns,
+                client.V1NetworkPolicy(
+                    metadata=client.V1ObjectMeta(name=name),
+                    spec=client.V1NetworkPolicySpec(
+                        pod_selector=client.V1LabelSelector(match_labels=FOREIGN_LABELS)
+                    ),
+                ),
+            ),
+            lambda ns, name: net.read_namespaced_network_policy(name, ns),
+            lambda ns, name: net.delete_namespaced_network_policy(name, ns),
+        ),
+    }
+    return table[kind]
+
+
+CASES = [
+    ("StatefulSet", names.role_name("kv", "prefill")),
+    ("Service", names.role_name("kv", "decode")),
+    ("ServiceAccount", names.sidecar_account_name("kv")),
+    ("Role", names.sidecar_account_name("kv")),
+    ("NetworkPolicy", names.network_policy_name("kv")),
+]
+
+
+def snapshot(obj: Any) -> tuple[str, Any, Any, Any]:
+    """What must not change: version, owners, labels, and the object's content."""
+    meta = obj.metadata
+    content = getattr(obj, "spec", None) or getattr(obj, "rules", None)
+    return (meta.resource_version, meta.owner_references, meta.labels, content)
+
+
+@pytest.mark.parametrize("kind,child", CASES, ids=[f"{k} {n}" for k, n in CASES])
+def test_an_unowned_object_with_a_childs_name_is_left_alone_and_named(
+    operator: OperatorProcess,
+    api_client: client.ApiClient,
+    namespace: str,
+    kind: str,
+    child: str,
+) -> None:
+    create, read, _ = ops(api_client, kind)
+    create(namespace, child)
+    before = snapshot(read(namespace, child))
+
+    create_pdd(api_client, namespace)
+    stalled = wait_for(
+        lambda: stalled_by_conflict(api_client, namespace), 30, what="Stalled=NameConflict"
+    )
+    assert stalled["status"] == "True"
+    assert f"{kind} {child} (owned by no owner)" in stalled["message"]
+    assert conditions(api_client, namespace)["Ready"]["status"] == "False"
+
+    time.sleep(3)  # passes after the first (resyncs every 2 s) leave it alone too
+    assert snapshot(read(namespace, child)) == before
+    events = client.CoreV1Api(api_client).list_namespaced_event(namespace).items
+    assert any(e.reason == "NameConflict" and child in e.message for e in events)
+    # None of the deployment's other children was written meanwhile.
+    with pytest.raises(ApiException) as absent:
+        client.AppsV1Api(api_client).read_namespaced_stateful_set(
+            names.role_name("kv", "decode"), namespace
+        )
+    assert absent.value.status == 404
+
+    # Deleting the PDDeployment leaves the object that was never its own.
+    client.CustomObjectsApi(api_client).delete_namespaced_custom_object(
+        GROUP, VERSION, namespace, PLURAL, "kv"
+    )
+    time.sleep(3)
+    assert snapshot(read(namespace, child)) == before
+
+
+def test_the_deployment_resumes_once_the_name_is_free(
+    operator: OperatorProcess, api_client: client.ApiClient, namespace: str
+) -> None:
+    create, read, delete = ops(api_client, "Service")
+    child = names.role_name("kv", "prefill")
+    create(namespace, child)
+    pdd = create_pdd(api_client, namespace)
+    wait_for(lambda: stalled_by_conflict(api_client, namespace), 30, what="Stalled=NameConflict")
+
+    delete(namespace, child)
+
+    def ours() -> bool:
+        refs = read(namespace, child).metadata.owner_references or []
+        return any(r.uid == pdd["metadata"]["uid"] and r.controller for r in refs)
+
+    wait_for(ours, 30, what="the Service created as the deployment's own")
+    wait_for(
+        lambda: conditions(api_client, namespace)["Ready"]["status"] == "True", 90, what="Ready"
+    )
+    assert conditions(api_client, namespace)["Stalled"]["status"] == "False"
+
+
+def test_a_child_name_held_by_another_pddeployment_names_that_deployment(
+    operator: OperatorProcess, api_client: client.ApiClient, namespace: str
+) -> None:
+    """Past the naming scheme (a hash collision, a copied object): the second deployment is
+    refused, told whose the name is, and the first one's object is left as it is."""
+    first = create_pdd(api_client, namespace, "first")
+    owner = client.V1OwnerReference(
+        api_version=f"{GROUP}/{VERSION}",
+        kind="PDDeployment",
+        name="first",
+        uid=first["metadata"]["uid"],
+        controller=True,
+    )
+    child = names.role_name("second", "prefill")
+    core = client.CoreV1Api(api_client)
+    core.create_namespaced_service(namespace, foreign_service(child, [owner]))
+    before = snapshot(core.read_namespaced_service(child, namespace))
+
+    create_pdd(api_client, namespace, "second")
+    stalled = wait_for(
+        lambda: stalled_by_conflict(api_client, namespace, "second"), 30, what="NameConflict"
+    )
+    assert f"Service {child} (owned by PDDeployment first)" in stalled["message"]
+    time.sleep(3)
+    assert snapshot(core.read_namespaced_service(child, namespace)) == before
+    assert "NameConflict" not in str(conditions(api_client, namespace, "first"))
+
+
+def test_a_dotted_name_and_its_hashed_twin_get_separate_children(
+    operator: OperatorProcess, api_client: client.ApiClient, namespace: str
+) -> None:
+    twin = names.instance_id("a.b")  # what "a.b"'s children are named after
+    uids = {
+        name: create_pdd(api_client, namespace, name)["metadata"]["uid"] for name in ("a.b", twin)
+    }
+    apps = client.AppsV1Api(api_client)
+
+    def owners() -> dict[str, str]:
+        found = {}
+        for sts in apps.list_namespaced_stateful_set(namespace).items:
+            refs = [r for r in sts.metadata.owner_references or [] if r.controller]
+            found[sts.metadata.name] = refs[0].uid if refs else ""
+        return found
+
+    def four_statefulsets() -> dict[str, str] | None:
+        found = owners()
+        return found if len(found) == 4 else None
+
+    found = wait_for(four_statefulsets, 30, what="both deployments' StatefulSets")
+    assert sorted(found.values()) == sorted([*uids.values(), *uids.values()])
+    generations = {
+        s.metadata.name: s.metadata.generation
+        for s in apps.list_namespaced_stateful_set(namespace).items
+    }
+    time.sleep(4)  # two resyncs: no fight over a shared child
+    again = {
+        s.metadata.name: s.metadata.generation
+        for s in apps.list_namespaced_stateful_set(namespace).items
+    }
+    assert again == generations
+    for name in uids:
+        assert "NameConflict" not in str(conditions(api_client, namespace, name))
