@@ -46,6 +46,9 @@ DEFAULT_CONTROLLERS: tuple[str, ...] = (
     # Creates a pod's ResourceClaims from its ResourceClaimTemplates (DRA) and removes them
     # with the pod; kube-scheduler then allocates devices from the ResourceSlices.
     "resourceclaim-controller",
+    # Lifts a deleted claim's kubernetes.io/pvc-protection finalizer once no pod uses it;
+    # without it a namespace holding a claim never finishes terminating.
+    "persistentvolumeclaim-protection-controller",
 )
 
 AUDIT_POLICY = """\

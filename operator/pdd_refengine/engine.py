@@ -39,6 +39,8 @@ class KvOutcome:
     kv_bytes: int
     verified: bool
     seconds: float = 0.0
+    prefill_address: str = ""  # the pods' IPs: names repeat across a StatefulSet's revisions
+    decode_address: str = ""
 
     def field(self) -> dict[str, Any]:
         return {
@@ -48,6 +50,8 @@ class KvOutcome:
                 "kv_bytes": self.kv_bytes,
                 "kv_verified": self.verified,
                 "kv_seconds": round(self.seconds, 6),
+                "prefill_address": self.prefill_address,
+                "decode_address": self.decode_address,
             }
         }
 
@@ -56,6 +60,8 @@ class Engine:
     def __init__(self, config: EngineConfig) -> None:
         self.config = config
         self.identity = os.environ.get("POD_NAME") or f"{config.host}:{config.port}"
+        self.address = os.environ.get("POD_IP") or config.host
+        self.draining = False  # after SIGTERM: still serving, no longer healthy
         self.engine_id = _agent_name(f"{self.identity}-{uuid.uuid4().hex[:8]}")
         self.layout = layout_for(config.model)
         self.cache = KvCache(
@@ -122,7 +128,7 @@ class Engine:
         )
 
     def region_json(self) -> dict[str, Any]:
-        return {**self.cache.info.to_json(), "identity": self.identity}
+        return {**self.cache.info.to_json(), "identity": self.identity, "address": self.address}
 
 
 async def off_loop(func: Callable[..., T], *args: Any) -> T:

@@ -23,6 +23,9 @@ from pdd_refengine.kvcache import CacheFull, TransferError, run_notif_loop
 from pdd_refengine.openai_api import BadRequest, Completion
 
 VERSION = "0.1.0-pdd-refengine"
+# After SIGTERM: serve at most this long (env, seconds), ending early once idle this long.
+DRAIN_ENV = "PDD_REFENGINE_DRAIN_SECONDS"
+DRAIN_QUIET_S = 3.0
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 
@@ -63,7 +66,13 @@ class App:
     async def health(self, _request: web.Request) -> web.Response:
         if not self.engine.published.is_set():
             return web.Response(status=503, text="NIXL agent metadata not published yet")
+        if self.engine.draining:
+            return web.Response(status=503, text="shutting down: finishing the requests in flight")
         return web.Response(text="")
+
+    def idle(self) -> bool:
+        """No request in flight and no KV held for a peer (a decode may still read it)."""
+        return self.in_flight == 0 and self.engine.cache.usage() == 0
 
     async def metrics(self, _request: web.Request) -> web.Response:
         self.engine.metrics.kv_usage.set(self.engine.cache.usage())
@@ -245,10 +254,29 @@ async def serve(config: EngineConfig) -> None:
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stopped.set)
     await stopped.wait()
+    await _drain(engine, app)
     engine.stop.set()
     for runner in runners:
         await runner.cleanup()
     await asyncio.to_thread(_unpublish, engine)
+
+
+async def _drain(engine: Engine, app: App) -> None:
+    """As vLLM does on SIGTERM: unhealthy at once (so the kubelet marks the pod not Ready and
+    the routers stop choosing it), while the requests in flight, and KV held for decodes,
+    finish; then stop, at the latest after the drain time."""
+    engine.draining = True
+    deadline = time.monotonic() + float(os.environ.get(DRAIN_ENV) or 8)
+    quiet_since = None
+    while time.monotonic() < deadline:
+        if not app.idle():
+            quiet_since = None
+        elif quiet_since is None:
+            quiet_since = time.monotonic()
+        elif time.monotonic() - quiet_since >= DRAIN_QUIET_S:
+            return
+        await asyncio.sleep(0.1)
+    log.warning("drain time over with %d request(s) in flight", app.in_flight)
 
 
 async def _start(app: web.Application, host: str, port: int) -> web.AppRunner:

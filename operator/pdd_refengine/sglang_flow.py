@@ -104,7 +104,9 @@ async def prefill(engine: Engine, rooms: Rooms, req: Completion, room_key: str) 
     kv_bytes = tokens * engine.cache.bytes_per_token
     engine.metrics.kv_bytes_sent.inc(kv_bytes)
     engine.metrics.kv_transfer_seconds.observe(seconds)
-    return KvOutcome(engine.identity, room.region.agent_name, kv_bytes, True, seconds)
+    return KvOutcome(
+        engine.identity, room.region.agent_name, kv_bytes, True, seconds, engine.address
+    )
 
 
 def _push(engine: Engine, room: Room, key: str, blocks: list[int], tokens: int) -> float:
@@ -149,6 +151,8 @@ async def decode(
         tokens * engine.cache.bytes_per_token,
         problem is None,
         seconds,
+        str(answer.get("address", host)),
+        engine.address,
     )
     engine.record_received(outcome)
     if problem is not None:
@@ -183,7 +187,9 @@ def bootstrap_app(engine: Engine, rooms: Rooms) -> web.Application:
         except (ValueError, KeyError, TypeError, TransferError) as exc:
             return web.json_response({"error": f"bad room registration: {exc}"}, status=400)
         room.registered.set()
-        return web.json_response({"identity": engine.identity, "agent": engine.engine_id})
+        return web.json_response(
+            {"identity": engine.identity, "address": engine.address, "agent": engine.engine_id}
+        )
 
     async def state(request: web.Request) -> web.Response:
         room = rooms.rooms.get(request.match_info["room"])

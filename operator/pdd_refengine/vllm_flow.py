@@ -116,6 +116,8 @@ def _pull_and_verify(engine: Engine, req: Completion, remote: RemotePrefill) -> 
         tokens * engine.cache.bytes_per_token,
         problem is None,
         seconds,
+        str(handshake.get("address", remote.host)),
+        engine.address,
     )
     engine.record_received(outcome)
     if problem is not None:

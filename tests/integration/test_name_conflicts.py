@@ -143,10 +143,13 @@ CASES = [
 
 
 def snapshot(obj: Any) -> tuple[str, Any, Any, Any]:
-    """What must not change: version, owners, labels, and the object's content."""
+    """What must not change: version, owners, labels, and the object's content. A workload's
+    version is its generation: its own controller writes its status (and so its
+    resourceVersion) while its pods come and go."""
     meta = obj.metadata
     content = getattr(obj, "spec", None) or getattr(obj, "rules", None)
-    return (meta.resource_version, meta.owner_references, meta.labels, content)
+    version = meta.generation if meta.generation is not None else meta.resource_version
+    return (version, meta.owner_references, meta.labels, content)
 
 
 @pytest.mark.parametrize("kind,child", CASES, ids=[f"{k} {n}" for k, n in CASES])

@@ -15,6 +15,7 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from urllib.parse import urlparse
 
 import pytest
 
@@ -166,6 +167,8 @@ def test_completions_move_verified_kv_through_the_router(deployment: Deployment)
     ext = answer.get("pdd_refengine")
     print(f"{d.engine}: pdd_refengine = {ext}")
     assert ext is not None and ext.pop("kv_seconds") > 0, ext
+    addresses = (ext.pop("prefill_address"), ext.pop("decode_address"))
+    assert addresses == (urlparse(d.prefill).hostname, urlparse(d.decode).hostname), ext
     assert ext == {
         "prefill": f"{d.engine}-prefill-0",
         "decode": f"{d.engine}-decode-0",

@@ -1,0 +1,304 @@
+"""The request path: a request goes in through the router the operator deployed, tokens come out.
+
+A PDDeployment per engine (vLLM, SGLang) is applied to the real control plane and reconciled by
+the real operator. Its pods then really run, at loopback addresses of their own (the local
+cluster's PodRuntime): the preflight init container, the pdd sidecar, the upstream router from
+its pinned wheel (vllm-router for vLLM, smg for SGLang) with the flags and Kubernetes service
+discovery the operator rendered, and the engine. The engine is the reference engine, the one
+test double here (no model, no GPU): it speaks each engine's P/D protocol and moves real KV
+bytes prefill -> decode with NIXL (UCX over loopback), metadata through the sidecars, and the
+decode checks every byte before it answers.
+
+Then, under steady traffic: a prefill pod is deleted (no request may hang past its timeout,
+and the router must stop choosing it), the engine image is rolled (a coordinated rollout: no
+request may pair a prefill and a decode of different revisions), and decode is scaled up and
+down (no request may fail). Per engine the summary prints the router binary and version, the
+requests sent / succeeded / failed and the KV bytes the decodes verified.
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+import threading
+import time
+import urllib.request
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+from kubernetes import client
+
+from helpers.operator_proc import OperatorProcess
+from helpers.traffic import Outcome, Tally, complete, steady_traffic
+from helpers.waits import wait_for
+from pdd_localcluster import LocalControlPlane, NodeSimulator, SimNode, gpu_node_labels
+from pdd_localcluster.runtime import PodRuntime, RuntimeOptions
+
+GROUP, VERSION, PLURAL = "pdd.dev", "v1alpha1", "pddeployments"
+IMAGE = "ghcr.io/pdd-dev/pdd-refengine"
+NODES = ("rp-0", "rp-1")
+TAINT = {"key": "pdd.test/request-path", "value": "true", "effect": "NoSchedule"}
+TOLERATION = {"key": TAINT["key"], "operator": "Equal", "value": "true", "effect": "NoSchedule"}
+PLACE = {"nodeSelector": {"pdd.test/request-path": "true"}, "tolerations": [TOLERATION]}
+# engine -> the router's wheel (its console script runs in the router pod)
+ROUTER = {"vllm": "vllm-router", "sglang": "smg"}
+TIMEOUT_S = 20.0  # each request's own timeout: nothing may take longer than this
+READY_S = 240.0
+
+REPORT: dict[str, dict[str, Any]] = {}
+
+
+@pytest.fixture(scope="module")
+def runtime(
+    control_plane: LocalControlPlane, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[PodRuntime]:
+    state = tmp_path_factory.mktemp("request-path")
+    # Probe periods capped at 1 s (the rendered 10 s would only make the test slow); a
+    # container that exits restarts after 1 s.
+    options = RuntimeOptions(
+        backoff_base_s=1.0, backoff_max_s=5.0, max_grace_s=10.0, max_probe_period_s=1.0
+    )
+    rt = PodRuntime(control_plane.kubeconfig, state, options=options)
+    addresses = iter(f"127.87.{i // 250}.{i % 250 + 1}" for i in range(5000))
+    labels = {**gpu_node_labels(clique="request-path"), "pdd.test/request-path": "true"}
+    nodes = [SimNode(name, labels=labels, taints=(TAINT,)) for name in NODES]
+    sim = NodeSimulator(control_plane.kubeconfig, nodes, pod_ips=addresses, runtime=rt).start()
+    try:
+        yield rt
+    finally:
+        for name in NODES:
+            sim.delete_node(name)
+        sim.stop()
+
+
+def pdd_body(name: str, engine: str) -> dict[str, Any]:
+    return {
+        "apiVersion": f"{GROUP}/{VERSION}",
+        "kind": "PDDeployment",
+        "metadata": {"name": name},
+        "spec": {
+            "model": {"name": "test-org/tiny-model", "servedName": "tiny"},
+            "engine": {"type": engine, "image": f"{IMAGE}:0.1.0"},
+            "prefill": {"replicas": 2, "gpusPerInstance": 1, **PLACE},
+            "decode": {"replicas": 2, "gpusPerInstance": 1, **PLACE},
+            "router": {"replicas": 1, "podTemplate": {"spec": PLACE}},
+            # No GPU and no RDMA here: UCX moves the KV over TCP on loopback.
+            "kvTransfer": {"gpuDirect": "off", "ucx": {"transports": ["tcp", "cuda_copy"]}},
+            "topology": {"placement": "none"},
+        },
+    }
+
+
+@dataclass
+class Revisions:
+    """Which engine revision each pod IP had, seen by watching the pods: the runtime never
+    hands an address out twice, so an IP names one pod for good."""
+
+    by_ip: dict[str, str] = field(default_factory=dict)
+    stop: threading.Event = field(default_factory=threading.Event)
+
+    def follow(self, core: client.CoreV1Api, ns: str) -> threading.Thread:
+        def loop() -> None:
+            while not self.stop.is_set():
+                for pod in core.list_namespaced_pod(ns, label_selector="pdd.dev/revision").items:
+                    if pod.status.pod_ip:
+                        self.by_ip[pod.status.pod_ip] = pod.metadata.labels["pdd.dev/revision"]
+                self.stop.wait(0.2)
+
+        thread = threading.Thread(target=loop, daemon=True)
+        thread.start()
+        return thread
+
+    def crossed(self, outcomes: list[Outcome]) -> list[dict[str, Any]]:
+        """Answers whose prefill and decode were of different revisions."""
+        return [
+            o.served
+            for o in outcomes
+            if o.ok
+            and self.by_ip.get(o.served.get("prefill_address", ""))
+            != self.by_ip.get(o.served.get("decode_address", ""))
+        ]
+
+
+def status(api: client.ApiClient, ns: str, name: str) -> dict[str, Any]:
+    obj = client.CustomObjectsApi(api).get_namespaced_custom_object(
+        GROUP, VERSION, ns, PLURAL, name
+    )
+    return obj
+
+
+def serving(api: client.ApiClient, ns: str, name: str) -> bool:
+    obj = status(api, ns, name)
+    st = obj.get("status", {})
+    conditions = {c["type"]: c["status"] for c in st.get("conditions", [])}
+    settled = all(
+        role.get("updated", 0) == role.get("desired", 0) == role.get("ready", 0)
+        for role in (st.get("prefill", {}), st.get("decode", {}))
+    )
+    return (
+        st.get("observedGeneration") == obj["metadata"]["generation"]
+        and conditions.get("Ready") == "True"
+        and settled
+    )
+
+
+def wait_serving(api: client.ApiClient, ns: str, name: str, runtime: PodRuntime) -> None:
+    try:
+        wait_for(lambda: serving(api, ns, name), READY_S, what=f"{ns}/{name} Ready")
+    except AssertionError as err:
+        pytest.fail(f"{err}\n{diagnosis(api, ns, name, runtime)}")
+
+
+def diagnosis(api: client.ApiClient, ns: str, name: str, runtime: PodRuntime) -> str:
+    lines = [f"status: {status(api, ns, name).get('status')}"]
+    for pod in client.CoreV1Api(api).list_namespaced_pod(ns).items:
+        ready = [c.status for c in pod.status.conditions or [] if c.type == "Ready"]
+        lines.append(f"pod {pod.metadata.name} {pod.status.phase} ip={pod.status.pod_ip} {ready}")
+        for c in pod.spec.init_containers or []:
+            lines.append(_tail(runtime, pod, c.name))
+        for c in pod.spec.containers:
+            lines.append(_tail(runtime, pod, c.name))
+    return "\n".join(lines)
+
+
+def _tail(runtime: PodRuntime, pod: Any, container: str) -> str:
+    path = runtime.log_path(pod.to_dict() | {"metadata": pod.metadata.to_dict()}, container)
+    text = Path(path).read_text(errors="replace")[-1500:] if Path(path).exists() else "(no log)"
+    return f"--- {pod.metadata.name}/{container}\n{text}"
+
+
+def router_url(core: client.CoreV1Api, ns: str, name: str) -> str:
+    """A ready router pod's own address, as the router Service would pick one (its ClusterIP
+    is not routed here: no kube-proxy)."""
+    pods = core.list_namespaced_pod(ns, label_selector=f"pdd.dev/deployment={name}").items
+    routers = [
+        p
+        for p in pods
+        if p.metadata.labels.get("pdd.dev/role") == "router"
+        and p.status.pod_ip
+        and not p.metadata.deletion_timestamp
+        and any(c.type == "Ready" and c.status == "True" for c in p.status.conditions or [])
+    ]
+    if not routers:
+        raise LookupError("no ready router pod")
+    return f"http://{routers[0].status.pod_ip}:8000"
+
+
+def verified_on_decodes(core: client.CoreV1Api, ns: str, name: str) -> int:
+    """What the decode pods' own metrics say they verified."""
+    total = 0
+    selector = f"pdd.dev/deployment={name},pdd.dev/role=decode"
+    for pod in core.list_namespaced_pod(ns, label_selector=selector).items:
+        with urllib.request.urlopen(f"http://{pod.status.pod_ip}:8000/metrics", timeout=5) as r:
+            for line in r.read().decode().splitlines():
+                if line.startswith("pdd_refengine_kv_bytes_verified_total"):
+                    total += int(float(line.rsplit(" ", 1)[1]))
+    return total
+
+
+def patch_spec(api: client.ApiClient, ns: str, name: str, spec: dict[str, Any]) -> None:
+    client.CustomObjectsApi(api).patch_namespaced_custom_object(
+        GROUP, VERSION, ns, PLURAL, name, {"spec": spec}
+    )
+
+
+def settle(seconds: float) -> None:
+    time.sleep(seconds)
+
+
+@pytest.mark.parametrize("engine", ["vllm", "sglang"])
+def test_requests_through_the_router_return_tokens_with_verified_kv(
+    operator: OperatorProcess,
+    api_client: client.ApiClient,
+    namespace: str,
+    runtime: PodRuntime,
+    engine: str,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    core = client.CoreV1Api(api_client)
+    name = f"tiny-{engine}"
+    client.CustomObjectsApi(api_client).create_namespaced_custom_object(
+        GROUP, VERSION, namespace, PLURAL, pdd_body(name, engine)
+    )
+    wait_serving(api_client, namespace, name, runtime)
+    url = router_url(core, namespace, name)
+    tally = Tally()
+
+    # Requests one by one: tokens come out, the KV each moved was checked by the decode.
+    first = [complete(url, "tiny", f"hello {i} " * 20, timeout=TIMEOUT_S) for i in range(6)]
+    tally.add(first)
+    assert all(o.ok for o in first), [o.error for o in first]
+    assert all(o.served.get("kv_verified") and o.kv_bytes > 0 for o in first), first
+    served_by = {(o.served["prefill"], o.served["decode"]) for o in first}
+    assert all(p.startswith(f"{name}-prefill-") and d.startswith(f"{name}-decode-")
+               for p, d in served_by), served_by  # fmt: skip
+    assert verified_on_decodes(core, namespace, name) == sum(o.kv_bytes for o in first)
+
+    revisions = Revisions()
+    revisions.follow(core, namespace)
+    try:
+        disruptions = run_disruptions(api_client, namespace, name, runtime)
+    finally:
+        revisions.stop.set()
+    for outcomes in disruptions.values():
+        tally.add(outcomes)
+
+    # Deleting a prefill pod: no request hung, and once replaced every request succeeded.
+    deleted = disruptions["delete prefill pod"]
+    assert max(o.seconds for o in deleted) < TIMEOUT_S + 5
+    assert all(o.ok for o in deleted[-8:]), [o.error for o in deleted[-8:]]
+    # The coordinated rollout: no request paired revisions.
+    assert revisions.crossed(disruptions["roll the engine image"]) == []
+    # Scaling decode: no request failed.
+    scaled = disruptions["scale decode 2 -> 3 -> 2"]
+    assert all(o.ok for o in scaled), [o.error for o in scaled if not o.ok]
+
+    REPORT[engine] = report = {
+        "router": f"{ROUTER[engine]} {importlib.metadata.version(ROUTER[engine])}",
+        "sent": tally.sent,
+        "succeeded": tally.succeeded,
+        "failed": tally.failed,
+        "kv_bytes_verified": tally.kv_bytes_verified,
+        "failed_per_step": {k: sum(not o.ok for o in v) for k, v in disruptions.items()},
+        "slowest_s": round(tally.slowest_s, 2),
+    }
+    with capsys.disabled():
+        print(f"\nrequest path [{engine}]: {report}")
+
+
+def run_disruptions(
+    api: client.ApiClient, ns: str, name: str, runtime: PodRuntime
+) -> dict[str, list[Outcome]]:
+    core = client.CoreV1Api(api)
+    results: dict[str, list[Outcome]] = {}
+
+    def url() -> str:
+        return router_url(core, ns, name)
+
+    with steady_traffic(url, "tiny", workers=2, timeout=TIMEOUT_S) as traffic:
+        settle(2)
+        core.delete_namespaced_pod(f"{name}-prefill-0", ns)
+        wait_for(lambda: not serving(api, ns, name), 30, what="the deletion to be seen")
+        wait_serving(api, ns, name, runtime)
+        settle(8)
+    results["delete prefill pod"] = traffic.outcomes
+
+    with steady_traffic(url, "tiny", workers=2, timeout=TIMEOUT_S) as traffic:
+        settle(2)
+        patch_spec(api, ns, name, {"engine": {"image": f"{IMAGE}:0.1.1"}})
+        wait_serving(api, ns, name, runtime)
+        settle(5)
+    results["roll the engine image"] = traffic.outcomes
+
+    with steady_traffic(url, "tiny", workers=2, timeout=TIMEOUT_S) as traffic:
+        settle(2)
+        patch_spec(api, ns, name, {"decode": {"replicas": 3}})
+        wait_serving(api, ns, name, runtime)
+        settle(3)
+        patch_spec(api, ns, name, {"decode": {"replicas": 2}})
+        wait_serving(api, ns, name, runtime)
+        settle(5)
+    results["scale decode 2 -> 3 -> 2"] = traffic.outcomes
+    return results
