@@ -1,0 +1,331 @@
+"""Pods that really run (`pdd_localcluster.runtime`) against the real control plane: a node
+simulator of this module's own, whose node is tainted so other tests' pods stay off it and
+whose pods get addresses in 127.86.0.0/24, runs the containers of known images as local
+processes, reports their probes, restarts them and stops them when the pod is deleted."""
+
+from __future__ import annotations
+
+import base64
+import os
+import time
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from kubernetes import client
+from kubernetes.client.exceptions import ApiException
+
+from helpers.waits import wait_for
+from pdd_localcluster import LocalControlPlane, NodeSimulator, SimNode
+from pdd_localcluster.runtime import PodRuntime, RuntimeOptions
+
+NODE = "podruntime-node-0"
+TAINT = {"key": "pdd.dev/podruntime-test", "value": "true", "effect": "NoSchedule"}
+TOLERATION = {**TAINT, "operator": "Equal"}
+SIDECAR_IMAGE = "ghcr.io/pdd-dev/pdd-sidecar:0.1.0"
+ROUTER_IMAGE = "ghcr.io/pdd-dev/pdd-router:0.1.0"
+TOKEN = "s3cret-sidecar-token"
+
+# A stand-in server for the tests: answers every GET with the pod's name (from the
+# downward API), so a reply says which pod's process took the connection.
+NAME_SERVER = """
+import http.server, os, sys
+class H(http.server.BaseHTTPRequestHandler):
+    def do_GET(self):
+        body = os.environ["POD_NAME"].encode()
+        self.send_response(200 if self.path == "/" else 404)
+        self.end_headers()
+        self.wfile.write(body)
+http.server.HTTPServer(("0.0.0.0", int(sys.argv[1])), H).serve_forever()
+"""
+
+
+@pytest.fixture(scope="module")
+def runtime(
+    control_plane: LocalControlPlane, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[PodRuntime]:
+    state = tmp_path_factory.mktemp("podruntime")
+    options = RuntimeOptions(backoff_base_s=0.5, backoff_max_s=2.0, max_grace_s=3.0)
+    rt = PodRuntime(control_plane.kubeconfig, state, options=options)
+    addresses = iter(f"127.86.0.{i}" for i in range(1, 255))
+    node = SimNode(NODE, taints=(TAINT,))
+    sim = NodeSimulator(control_plane.kubeconfig, [node], pod_ips=addresses, runtime=rt).start()
+    try:
+        yield rt
+    finally:
+        sim.delete_node(NODE)
+        sim.stop()
+
+
+def pod_body(name: str, containers: list[dict[str, Any]], **spec: Any) -> dict[str, Any]:
+    return {
+        "metadata": {"name": name},
+        "spec": {
+            "nodeName": NODE,
+            "tolerations": [TOLERATION],
+            "terminationGracePeriodSeconds": 5,
+            "containers": containers,
+            **spec,
+        },
+    }
+
+
+def name_server(port: int = 8080, **extra: Any) -> dict[str, Any]:
+    return {
+        "name": "server",
+        "image": SIDECAR_IMAGE,
+        "command": ["python3", "-c", NAME_SERVER, str(port)],
+        "env": [{"name": "POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}}],
+        "ports": [{"name": "http", "containerPort": port}],
+        **extra,
+    }
+
+
+def create(core: client.CoreV1Api, ns: str, body: dict[str, Any]) -> Any:
+    return core.create_namespaced_pod(ns, body)
+
+
+def ready(core: client.CoreV1Api, ns: str, name: str) -> bool:
+    pod = core.read_namespaced_pod(name, ns)
+    return any(c.type == "Ready" and c.status == "True" for c in pod.status.conditions or [])
+
+
+def get(url: str) -> tuple[int, str]:
+    try:
+        with urllib.request.urlopen(url, timeout=5) as resp:
+            return resp.status, resp.read().decode()
+    except urllib.error.HTTPError as e:
+        return e.code, e.read().decode()
+
+
+def test_two_sidecar_pods_bind_the_same_wildcard_port_each_at_its_own_ip_and_become_ready(
+    api_client: client.ApiClient, namespace: str, runtime: PodRuntime
+) -> None:
+    core = client.CoreV1Api(api_client)
+    secret = {"token": base64.b64encode(TOKEN.encode()).decode()}
+    core.create_namespaced_secret(namespace, {"metadata": {"name": "tok"}, "data": secret})
+    for name in ("side-a", "side-b"):
+        sidecar = {
+            "name": "nixl-sidecar",
+            "image": SIDECAR_IMAGE,
+            "command": ["pdd-sidecar", "serve", "--port", "8099", "--role", "prefill"],
+            "args": [
+                "--deployment",
+                "d",
+                "--namespace",
+                namespace,
+                "--token-file",
+                "/var/run/pdd/token/token",
+                "--peer-source",
+                "static:decode=127.0.0.1:1",
+            ],
+            "ports": [{"name": "sidecar", "containerPort": 8099}],
+            "readinessProbe": {
+                "httpGet": {"path": "/healthz", "port": "sidecar"},
+                "periodSeconds": 1,
+            },
+            "volumeMounts": [
+                {"name": "token", "mountPath": "/var/run/pdd/token", "readOnly": True},
+                {"name": "tmp", "mountPath": "/tmp"},
+            ],
+        }
+        volumes = [
+            {"name": "token", "secret": {"secretName": "tok", "defaultMode": 0o440}},
+            {"name": "tmp", "emptyDir": {}},
+        ]
+        create(core, namespace, pod_body(name, [sidecar], volumes=volumes))
+    for name in ("side-a", "side-b"):
+        wait_for(lambda n=name: ready(core, namespace, n), 60, what=f"{name} Ready")
+    pods = {n: core.read_namespaced_pod(n, namespace) for n in ("side-a", "side-b")}
+    ips = {n: p.status.pod_ip for n, p in pods.items()}
+    assert len(set(ips.values())) == 2 and all(ip.startswith("127.86.0.") for ip in ips.values())
+    for name, ip in ips.items():
+        status, _ = get(f"http://{ip}:8099/healthz")
+        assert status == 200, name
+        # Each pod's process holds its own address's port, not the wildcard.
+        listeners = Path("/proc/net/tcp").read_text()
+        assert _proc_net_tcp_entry(ip, 8099) in listeners
+        cs = pods[name].status.container_statuses[0]
+        assert cs.ready and cs.state.running is not None and cs.restart_count == 0
+    # The secret volume holds the token with the mode the pod asked for.
+    uid = pods["side-a"].metadata.uid
+    out = runtime.exec(
+        uid,
+        "nixl-sidecar",
+        ["sh", "-c", "stat -L -c %a /var/run/pdd/token/token; cat /var/run/pdd/token/token"],
+    )
+    assert out.stdout.decode().split() == ["440", TOKEN]
+
+
+def _proc_net_tcp_entry(ip: str, port: int) -> str:
+    a, b, c, d = (int(x) for x in ip.split("."))
+    return f"{d:02X}{c:02X}{b:02X}{a:02X}:{port:04X} 00000000:0000 0A"
+
+
+def test_a_pod_whose_readiness_probe_fails_stays_not_ready(
+    api_client: client.ApiClient, namespace: str, runtime: PodRuntime
+) -> None:
+    core = client.CoreV1Api(api_client)
+    probe = {"httpGet": {"path": "/not-here", "port": "http"}, "periodSeconds": 1}
+    create(core, namespace, pod_body("unready", [name_server(readinessProbe=probe)]))
+
+    def running() -> bool:
+        st = core.read_namespaced_pod("unready", namespace).status
+        return bool(st.container_statuses and st.container_statuses[0].state.running)
+
+    wait_for(running, 30, what="the container running")
+    pod = core.read_namespaced_pod("unready", namespace)
+    status, body = get(f"http://{pod.status.pod_ip}:8080/not-here")
+    assert (status, body) == (404, "unready")  # it serves; its probe path fails
+    deadline = time.monotonic() + 5
+    while time.monotonic() < deadline:
+        assert not ready(core, namespace, "unready")
+        time.sleep(0.5)
+    cs = core.read_namespaced_pod("unready", namespace).status.container_statuses[0]
+    assert cs.state.running is not None and not cs.ready
+
+
+def test_a_container_that_exits_is_restarted_and_its_restart_count_grows(
+    api_client: client.ApiClient, namespace: str, runtime: PodRuntime
+) -> None:
+    core = client.CoreV1Api(api_client)
+    crasher = {
+        "name": "crasher",
+        "image": SIDECAR_IMAGE,
+        "command": ["sh", "-c", "echo run; exit 3"],
+    }
+    create(core, namespace, pod_body("crasher", [crasher]))
+
+    def restarted_twice() -> Any:
+        st = core.read_namespaced_pod("crasher", namespace).status
+        cs = (st.container_statuses or [None])[0]
+        return cs if cs is not None and cs.restart_count >= 2 else None
+
+    cs = wait_for(restarted_twice, 60, what="restartCount >= 2")
+    assert cs.last_state.terminated.exit_code == 3
+    pod = core.read_namespaced_pod("crasher", namespace)
+    log = runtime.log_path(pod.to_dict() | {"metadata": pod.metadata.to_dict()}, "crasher")
+    assert log.read_text().count("run") >= 3
+
+
+def test_deleting_the_pod_kills_its_processes(
+    api_client: client.ApiClient, namespace: str, runtime: PodRuntime
+) -> None:
+    core = client.CoreV1Api(api_client)
+    # It ignores SIGTERM, so only the SIGKILL after the (capped) grace period ends it.
+    stubborn = {
+        "name": "stubborn",
+        "image": SIDECAR_IMAGE,
+        "command": ["sh", "-c", "trap '' TERM; sleep 1000 & wait; sleep 1000"],
+    }
+    uid = create(core, namespace, pod_body("stubborn", [stubborn])).metadata.uid
+    pid = wait_for(lambda: runtime.pid(uid, "stubborn"), 30, what="the container's pid")
+    assert os.path.exists(f"/proc/{pid}")
+    t0 = time.monotonic()
+    core.delete_namespaced_pod("stubborn", namespace)
+
+    def gone() -> bool:
+        try:
+            core.read_namespaced_pod("stubborn", namespace)
+        except ApiException as e:
+            return e.status == 404
+        return False
+
+    wait_for(gone, 30, what="the pod gone")
+    assert not _alive(pid)
+    assert time.monotonic() - t0 >= 2.5  # it had its grace period (capped at 3 s here)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat.rsplit(")", 1)[1].split()[0] != "Z"
+
+
+LIST_PODS = """
+import sys
+from kubernetes import client, config
+config.load_incluster_config()
+try:
+    pods = client.CoreV1Api().list_namespaced_pod(sys.argv[1])
+except client.ApiException as e:
+    print("refused", e.status)
+    sys.exit(1)
+print("listed", len(pods.items))
+"""
+
+
+def test_in_cluster_credentials_list_pods_only_where_rbac_allows(
+    api_client: client.ApiClient, namespace: str, runtime: PodRuntime
+) -> None:
+    core = client.CoreV1Api(api_client)
+    rbac = client.RbacAuthorizationV1Api(api_client)
+    core.create_namespaced_service_account(namespace, {"metadata": {"name": "lister"}})
+    rule = {"apiGroups": [""], "resources": ["pods"], "verbs": ["list"]}
+    rbac.create_namespaced_role(namespace, {"metadata": {"name": "lister"}, "rules": [rule]})
+    binding = {
+        "metadata": {"name": "lister"},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "lister"},
+        "subjects": [{"kind": "ServiceAccount", "name": "lister", "namespace": namespace}],
+    }
+    rbac.create_namespaced_role_binding(namespace, binding)
+    for name, sa in (("allowed", "lister"), ("refused", "default")):
+        check = {
+            "name": "check",
+            "image": ROUTER_IMAGE,
+            "command": ["python3", "-c", LIST_PODS, namespace],
+        }
+        create(
+            core, namespace, pod_body(name, [check], serviceAccountName=sa, restartPolicy="Never")
+        )
+
+    def finished(name: str) -> str:
+        phase: str = core.read_namespaced_pod(name, namespace).status.phase
+        return phase if phase in ("Succeeded", "Failed") else ""
+
+    assert wait_for(lambda: finished("allowed"), 60, what="allowed pod done") == "Succeeded"
+    assert wait_for(lambda: finished("refused"), 60, what="refused pod done") == "Failed"
+    logs = {n: _log(runtime, core, namespace, n, "check") for n in ("allowed", "refused")}
+    assert "listed 2" in logs["allowed"], logs
+    assert "refused 403" in logs["refused"], logs
+
+
+def _log(runtime: PodRuntime, core: client.CoreV1Api, ns: str, name: str, container: str) -> str:
+    meta = core.read_namespaced_pod(name, ns).metadata
+    pod = {"metadata": {"namespace": ns, "name": name, "uid": meta.uid}}
+    return runtime.log_path(pod, container).read_text()
+
+
+SOCKETS = """
+import socket, urllib.request
+print(urllib.request.urlopen("http://127.0.0.1:8080/").read().decode())
+tcp = socket.socket(); tcp.bind(("0.0.0.0", 0)); print("tcp", tcp.getsockname()[0])
+udp = socket.socket(type=socket.SOCK_DGRAM); udp.bind(("0.0.0.0", 0))
+print("udp", udp.getsockname()[0])
+"""
+
+
+def test_localhost_inside_a_pod_is_the_pods_own(
+    api_client: client.ApiClient, namespace: str, runtime: PodRuntime
+) -> None:
+    core = client.CoreV1Api(api_client)
+    probe = {"httpGet": {"path": "/", "port": "http"}, "periodSeconds": 1}
+    for name in ("local-a", "local-b"):
+        create(core, namespace, pod_body(name, [name_server(readinessProbe=probe)]))
+    for name in ("local-a", "local-b"):
+        wait_for(lambda n=name: ready(core, namespace, n), 60, what=f"{name} Ready")
+        pod = core.read_namespaced_pod(name, namespace)
+        out = runtime.exec(pod.metadata.uid, "server", ["python3", "-c", SOCKETS])
+        assert out.returncode == 0, (
+            name,
+            pod.status.pod_ip,
+            out.stdout.decode(),
+            out.stderr.decode()[-300:],
+        )
+        # 127.0.0.1:8080 is this pod's server; a TCP wildcard bind gets the pod's address;
+        # UDP is left alone.
+        assert out.stdout.decode().split() == [name, "tcp", pod.status.pod_ip, "udp", "0.0.0.0"]
