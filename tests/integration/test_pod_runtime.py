@@ -329,3 +329,53 @@ def test_localhost_inside_a_pod_is_the_pods_own(
         # 127.0.0.1:8080 is this pod's server; a TCP wildcard bind gets the pod's address;
         # UDP is left alone.
         assert out.stdout.decode().split() == [name, "tcp", pod.status.pod_ip, "udp", "0.0.0.0"]
+
+
+def test_init_containers_run_in_order_and_a_failing_one_shows_its_output(
+    api_client: client.ApiClient, namespace: str, runtime: PodRuntime
+) -> None:
+    core = client.CoreV1Api(api_client)
+    shared = [{"name": "shared", "mountPath": "/shared"}]
+    volumes = [{"name": "shared", "emptyDir": {}}]
+
+    def step(name: str, script: str) -> dict[str, Any]:
+        cmd = ["sh", "-c", script]
+        return {"name": name, "image": SIDECAR_IMAGE, "command": cmd, "volumeMounts": shared}
+
+    inits = [step("one", "echo one > /shared/order"), step("two", "echo two >> /shared/order")]
+    main = step("main", "sleep 1000")
+    main["readinessProbe"] = {
+        "exec": {"command": ["test", "-s", "/shared/order"]},
+        "periodSeconds": 1,
+    }
+    uid = create(
+        core, namespace, pod_body("inits", [main], initContainers=inits, volumes=volumes)
+    ).metadata.uid
+    wait_for(lambda: ready(core, namespace, "inits"), 60, what="inits Ready")
+    out = runtime.exec(uid, "main", ["cat", "/shared/order"])
+    assert out.stdout.decode().split() == ["one", "two"]
+    pod = core.read_namespaced_pod("inits", namespace)
+    assert [s.state.terminated.reason for s in pod.status.init_container_statuses] == [
+        "Completed"
+    ] * 2
+
+    failing = step("check", "echo checking; echo 'no usable GPU' >&2; exit 4")
+    failing["terminationMessagePolicy"] = "FallbackToLogsOnError"
+    create(
+        core,
+        namespace,
+        pod_body(
+            "bad-init", [step("main", "sleep 1000")], initContainers=[failing], volumes=volumes
+        ),
+    )
+
+    def failed() -> Any:
+        st = core.read_namespaced_pod("bad-init", namespace).status
+        s = (st.init_container_statuses or [None])[0]
+        return s if s is not None and s.state.terminated is not None else None
+
+    term = wait_for(failed, 60, what="the init container's failure").state.terminated
+    assert term.exit_code == 4 and "no usable GPU" in term.message and "checking" in term.message
+    pod = core.read_namespaced_pod("bad-init", namespace)
+    assert pod.status.phase == "Pending"
+    assert pod.status.container_statuses[0].state.waiting.reason == "PodInitializing"
