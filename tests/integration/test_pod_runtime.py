@@ -379,3 +379,55 @@ def test_init_containers_run_in_order_and_a_failing_one_shows_its_output(
     pod = core.read_namespaced_pod("bad-init", namespace)
     assert pod.status.phase == "Pending"
     assert pod.status.container_statuses[0].state.waiting.reason == "PodInitializing"
+
+
+PREFLIGHT_ENV = {
+    # As the operator renders them for a prefill pod (`pdd-operator render`), plus what the
+    # NVIDIA device plugin would add for two GPUs.
+    "PDD_ROLE": "prefill",
+    "UCX_TLS": "rc_x,ud_x,sm,self,cuda_copy,cuda_ipc",
+    "PDD_GPUDIRECT": "auto",
+    "PDD_REQUIRE_RDMA": "false",
+    "PDD_NIC_SELECTION": "auto",
+    "PDD_VERIFY_TRANSFER": "true",
+    "PDD_KV_DESCRIPTOR_BYTES": "32768",
+    "NVIDIA_VISIBLE_DEVICES": "0,1",
+}
+
+
+def test_preflight_on_a_node_showing_a_topology_fixture_as_its_hardware(
+    api_client: client.ApiClient,
+    namespace: str,
+    control_plane: LocalControlPlane,
+    tmp_path: Path,
+) -> None:
+    fixture = Path(__file__).parents[1] / "fixtures" / "topology" / "h100-hgx"
+    node = "podruntime-hgx"
+    rt = PodRuntime(control_plane.kubeconfig, tmp_path, node_hardware={node: fixture})
+    addresses = iter(f"127.87.0.{i}" for i in range(1, 255))
+    with NodeSimulator(
+        control_plane.kubeconfig, [SimNode(node, taints=(TAINT,))], pod_ips=addresses, runtime=rt
+    ) as sim:
+        core = client.CoreV1Api(api_client)
+        preflight = {
+            "name": "preflight",
+            "image": SIDECAR_IMAGE,
+            "command": ["pdd-node", "preflight", "--env-file", "/pdd/env/transfer.env"],
+            "env": [{"name": k, "value": v} for k, v in PREFLIGHT_ENV.items()],
+            "volumeMounts": [{"name": "pdd-env", "mountPath": "/pdd/env"}],
+            "terminationMessagePolicy": "FallbackToLogsOnError",
+        }
+        main = {
+            "name": "main",
+            "image": SIDECAR_IMAGE,
+            "command": ["sleep", "1000"],
+            "volumeMounts": [{"name": "pdd-env", "mountPath": "/pdd/env", "readOnly": True}],
+        }
+        body = pod_body("pre", [main], initContainers=[preflight])
+        body["spec"].update(nodeName=node, volumes=[{"name": "pdd-env", "emptyDir": {}}])
+        uid = create(core, namespace, body).metadata.uid
+        wait_for(lambda: ready(core, namespace, "pre"), 120, what="preflight done, main Ready")
+        env_file = rt.exec(uid, "main", ["cat", "/pdd/env/transfer.env"]).stdout.decode()
+        sim.delete_node(node)
+    # The fixture's NIC next to each GPU is pinned, as on a real HGX node.
+    assert "export PDD_GPU_NIC_MAP=0:mlx5_0:1,1:mlx5_1:1" in env_file, env_file

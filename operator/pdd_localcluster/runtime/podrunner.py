@@ -21,6 +21,7 @@ from pdd_localcluster.runtime.podenv import EnvError, command_line, container_en
 from pdd_localcluster.runtime.probes import ProbeTracker, run_probe
 from pdd_localcluster.runtime.volumes import (
     BytesLookup,
+    Mount,
     VolumeDirs,
     container_mounts,
     volume_files,
@@ -56,6 +57,8 @@ class PodServices:
     images: Mapping[str, image_table.ImageFs]
     options: RuntimeOptions
     changed: Callable[[], None]
+    # Mounted into every container before its volumes: the node's hardware, if faked.
+    node_mounts: Sequence[Mount] = ()
 
 
 @dataclass
@@ -205,7 +208,7 @@ class PodRunner:
                 lookup_data=self._lookup_text,
             )
             argv = command_line(container, [], env)
-            mounts = container_mounts(container, self._volumes)
+            mounts = [*self._svc.node_mounts, *container_mounts(container, self._volumes)]
         except EnvError as e:
             self._set(
                 name,

@@ -22,7 +22,7 @@ from pdd_localcluster.podstatus import InitFailure, PodRun
 from pdd_localcluster.runtime import images as image_table
 from pdd_localcluster.runtime import netshim
 from pdd_localcluster.runtime.podrunner import PodRunner, PodServices, RuntimeOptions, pod_dir_name
-from pdd_localcluster.runtime.volumes import VolumeError, decode_object_data
+from pdd_localcluster.runtime.volumes import Mount, VolumeError, decode_object_data
 
 log = logging.getLogger(__name__)
 Json = dict[str, Any]
@@ -40,6 +40,7 @@ class PodRuntime:
         *,
         images: Mapping[str, image_table.ImageFs] = image_table.KNOWN_IMAGES,
         options: RuntimeOptions | None = None,
+        node_hardware: Mapping[str, Path] | None = None,
     ) -> None:
         self.state_dir = Path(state_dir)
         self.images = dict(images)
@@ -49,6 +50,8 @@ class PodRuntime:
         self._ca_file = Path(cfg.ssl_ca_cert) if cfg.ssl_ca_cert else None
         self._service_env = service_env(cfg.host)
         self._netshim = netshim.build(self.state_dir / "cache")
+        # Node name -> a topology fixture (tests/fixtures/topology/*) shown as its hardware.
+        self._node_hardware = dict(node_hardware or {})
         self._runners: dict[str, PodRunner] = {}
         self._lock = threading.Lock()
 
@@ -73,6 +76,7 @@ class PodRuntime:
             images=self.images,
             options=self.options,
             changed=changed,
+            node_mounts=hardware_mounts(self._node_hardware.get(pod["spec"].get("nodeName", ""))),
         )
         runner = PodRunner(pod, pod_ip, host_ip, self.pod_dir(pod), services)
         with self._lock:
@@ -180,6 +184,22 @@ class PodRuntime:
         return str(answer["status"]["token"])
 
 
+def hardware_mounts(fixture: Path | None) -> list[Mount]:
+    """A topology fixture as the node's hardware: its sys/ over /sys, and each of its proc/
+    files over the same /proc file where the host has one (procfs takes no new files, and
+    the rest of /proc, /proc/net/tcp for the network shim included, must stay the host's).
+    A simulated node then looks like, say, an HGX H100 to `pdd-node preflight`."""
+    if fixture is None:
+        return []
+    mounts = [Mount(fixture / "sys", "/sys", read_only=True)]
+    proc = fixture / "proc"
+    for f in sorted(p for p in proc.rglob("*") if p.is_file()):
+        target = "/proc/" + str(f.relative_to(proc))
+        if Path(target).exists():
+            mounts.append(Mount(f, target, read_only=True))
+    return mounts
+
+
 def service_env(server: str) -> dict[str, str]:
     """The `kubernetes` service's variables, pointing at the real apiserver."""
     url = urlparse(server)
@@ -196,4 +216,4 @@ def service_env(server: str) -> dict[str, str]:
     }
 
 
-__all__ = ["PodRuntime", "RuntimeOptions", "service_env"]
+__all__ = ["PodRuntime", "RuntimeOptions", "hardware_mounts", "service_env"]

@@ -84,7 +84,8 @@ def _bind(source: str, target: Path, read_only: bool) -> None:
         target.mkdir(parents=True, exist_ok=True)
     else:
         target.parent.mkdir(parents=True, exist_ok=True)
-        target.touch(exist_ok=True)
+        if not target.exists():
+            target.touch()
     mount(source, str(target), None, MS_BIND | MS_REC)
     if read_only:
         mount(source, str(target), None, MS_BIND | MS_REMOUNT | MS_RDONLY)
