@@ -14,12 +14,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from helpers.waits import wait_for
 from pdd_localcluster import LocalControlPlane, NodeSimulator, SimNode
 from pdd_localcluster.runtime import PodRuntime, RuntimeOptions
+from pdd_operator.offline import render_documents
 
 NODE = "podruntime-node-0"
 TAINT = {"key": "pdd.dev/podruntime-test", "value": "true", "effect": "NoSchedule"}
@@ -47,7 +49,10 @@ def runtime(
     control_plane: LocalControlPlane, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[PodRuntime]:
     state = tmp_path_factory.mktemp("podruntime")
-    options = RuntimeOptions(backoff_base_s=0.5, backoff_max_s=2.0, max_grace_s=3.0)
+    # Probe periods capped at 1 s: the rendered pods' 10 s would only make the tests slow.
+    options = RuntimeOptions(
+        backoff_base_s=0.5, backoff_max_s=2.0, max_grace_s=3.0, max_probe_period_s=1.0
+    )
     rt = PodRuntime(control_plane.kubeconfig, state, options=options)
     addresses = iter(f"127.86.0.{i}" for i in range(1, 255))
     node = SimNode(NODE, taints=(TAINT,))
@@ -431,3 +436,77 @@ def test_preflight_on_a_node_showing_a_topology_fixture_as_its_hardware(
         sim.delete_node(node)
     # The fixture's NIC next to each GPU is pinned, as on a real HGX node.
     assert "export PDD_GPU_NIC_MAP=0:mlx5_0:1,1:mlx5_1:1" in env_file, env_file
+
+
+REFENGINE_IMAGE = "ghcr.io/pdd-dev/pdd-refengine:0.1.0"
+EXAMPLE = Path(__file__).parents[2] / "examples" / "vllm-2p4d.yaml"
+
+
+def rendered_children(namespace: str) -> list[dict[str, Any]]:
+    """The example deployment as the operator renders it, with the reference engine's image
+    and the UCX transports a CPU machine has (the example's rc_x/cuda ones need hardware)."""
+    body = yaml.safe_load(EXAMPLE.read_text())
+    body["metadata"]["namespace"] = namespace
+    body["spec"]["engine"]["image"] = REFENGINE_IMAGE
+    body["spec"]["kvTransfer"] = {"ucx": {"transports": ["tcp", "sm", "self"]}}
+    (rendered,) = render_documents([body])
+    for child in rendered.children:
+        # The placeholder owner does not exist: the garbage collector would delete them.
+        child["metadata"].pop("ownerReferences", None)
+    return rendered.children
+
+
+def test_the_rendered_prefill_pod_runs_as_rendered_and_becomes_ready(
+    api_client: client.ApiClient, namespace: str, runtime: PodRuntime
+) -> None:
+    children = rendered_children(namespace)
+    for kind in ("ServiceAccount", "Role", "RoleBinding"):
+        for obj in (c for c in children if c["kind"] == kind):
+            _create(api_client, obj)
+    core = client.CoreV1Api(api_client)
+    token = {"token": base64.b64encode(TOKEN.encode()).decode()}
+    secret = {"metadata": {"name": "llama-70b-sidecar-token"}, "data": token}
+    core.create_namespaced_secret(namespace, secret)
+    sts = next(
+        c for c in children if c["kind"] == "StatefulSet" and "prefill" in c["metadata"]["name"]
+    )
+    template = sts["spec"]["template"]
+    _mount_token_in_engine(template["spec"])
+    pod = {
+        "metadata": {"name": "llama-70b-prefill-0", **template["metadata"]},
+        "spec": {**template["spec"], "nodeName": NODE, "tolerations": [TOLERATION]},
+    }
+    uid = create(core, namespace, pod).metadata.uid
+    wait_for(lambda: ready(core, namespace, "llama-70b-prefill-0"), 120, what="rendered pod Ready")
+    live = core.read_namespaced_pod("llama-70b-prefill-0", namespace)
+    status, body = get(f"http://{live.status.pod_ip}:8000/v1/models")
+    assert status == 200 and "llama-70b" in body
+    # The engine runs exactly the rendered command line, from the reference engine's image.
+    engine = next(c for c in template["spec"]["containers"] if c["name"] == "engine")
+    pid = runtime.pid(uid, "engine")
+    assert pid is not None
+    cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")[:-1]
+    assert [a.decode() for a in cmdline][-len(engine["args"]) :] == engine["args"]
+
+
+def _create(api_client: client.ApiClient, obj: dict[str, Any]) -> None:
+    ns = obj["metadata"]["namespace"]
+    if obj["kind"] == "ServiceAccount":
+        client.CoreV1Api(api_client).create_namespaced_service_account(ns, obj)
+    elif obj["kind"] == "Role":
+        client.RbacAuthorizationV1Api(api_client).create_namespaced_role(ns, obj)
+    else:
+        client.RbacAuthorizationV1Api(api_client).create_namespaced_role_binding(ns, obj)
+
+
+def _mount_token_in_engine(spec: dict[str, Any]) -> None:
+    """RENDER GAP (reported): the engine's env names PDD_SIDECAR_TOKEN_FILE
+    /var/run/pdd/token/token, but the rendered engine container does not mount the token
+    volume, so an engine that reads it (the reference engine does) cannot start. Mounted
+    here until the render does it; skipped once it does."""
+    engine = next(c for c in spec["containers"] if c["name"] == "engine")
+    mounts = engine.setdefault("volumeMounts", [])
+    if not any(m["mountPath"] == "/var/run/pdd/token" for m in mounts):
+        mounts.append(
+            {"name": "sidecar-token", "mountPath": "/var/run/pdd/token", "readOnly": True}
+        )
