@@ -5,7 +5,7 @@ with `--background` it detaches, and returns once the cluster is ready. `down` s
 `up` started in that state dir, leftovers of a killed `up` included.
 
 With `--run-pods`, pods whose images the local runtime knows (`pdd_localcluster.runtime`)
-really run as local processes at addresses from 127.90.0.1 on; their logs are in
+really run as local processes at addresses in 127.90.0.0/16; their logs are in
 STATE_DIR/runtime/pods/<namespace>_<pod>_<uid>/<container>.log.
 """
 
@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import ipaddress
 import json
 import logging
 import math
@@ -22,11 +23,12 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 from pdd_localcluster import procs
 from pdd_localcluster.controlplane import ControlPlaneStartError, LocalControlPlane
-from pdd_localcluster.nodes import IpPool, SimNode, gpu_fleet
+from pdd_localcluster.nodes import SimNode, gpu_fleet
 from pdd_localcluster.nodesim import NodeSimulator
 from pdd_localcluster.runtime import PodRuntime
 
@@ -61,13 +63,21 @@ def _parser() -> argparse.ArgumentParser:
     up.add_argument(
         "--run-pods",
         action="store_true",
-        help="run the containers of known images as local processes (pod IPs 127.90.0.x)",
+        help="run the containers of known images as local processes (pod IPs from 127.90.0.0/16)",
     )
     return p
 
 
-# Pods that really run get loopback addresses; the default simulated ones nobody can reach.
-RUN_PODS_IP_START = "127.90.0.1"
+# Pods that really run get loopback addresses (all of 127.0.0.0/8 reaches this machine); the
+# default simulated ones nobody can reach.
+RUN_PODS_NETWORK = ipaddress.IPv4Network("127.90.0.0/16")
+
+
+def loopback_pod_ips(network: ipaddress.IPv4Network = RUN_PODS_NETWORK) -> Iterator[str]:
+    """The network's addresses in order, without the .0 and .255 ones."""
+    for addr in network.hosts():
+        if int(addr) & 0xFF not in (0, 255):
+            yield str(addr)
 
 
 def up_foreground(
@@ -116,9 +126,7 @@ def _node_simulator(
     if not run_pods:
         return NodeSimulator(kubeconfig, fleet)
     runtime = PodRuntime(kubeconfig, state_dir / "runtime")
-    return NodeSimulator(
-        kubeconfig, fleet, pod_ips=iter(IpPool(RUN_PODS_IP_START)), runtime=runtime
-    )
+    return NodeSimulator(kubeconfig, fleet, pod_ips=loopback_pod_ips(), runtime=runtime)
 
 
 def up_background(state_dir: Path, args: argparse.Namespace) -> int:

@@ -276,6 +276,11 @@ class PodRunner:
 
     def _run_init(self, container: Json) -> bool:
         name = container["name"]
+        if container.get("restartPolicy") == "Always":
+            # A native sidecar would run beside the app containers; nothing renders one yet.
+            msg = "local runtime: init containers with restartPolicy Always are not supported"
+            self._set(name, ContainerRun(name, "waiting", "RunContainerError", msg))
+            return False
         while not self._start(container, 0, None):
             if self._stopping.wait(2.0):
                 return False
