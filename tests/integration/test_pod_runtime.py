@@ -513,3 +513,21 @@ def _mount_token_in_engine(spec: dict[str, Any]) -> None:
         mounts.append(
             {"name": "sidecar-token", "mountPath": "/var/run/pdd/token", "readOnly": True}
         )
+
+
+def test_a_failing_liveness_probe_restarts_the_container(
+    api_client: client.ApiClient, namespace: str, runtime: PodRuntime
+) -> None:
+    core = client.CoreV1Api(api_client)
+    # Nothing listens on 9; the process itself would run for ever.
+    probe = {"tcpSocket": {"port": 9}, "periodSeconds": 1, "failureThreshold": 2}
+    sleeper = {"name": "sleeper", "image": SIDECAR_IMAGE, "command": ["sleep", "1000"]}
+    create(core, namespace, pod_body("unhealthy", [{**sleeper, "livenessProbe": probe}]))
+
+    def restarted() -> Any:
+        st = core.read_namespaced_pod("unhealthy", namespace).status
+        cs = (st.container_statuses or [None])[0]
+        return cs if cs is not None and cs.restart_count >= 1 else None
+
+    cs = wait_for(restarted, 60, what="a restart after the liveness probe failed")
+    assert cs.last_state.terminated.exit_code == 128 + 15  # SIGTERM ended it

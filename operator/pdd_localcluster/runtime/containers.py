@@ -39,7 +39,7 @@ class ContainerProcess:
             p.parent.mkdir(parents=True, exist_ok=True)
         self.termination_log.write_bytes(b"")
         self.root_dir.mkdir(parents=True, exist_ok=True)
-        spec = {**spec, "root_dir": str(self.root_dir)}
+        spec = {**spec, "root_dir": str(self.root_dir), "parent_pid": os.getpid()}
         spec["mounts"] = [
             *spec["mounts"],
             {"source": str(self.termination_log), "target": TERMINATION_LOG, "read_only": False},

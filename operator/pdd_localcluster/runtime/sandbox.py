@@ -19,6 +19,7 @@ import ctypes
 import json
 import os
 import shutil
+import signal
 import sys
 from pathlib import Path
 
@@ -28,6 +29,7 @@ MS_REMOUNT = 32
 MS_BIND = 4096
 MS_REC = 16384
 MS_PRIVATE = 1 << 18
+PR_SET_PDEATHSIG = 1
 
 _libc = ctypes.CDLL(None, use_errno=True)
 HOST_MOUNTS = ("/proc", "/sys", "/dev")
@@ -127,6 +129,12 @@ def _install_netshim(root: Path, spec: dict[str, object]) -> None:
 
 def main(spec_path: str) -> None:
     spec = json.loads(Path(spec_path).read_text())
+    # SIGTERM when the runner thread that started us goes away: that is the pod being
+    # stopped (the runner then waits the grace period and SIGKILLs), or the simulator's
+    # process being killed, which must not leave pods running. Kept across exec.
+    _libc.prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
+    if os.getppid() != spec.get("parent_pid", os.getppid()):
+        os._exit(143)  # the parent was gone before the line above
     try:
         root = build_root(spec)
         os.chroot(root)
