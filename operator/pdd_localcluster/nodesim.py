@@ -299,9 +299,11 @@ class NodeSimulator:
         self._count("relists")
         live = {p["metadata"]["uid"] for p in pods}
         with self._lock:
-            for uid in [u for u in self._pods if u not in live and not self._pods[u].busy]:
-                if self._pods.pop(uid).running and self.runtime is not None:
-                    self.runtime.stop(uid, 0.0)  # deleted while we were not watching
+            gone = [u for u in self._pods if u not in live and not self._pods[u].busy]
+            ran = [u for u in gone if self._pods.pop(u).running]
+        if self.runtime is not None:
+            for uid in ran:  # deleted while we were not watching: its processes go too
+                self.runtime.stop(uid, 0.0)
         for pod in pods:
             self._on_pod(pod)
         return rv
