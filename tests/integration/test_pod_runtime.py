@@ -467,19 +467,35 @@ def test_the_rendered_prefill_pod_runs_as_rendered_and_becomes_ready(
         for obj in (c for c in children if c["kind"] == kind):
             _create(api_client, obj)
     core = client.CoreV1Api(api_client)
-    token = {"token": base64.b64encode(TOKEN.encode()).decode()}
-    secret = {"metadata": {"name": "llama-70b-sidecar-token"}, "data": token}
-    core.create_namespaced_secret(namespace, secret)
     sts = next(
         c for c in children if c["kind"] == "StatefulSet" and "prefill" in c["metadata"]["name"]
     )
     template = sts["spec"]["template"]
+    # The token Secret the operator creates once (not among the rendered children).
+    volume = next(v for v in template["spec"]["volumes"] if v["name"] == "sidecar-token")
+    token = {"token": base64.b64encode(TOKEN.encode()).decode()}
+    secret = {"metadata": {"name": volume["secret"]["secretName"]}, "data": token}
+    core.create_namespaced_secret(namespace, secret)
     _mount_token_in_engine(template["spec"])
     pod = {
         "metadata": {"name": "llama-70b-prefill-0", **template["metadata"]},
         "spec": {**template["spec"], "nodeName": NODE, "tolerations": [TOLERATION]},
     }
     uid = create(core, namespace, pod).metadata.uid
+
+    def engine_waiting_reason() -> str:
+        st = core.read_namespaced_pod("llama-70b-prefill-0", namespace).status
+        cs = {c.name: c for c in st.container_statuses or []}
+        w = cs["engine"].state.waiting if "engine" in cs else None
+        starting = ("ContainerCreating", "PodInitializing")
+        return f"{w.reason}: {w.message}" if w and w.reason not in starting else ""
+
+    # The engine reads HF_TOKEN from the user's Secret `hf-token`: like a kubelet, the
+    # runtime holds the container until it exists.
+    waiting = wait_for(engine_waiting_reason, 60, what="the engine waiting for hf-token")
+    assert waiting.startswith("CreateContainerConfigError") and "hf-token" in waiting
+    hf = {"metadata": {"name": "hf-token"}, "stringData": {"HF_TOKEN": "hf_test_double"}}
+    core.create_namespaced_secret(namespace, hf)
     wait_for(lambda: ready(core, namespace, "llama-70b-prefill-0"), 120, what="rendered pod Ready")
     live = core.read_namespaced_pod("llama-70b-prefill-0", namespace)
     status, body = get(f"http://{live.status.pod_ip}:8000/v1/models")
@@ -490,6 +506,7 @@ def test_the_rendered_prefill_pod_runs_as_rendered_and_becomes_ready(
     assert pid is not None
     cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")[:-1]
     assert [a.decode() for a in cmdline][-len(engine["args"]) :] == engine["args"]
+    assert all(c.restart_count == 0 for c in live.status.container_statuses)
 
 
 def _create(api_client: client.ApiClient, obj: dict[str, Any]) -> None:

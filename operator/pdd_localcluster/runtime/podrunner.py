@@ -29,6 +29,11 @@ from pdd_localcluster.runtime.volumes import (
 )
 
 log = logging.getLogger(__name__)
+
+# A container whose env or mounts cannot be resolved waits with this reason, tried again
+# every CONFIG_RETRY_S (a Secret created later lets it start, as with the kubelet).
+CONFIG_ERROR = "CreateContainerConfigError"
+CONFIG_RETRY_S = 2.0
 Json = dict[str, Any]
 
 
@@ -89,7 +94,8 @@ class PodRunner:
         spec = self.pod["spec"]
         self._inits: list[Json] = list(spec.get("initContainers") or [])
         self._mains: list[Json] = list(spec.get("containers") or [])
-        self._volumes = VolumeDirs(pod_dir, spec.get("volumes") or [])
+        claims = pod_dir.parent.parent / "claims" / self.pod["metadata"]["namespace"]
+        self._volumes = VolumeDirs(pod_dir, spec.get("volumes") or [], claims)
         self._procs = {
             c["name"]: ContainerProcess(c["name"], pod_dir) for c in self._inits + self._mains
         }
@@ -215,7 +221,7 @@ class PodRunner:
                 ContainerRun(
                     name,
                     "waiting",
-                    "CreateContainerConfigError",
+                    CONFIG_ERROR,
                     str(e),
                     restart_count=restarts,
                     last_exit=last_exit,
@@ -308,12 +314,14 @@ class PodRunner:
     def _start_main(
         self, m: _Main, restarts: int, last_exit: tuple[int, str, str, str] | None
     ) -> None:
-        if self._start(m.spec, restarts, last_exit):
-            m.trackers = ProbeTracker.for_container(
-                m.spec, time.monotonic(), self._svc.options.max_probe_period_s
-            )
-            if not m.trackers.get("startupProbe"):
-                self._update(m.spec["name"], started=True, ready="readinessProbe" not in m.trackers)
+        if not self._start(m.spec, restarts, last_exit):
+            m.restart_at = time.monotonic() + CONFIG_RETRY_S
+            return
+        m.trackers = ProbeTracker.for_container(
+            m.spec, time.monotonic(), self._svc.options.max_probe_period_s
+        )
+        if not m.trackers.get("startupProbe"):
+            self._update(m.spec["name"], started=True, ready="readinessProbe" not in m.trackers)
 
     def _update(self, name: str, **changes: Any) -> None:
         self._set(name, replace(self.snapshot_of(name), **changes))
@@ -327,6 +335,9 @@ class PodRunner:
                 self._probe(m, now)
                 return
             self._container_ended(m, code, now)
+        elif run.reason == CONFIG_ERROR:
+            if now >= m.restart_at:  # it never ran, so this is no restart
+                self._start_main(m, run.restart_count, run.last_exit)
         elif now >= m.restart_at and self._restarts(run):
             last = run.last_exit
             if run.state == "terminated":

@@ -4,7 +4,9 @@
 emptyDir is a directory per pod shared by its containers; secret, configMap, downwardAPI and
 projected volumes are directories of files written from the API objects once, at pod start,
 like the kubelet's atomic writer (the kubelet refreshes them later; this runtime does not);
-hostPath is the host path itself.
+hostPath is the host path itself. A persistentVolumeClaim is a directory per claim under the
+runtime's state dir (`claims/<namespace>/<claim>`), shared by every pod that mounts it, as a
+local-path provisioner would give; the claim object itself is not consulted.
 """
 
 from __future__ import annotations
@@ -149,10 +151,12 @@ def decode_object_data(kind: str, obj: Json) -> dict[str, bytes]:
 
 
 class VolumeDirs:
-    """Where each of a pod's volumes lives on the host."""
+    """Where each of a pod's volumes lives on the host; `claims` is the namespace's
+    directory of persistentVolumeClaims."""
 
-    def __init__(self, pod_dir: Path, volumes: Iterable[Json]) -> None:
+    def __init__(self, pod_dir: Path, volumes: Iterable[Json], claims: Path | None = None) -> None:
         self.root = pod_dir / "volumes"
+        self.claims = claims if claims is not None else pod_dir / "claims"
         self._volumes = {v["name"]: v for v in volumes}
 
     def source(self, name: str) -> Path:
@@ -161,7 +165,15 @@ class VolumeDirs:
             raise VolumeError(f'volume "{name}" is mounted but not defined')
         if "hostPath" in volume:
             return Path(volume["hostPath"]["path"])
+        if "persistentVolumeClaim" in volume:
+            return self.claims / str(volume["persistentVolumeClaim"]["claimName"])
         return self.root / name
+
+    def read_only(self, name: str) -> bool:
+        """Whether the volume itself is read-only (a claim mounted readOnly)."""
+        return bool(
+            (self._volumes.get(name, {}).get("persistentVolumeClaim") or {}).get("readOnly")
+        )
 
     def needs_files(self) -> list[Json]:
         kinds = ("secret", "configMap", "downwardAPI", "projected")
@@ -170,8 +182,8 @@ class VolumeDirs:
     def prepare(self) -> None:
         """Creates the emptyDir directories and hostPath ones whose type asks for it."""
         for name, volume in self._volumes.items():
-            if "emptyDir" in volume:
-                (self.root / name).mkdir(parents=True, exist_ok=True)
+            if "emptyDir" in volume or "persistentVolumeClaim" in volume:
+                self.source(name).mkdir(parents=True, exist_ok=True)
             elif (volume.get("hostPath") or {}).get("type") == "DirectoryOrCreate":
                 Path(volume["hostPath"]["path"]).mkdir(parents=True, exist_ok=True)
 
@@ -184,5 +196,6 @@ def container_mounts(container: Json, dirs: VolumeDirs) -> list[Mount]:
         source = dirs.source(vm["name"])
         if vm.get("subPath"):
             source = source / vm["subPath"]
-        mounts.append(Mount(source, vm["mountPath"], bool(vm.get("readOnly"))))
+        read_only = bool(vm.get("readOnly")) or dirs.read_only(vm["name"])
+        mounts.append(Mount(source, vm["mountPath"], read_only))
     return sorted(mounts, key=lambda m: m.target.rstrip("/").count("/"))

@@ -93,18 +93,21 @@ def test_container_mounts_read_only_sub_path_and_order(tmp_path: Path) -> None:
         {"name": "env", "emptyDir": {"medium": "Memory"}},
         {"name": "tok", "secret": {"secretName": "tok"}},
         {"name": "host", "hostPath": {"path": "/srv/models"}},
+        {"name": "model", "persistentVolumeClaim": {"claimName": "hf", "readOnly": True}},
     ]
-    dirs = VolumeDirs(tmp_path, volumes)
+    dirs = VolumeDirs(tmp_path, volumes, claims=tmp_path / "claims")
     container = {
         "volumeMounts": [
             {"name": "tok", "mountPath": "/var/run/pdd/token", "readOnly": True},
             {"name": "env", "mountPath": "/pdd/env"},
             {"name": "host", "mountPath": "/models", "subPath": "llama"},
+            {"name": "model", "mountPath": "/hf"},
         ]
     }
     mounts = [(str(m.source), m.target, m.read_only) for m in container_mounts(container, dirs)]
     assert mounts == [
         ("/srv/models/llama", "/models", False),
+        (str(tmp_path / "claims" / "hf"), "/hf", True),  # the claim's readOnly
         (str(tmp_path / "volumes" / "env"), "/pdd/env", False),
         (str(tmp_path / "volumes" / "tok"), "/var/run/pdd/token", True),
     ]
