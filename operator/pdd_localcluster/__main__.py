@@ -3,12 +3,17 @@
 `up` runs the control plane and the node simulator in the foreground until SIGINT/SIGTERM;
 with `--background` it detaches, and returns once the cluster is ready. `down` stops what
 `up` started in that state dir, leftovers of a killed `up` included.
+
+With `--run-pods`, pods whose images the local runtime knows (`pdd_localcluster.runtime`)
+really run as local processes at addresses in 127.90.0.0/16; their logs are in
+STATE_DIR/runtime/pods/<namespace>_<pod>_<uid>/<container>.log.
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
+import ipaddress
 import json
 import logging
 import math
@@ -18,12 +23,14 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 from pdd_localcluster import procs
 from pdd_localcluster.controlplane import ControlPlaneStartError, LocalControlPlane
-from pdd_localcluster.nodes import gpu_fleet
+from pdd_localcluster.nodes import SimNode, gpu_fleet
 from pdd_localcluster.nodesim import NodeSimulator
+from pdd_localcluster.runtime import PodRuntime
 
 SOURCE_ROOT = Path(__file__).resolve().parents[1]
 
@@ -39,7 +46,7 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     if args.background:
         return up_background(state_dir, args)
-    return up_foreground(state_dir, args.nodes, args.cliques, args.gpus)
+    return up_foreground(state_dir, args.nodes, args.cliques, args.gpus, run_pods=args.run_pods)
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -53,10 +60,29 @@ def _parser() -> argparse.ArgumentParser:
     up.add_argument("--cliques", type=int, default=2, help="NVLink cliques they form (2)")
     up.add_argument("--gpus", type=int, default=8, help="GPUs per node (8)")
     up.add_argument("--background", action="store_true", help="detach once ready")
+    up.add_argument(
+        "--run-pods",
+        action="store_true",
+        help="run the containers of known images as local processes (pod IPs from 127.90.0.0/16)",
+    )
     return p
 
 
-def up_foreground(state_dir: Path, nodes: int, cliques: int, gpus: int) -> int:
+# Pods that really run get loopback addresses (all of 127.0.0.0/8 reaches this machine); the
+# default simulated ones nobody can reach.
+RUN_PODS_NETWORK = ipaddress.IPv4Network("127.90.0.0/16")
+
+
+def loopback_pod_ips(network: ipaddress.IPv4Network = RUN_PODS_NETWORK) -> Iterator[str]:
+    """The network's addresses in order, without the .0 and .255 ones."""
+    for addr in network.hosts():
+        if int(addr) & 0xFF not in (0, 255):
+            yield str(addr)
+
+
+def up_foreground(
+    state_dir: Path, nodes: int, cliques: int, gpus: int, *, run_pods: bool = False
+) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
     stop = threading.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
@@ -68,7 +94,7 @@ def up_foreground(state_dir: Path, nodes: int, cliques: int, gpus: int) -> int:
     try:
         with (
             LocalControlPlane(state_dir) as cp,
-            NodeSimulator(cp.kubeconfig, fleet) as sim,
+            _node_simulator(cp.kubeconfig, fleet, state_dir, run_pods) as sim,
         ):
             info = {
                 "kubeconfig": str(cp.kubeconfig),
@@ -94,11 +120,22 @@ def up_foreground(state_dir: Path, nodes: int, cliques: int, gpus: int) -> int:
     return 0
 
 
+def _node_simulator(
+    kubeconfig: Path, fleet: list[SimNode], state_dir: Path, run_pods: bool
+) -> NodeSimulator:
+    if not run_pods:
+        return NodeSimulator(kubeconfig, fleet)
+    runtime = PodRuntime(kubeconfig, state_dir / "runtime")
+    return NodeSimulator(kubeconfig, fleet, pod_ips=loopback_pod_ips(), runtime=runtime)
+
+
 def up_background(state_dir: Path, args: argparse.Namespace) -> int:
     state_dir.mkdir(parents=True, exist_ok=True)
     _ready_file(state_dir).unlink(missing_ok=True)
     cmd = [sys.executable, "-m", "pdd_localcluster", "up", "--state-dir", str(state_dir)]
     cmd += ["--nodes", str(args.nodes), "--cliques", str(args.cliques), "--gpus", str(args.gpus)]
+    if args.run_pods:
+        cmd.append("--run-pods")
     python_path = [str(SOURCE_ROOT), *filter(None, [os.environ.get("PYTHONPATH")])]
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(python_path)}
     log_path = state_dir / "up.log"

@@ -5,6 +5,10 @@ writes the status a kubelet would report (Running and Ready, with a pod IP from
 198.18.0.0/15), and force-deletes pods that are being deleted, since no kubelet will confirm
 their end.
 
+With a `runtime` (`pdd_localcluster.runtime.PodRuntime`), pods whose images it knows really
+run as local processes: the runtime reports their containers' states and probe results and
+the simulator writes those; deleting such a pod stops its processes first.
+
 One thread watches (list, then watch from its resourceVersion, re-list on 410 Gone); a pool
 of worker threads writes. Work is keyed by pod UID so a pod has at most one write in flight.
 """
@@ -16,10 +20,10 @@ import logging
 import threading
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import partial
 from pathlib import Path
-from typing import Any, Self
+from typing import TYPE_CHECKING, Any, Self
 
 import urllib3
 from kubernetes.client.exceptions import ApiException
@@ -34,6 +38,9 @@ from pdd_localcluster.nodes import (
     taints_for_readiness,
 )
 from pdd_localcluster.podstatus import InitFailure, PodPlan, now_rfc3339
+
+if TYPE_CHECKING:
+    from pdd_localcluster.runtime import PodRuntime
 
 log = logging.getLogger(__name__)
 
@@ -74,6 +81,8 @@ class _PodState:
     busy: bool = False
     deleting: bool = False
     gone: bool = False  # a DELETED event came while a write was in flight
+    running: bool = False  # its containers run in the runtime
+    last: Json | None = None  # the newest pod seen, re-checked when the runtime reports
 
 
 class NodeSimulator:
@@ -90,6 +99,7 @@ class NodeSimulator:
         workers: int = 16,
         init_outcome: InitOutcome | None = None,
         pod_ips: Iterator[str] | None = None,
+        runtime: PodRuntime | None = None,
     ) -> None:
         self._kube = KubeJson(kubeconfig, pool_size=workers + 4)
         self._workers = workers
@@ -111,6 +121,7 @@ class NodeSimulator:
         self._node_ip_pool = IpPool(NODE_IP_START)
         self._synced = threading.Event()
         self.stats = SimStats()
+        self.runtime = runtime
 
     # ----------------------------------------------------------------- lifecycle
 
@@ -138,6 +149,8 @@ class NodeSimulator:
             self._thread.join(timeout=10)
         if self._pool is not None:
             self._pool.shutdown(wait=True, cancel_futures=True)
+        if self.runtime is not None:
+            self.runtime.close()
         self._kube.close()
 
     # ----------------------------------------------------------------- nodes
@@ -175,7 +188,7 @@ class NodeSimulator:
             self._call("DELETE", f"/api/v1/nodes/{name}")
         if delete_pods:
             for pod in self._pods_on(name):
-                self._force_delete(pod)
+                self._stop_and_delete(pod)
 
     def set_node_ready(self, name: str, ready: bool, reason: str = "") -> None:
         """Flips the node's Ready condition and the not-ready taint, and marks its pods
@@ -286,8 +299,11 @@ class NodeSimulator:
         self._count("relists")
         live = {p["metadata"]["uid"] for p in pods}
         with self._lock:
-            for uid in [u for u in self._pods if u not in live and not self._pods[u].busy]:
-                del self._pods[uid]
+            gone = [u for u in self._pods if u not in live and not self._pods[u].busy]
+            ran = [u for u in gone if self._pods.pop(u).running]
+        if self.runtime is not None:
+            for uid in ran:  # deleted while we were not watching: its processes go too
+                self.runtime.stop(uid, 0.0)
         for pod in pods:
             self._on_pod(pod)
         return rv
@@ -350,11 +366,18 @@ class NodeSimulator:
             known = uid in self._pods
         # The hook is user code: never call it while holding the lock.
         failure = None if known else self._ask_hook(pod, node)
+        runs = not known and failure is None and self._runs_in_runtime(pod)
         with self._lock:
             st = self._pods.get(uid)
             if st is None:
                 ip = pod.get("status", {}).get("podIP") or next(self._pod_ips)
-                st = self._pods[uid] = _PodState(ip, failure)
+                st = self._pods[uid] = _PodState(ip, failure, running=runs)
+                if runs:
+                    assert self.runtime is not None
+                    self.runtime.start(
+                        pod, ip, self._node_ips[node.name], partial(self._runtime_changed, uid)
+                    )
+            st.last = pod
             job = self._next_job(pod, node, st)
         if job is not None:
             assert self._pool is not None
@@ -370,14 +393,55 @@ class NodeSimulator:
             if st.deleting:
                 return None
             st.deleting = st.busy = True
-            return partial(self._force_delete, pod)
+            return partial(self._stop_and_delete, pod)
         if pod.get("status", {}).get("phase") in ("Succeeded", "Failed"):
             return None
         plan = PodPlan(st.ip, self._node_ips[node.name], self._node_ready[node.name], st.failure)
+        if st.running:
+            plan = self._runtime_plan(pod, plan)
         if podstatus.status_matches(pod, plan):
             return None
         st.busy = True
         return partial(self._write_status, pod, plan)
+
+    def _runs_in_runtime(self, pod: Json) -> bool:
+        """Whether the pod's containers are to run: a runtime that knows all its images,
+        and a pod neither finished nor being deleted. A pod of other images keeps the
+        simulated status, and its logs say so."""
+        runtime = self.runtime
+        if runtime is None or pod["metadata"].get("deletionTimestamp"):
+            return False
+        if pod.get("status", {}).get("phase") in ("Succeeded", "Failed"):
+            return False
+        unknown = runtime.unknown_images(pod)
+        if unknown:
+            runtime.note_simulated(pod, unknown)
+        return not unknown
+
+    def _runtime_plan(self, pod: Json, plan: PodPlan) -> PodPlan:
+        assert self.runtime is not None
+        snapshot = self.runtime.snapshot(pod["metadata"]["uid"])
+        if isinstance(snapshot, InitFailure):
+            return replace(plan, init_failure=snapshot)
+        return replace(plan, run=snapshot or podstatus.PodRun.creating(pod))
+
+    def _runtime_changed(self, uid: str) -> None:
+        """The runtime saw a container start, end or change readiness: write the status."""
+        with self._lock:
+            st = self._pods.get(uid)
+            pod = st.last if st is not None else None
+        if pod is not None:
+            self._on_pod(pod)
+
+    def _stop_and_delete(self, pod: Json) -> None:
+        """SIGTERM to the pod's processes, SIGKILL after its grace period (capped by the
+        runtime), then the force-delete no kubelet will do for us."""
+        if self.runtime is not None:
+            grace = pod["metadata"].get("deletionGracePeriodSeconds")
+            if grace is None:
+                grace = pod.get("spec", {}).get("terminationGracePeriodSeconds", 30)
+            self.runtime.stop(pod["metadata"]["uid"], float(grace))
+        self._force_delete(pod)
 
     def _ask_hook(self, pod: Json, node: SimNode) -> InitFailure | None:
         hook = self._init_outcome
@@ -439,6 +503,10 @@ class NodeSimulator:
             st = self._pods.get(uid)
             if st is None:
                 return
+            if st.running and self.runtime is not None and self._pool is not None:
+                # Deleted by someone else (a force delete): its processes must go too.
+                with contextlib.suppress(RuntimeError):
+                    self._pool.submit(self.runtime.stop, uid, 0.0)
             if st.busy:
                 st.gone = True  # _run_job drops it when the write returns
             else:

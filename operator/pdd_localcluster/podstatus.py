@@ -24,13 +24,68 @@ class InitFailure:
 
 
 @dataclass(frozen=True)
+class ContainerRun:
+    """A container that really runs (`pdd_localcluster.runtime`): its state as the kubelet
+    would report it."""
+
+    name: str
+    state: str  # "waiting" | "running" | "terminated"
+    reason: str = ""
+    message: str = ""
+    exit_code: int = 0
+    started_at: str = ""
+    finished_at: str = ""
+    ready: bool = False
+    started: bool = False
+    restart_count: int = 0
+    container_id: str = ""
+    # The previous run's end (exit code, reason, started, finished), shown as lastState.
+    last_exit: tuple[int, str, str, str] | None = None
+
+
+@dataclass(frozen=True)
+class PodRun:
+    """The containers of a pod that really runs, in spec order."""
+
+    inits: tuple[ContainerRun, ...]
+    mains: tuple[ContainerRun, ...]
+
+    @classmethod
+    def creating(cls, pod: Json) -> PodRun:
+        """Every container waiting to be created: before the runtime reports."""
+        spec = pod.get("spec", {})
+
+        def waiting(containers: list[Json]) -> tuple[ContainerRun, ...]:
+            return tuple(
+                ContainerRun(c["name"], "waiting", "ContainerCreating") for c in containers
+            )
+
+        return cls(waiting(spec.get("initContainers") or []), waiting(spec.get("containers") or []))
+
+    def initialized(self) -> bool:
+        return all(c.state == "terminated" and c.exit_code == 0 for c in self.inits)
+
+    def phase(self) -> str:
+        """Pending until the init containers are done; once every app container has ended
+        for good (a container to be restarted is waiting, not terminated), Succeeded or
+        Failed; Running in between."""
+        if not self.initialized():
+            return "Pending"
+        if self.mains and all(c.state == "terminated" for c in self.mains):
+            return "Succeeded" if all(c.exit_code == 0 for c in self.mains) else "Failed"
+        return "Running"
+
+
+@dataclass(frozen=True)
 class PodPlan:
-    """What the simulated kubelet wants the pod to look like."""
+    """What the simulated kubelet wants the pod to look like. `run` is set for a pod whose
+    containers really run; without it every container is shown running and ready."""
 
     pod_ip: str
     host_ip: str
     node_ready: bool = True
     init_failure: InitFailure | None = None
+    run: PodRun | None = None
 
 
 def now_rfc3339() -> str:
@@ -42,6 +97,8 @@ def desired_status(pod: Json, plan: PodPlan, now: str) -> Json:
     spec = pod.get("spec", {})
     status = pod.get("status", {})
     start = status.get("startTime") or now
+    if plan.run is not None and plan.init_failure is None:
+        return _run_status(pod, plan, plan.run, start, now)
     inits, mains = _container_statuses(pod, plan.init_failure, start, now)
     init_failed = plan.init_failure is not None and bool(inits)
     containers_ready = all(s["ready"] for s in mains)
@@ -72,6 +129,75 @@ def desired_status(pod: Json, plan: PodPlan, now: str) -> Json:
         "initContainerStatuses": inits,
         "containerStatuses": mains,
     }
+
+
+def _run_status(pod: Json, plan: PodPlan, run: PodRun, start: str, now: str) -> Json:
+    """The status of a pod whose containers really run: from their states and probes."""
+    spec = pod.get("spec", {})
+    status = pod.get("status", {})
+    images = {c["name"]: c.get("image", "") for c in _all_containers(spec)}
+    initialized = run.initialized()
+    containers_ready = initialized and all(c.ready for c in run.mains)
+    ready = containers_ready and _readiness_gates_true(spec, status) and plan.node_ready
+    reason = (
+        "NodeNotReady"
+        if not plan.node_ready
+        else "ContainersNotReady"
+        if not containers_ready
+        else "ReadinessGatesNotReady"
+    )
+    waiting = [c.name for c in run.inits if not (c.state == "terminated" and c.exit_code == 0)]
+    conditions = _conditions(
+        status.get("conditions") or [],
+        initialized=initialized,
+        containers_ready=containers_ready,
+        ready=ready,
+        not_ready_reason=reason,
+        waiting_inits=waiting,
+        now=now,
+    )
+    return {
+        "phase": run.phase(),
+        "conditions": conditions,
+        "hostIP": plan.host_ip,
+        "hostIPs": [{"ip": plan.host_ip}],
+        "podIP": plan.pod_ip,
+        "podIPs": [{"ip": plan.pod_ip}],
+        "startTime": start,
+        "initContainerStatuses": [_run_container_status(c, images) for c in run.inits],
+        "containerStatuses": [_run_container_status(c, images) for c in run.mains],
+    }
+
+
+def _all_containers(spec: Json) -> list[Json]:
+    return [*(spec.get("initContainers") or []), *(spec.get("containers") or [])]
+
+
+def _run_container_status(c: ContainerRun, images: dict[str, str]) -> Json:
+    image = images.get(c.name, "")
+    s: Json = {
+        "name": c.name,
+        "image": image,
+        "imageID": f"local://{image}",
+        "restartCount": c.restart_count,
+        "ready": c.ready,
+        "started": c.started,
+    }
+    if c.container_id:
+        s["containerID"] = c.container_id
+    if c.state == "running":
+        s["state"] = {"running": {"startedAt": c.started_at}}
+    elif c.state == "terminated":
+        s["state"] = _terminated(c.exit_code, c.reason, c.message, c.started_at, c.finished_at)
+    else:
+        waiting: Json = {"reason": c.reason or "ContainerCreating"}
+        if c.message:
+            waiting["message"] = c.message
+        s["state"] = {"waiting": waiting}
+    if c.last_exit is not None:
+        code, reason, started, finished = c.last_exit
+        s["lastState"] = _terminated(code, reason, "", started, finished)
+    return s
 
 
 def _container_statuses(
@@ -111,10 +237,38 @@ def status_matches(pod: Json, plan: PodPlan) -> bool:
     status = pod.get("status", {})
     if status.get("podIP") != plan.pod_ip or status.get("hostIP") != plan.host_ip:
         return False
+    if plan.run is not None and plan.init_failure is None:
+        return _run_fingerprint(status) == _run_fingerprint(desired_status(pod, plan, ""))
     if plan.init_failure is not None:
         return _shows_failure(status, plan.init_failure)
     want_ready = plan.node_ready and _readiness_gates_true(pod.get("spec", {}), status)
     return status.get("phase") == "Running" and _condition_true(status, "Ready") == want_ready
+
+
+def _run_fingerprint(status: Json) -> tuple[object, ...]:
+    """What a status write of a running pod would change, times left out."""
+
+    def containers(key: str) -> list[tuple[object, ...]]:
+        return [
+            (
+                s.get("name"),
+                sorted(s.get("state") or {}),
+                ((s.get("state") or {}).get("waiting") or {}).get("reason"),
+                s.get("ready"),
+                s.get("started"),
+                s.get("restartCount"),
+                s.get("containerID"),
+            )
+            for s in status.get(key) or []
+        ]
+
+    conditions = {c.get("type"): c.get("status") for c in status.get("conditions") or []}
+    return (
+        status.get("phase"),
+        [conditions.get(t) for t in KUBELET_CONDITIONS],
+        containers("initContainerStatuses"),
+        containers("containerStatuses"),
+    )
 
 
 def _shows_failure(status: Json, failure: InitFailure) -> bool:

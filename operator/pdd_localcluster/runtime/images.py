@@ -1,0 +1,81 @@
+"""Known images and how their filesystem is provided on this machine.
+
+A container of a known image runs the host's root filesystem (under an overlay, see
+`sandbox`) with the image's programs put first on PATH and its Python packages on PYTHONPATH,
+the way the image's Dockerfile would set ENV. An image that is not in the table is not run:
+its pod keeps the simulated status of `podstatus` and says so in its container logs.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+# operator/ (the source root) and the repository above it.
+SOURCE_ROOT = Path(__file__).resolve().parents[2]
+REPO_ROOT = SOURCE_ROOT.parent
+# The venv whose console scripts (pdd-sidecar, vllm-router, smg, ...) the images carry.
+VENV_BIN = Path(sys.executable).parent
+SYSTEM_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+
+
+@dataclass(frozen=True)
+class ImageFs:
+    """An image's filesystem on this machine: directories put first on PATH and PYTHONPATH."""
+
+    name: str
+    bin_dirs: Sequence[Path] = ()
+    python_dirs: Sequence[Path] = ()
+    extra_env: Mapping[str, str] = field(default_factory=dict)
+
+    def env(self) -> dict[str, str]:
+        """The image's ENV, as a Dockerfile's ENV lines would set it."""
+        path = [*map(str, self.bin_dirs), str(VENV_BIN), SYSTEM_PATH]
+        python = [*map(str, self.python_dirs), str(SOURCE_ROOT)]
+        return {
+            "PATH": ":".join(path),
+            "PYTHONPATH": ":".join(python),
+            "PYTHONUNBUFFERED": "1",
+            **self.extra_env,
+        }
+
+
+REFENGINE_IMAGE_DIR = SOURCE_ROOT / "pdd_refengine" / "image"
+
+# Repository (the image reference without tag or digest) -> its filesystem here.
+KNOWN_IMAGES: dict[str, ImageFs] = {
+    "ghcr.io/pdd-dev/pdd-sidecar": ImageFs("pdd-sidecar"),
+    "ghcr.io/pdd-dev/pdd-operator": ImageFs("pdd-operator"),
+    "ghcr.io/pdd-dev/pdd-router": ImageFs("pdd-router"),
+    # The reference engine (a test double of vLLM and SGLang): `vllm` on PATH and
+    # `python3 -m sglang.launch_server` importable.
+    "ghcr.io/pdd-dev/pdd-refengine": ImageFs(
+        "pdd-refengine",
+        bin_dirs=(REFENGINE_IMAGE_DIR / "bin",),
+        python_dirs=(REFENGINE_IMAGE_DIR / "python",),
+    ),
+}
+
+
+def repository(image: str) -> str:
+    """`ghcr.io/pdd-dev/pdd-sidecar:0.1.0@sha256:...` -> `ghcr.io/pdd-dev/pdd-sidecar`."""
+    name = image.split("@", 1)[0]
+    last_slash = name.rfind("/")
+    colon = name.rfind(":")
+    return name[:colon] if colon > last_slash else name
+
+
+def lookup(image: str, table: Mapping[str, ImageFs] = KNOWN_IMAGES) -> ImageFs | None:
+    return table.get(repository(image))
+
+
+def unknown_images(pod: Mapping[str, object], table: Mapping[str, ImageFs]) -> list[str]:
+    """The images of the pod's containers that the table cannot run."""
+    spec = pod.get("spec") or {}
+    assert isinstance(spec, dict)
+    containers = [*(spec.get("initContainers") or []), *(spec.get("containers") or [])]
+    return sorted(
+        {c.get("image", "") for c in containers if lookup(c.get("image", ""), table) is None}
+    )

@@ -1,0 +1,120 @@
+"""A container's environment, resolved the way the kubelet does: the image's ENV, then the
+service variables (here only the apiserver's, since the runner stands in for kube-proxy only
+for it), then the container's `env` in order, each value with `$(VAR)` expanded against the
+variables defined before it. Pure: secrets and config maps come through `lookup_data`."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Mapping
+from typing import Any
+
+Json = dict[str, Any]
+
+# (kind "secret"|"configmap", name) -> its data decoded to text, or None when it does not exist.
+DataLookup = Callable[[str, str], Mapping[str, str] | None]
+
+
+class EnvError(Exception):
+    """The container cannot start: a reference it needs does not resolve (what the kubelet
+    reports as CreateContainerConfigError)."""
+
+
+_VAR_REF = re.compile(r"\$\$|\$\(([A-Za-z_][A-Za-z0-9_.-]*)\)")
+
+
+def expand(value: str, defined: Mapping[str, str]) -> str:
+    """Kubernetes' `$(VAR)` expansion: a reference to an undefined variable stays as written,
+    `$$` is a literal `$`."""
+
+    def one(m: re.Match[str]) -> str:
+        if m.group(0) == "$$":
+            return "$"
+        name = m.group(1)
+        return defined.get(name, m.group(0))
+
+    return _VAR_REF.sub(one, value)
+
+
+def field_value(pod: Json, path: str) -> str:
+    """A downward-API fieldRef of the pod."""
+    meta = pod.get("metadata", {})
+    spec = pod.get("spec", {})
+    status = pod.get("status", {})
+    simple = {
+        "metadata.name": meta.get("name", ""),
+        "metadata.namespace": meta.get("namespace", ""),
+        "metadata.uid": meta.get("uid", ""),
+        "spec.nodeName": spec.get("nodeName", ""),
+        "spec.serviceAccountName": spec.get("serviceAccountName", "default"),
+        "status.podIP": status.get("podIP", ""),
+        "status.hostIP": status.get("hostIP", ""),
+    }
+    if path in simple:
+        return str(simple[path])
+    m = re.fullmatch(r"metadata\.(labels|annotations)\['([^']+)'\]", path)
+    if m:
+        return str((meta.get(m.group(1)) or {}).get(m.group(2), ""))
+    raise EnvError(f"fieldRef {path!r} is not supported by the local runtime")
+
+
+def _value_from(src: Json, pod: Json, lookup_data: DataLookup) -> str | None:
+    if "fieldRef" in src:
+        return field_value(pod, src["fieldRef"]["fieldPath"])
+    for kind, field in (("secret", "secretKeyRef"), ("configmap", "configMapKeyRef")):
+        if field in src:
+            ref = src[field]
+            value = (lookup_data(kind, ref["name"]) or {}).get(ref["key"])
+            if value is None and not ref.get("optional"):
+                raise EnvError(f"{kind} {ref['name']!r} has no key {ref['key']!r}")
+            return value
+    if "resourceFieldRef" in src:
+        return "0"  # nothing here enforces limits; a divisor-correct value is not worth it
+    raise EnvError(f"unsupported valueFrom {sorted(src)}")
+
+
+def container_env(
+    container: Json,
+    pod: Json,
+    *,
+    image_env: Mapping[str, str],
+    service_env: Mapping[str, str],
+    lookup_data: DataLookup,
+) -> dict[str, str]:
+    env: dict[str, str] = {**image_env, "HOSTNAME": pod["metadata"]["name"]}
+    env.update(service_env)
+    for src in container.get("envFrom") or []:
+        env.update(_env_from(src, lookup_data))
+    for var in container.get("env") or []:
+        if "valueFrom" in var:
+            value = _value_from(var["valueFrom"], pod, lookup_data)
+            if value is None:
+                continue
+            env[var["name"]] = value
+        else:
+            env[var["name"]] = expand(var.get("value", ""), env)
+    return env
+
+
+def _env_from(src: Json, lookup_data: DataLookup) -> dict[str, str]:
+    if "secretRef" in src:
+        kind, ref = "secret", src["secretRef"]
+    else:
+        kind, ref = "configmap", src["configMapRef"]
+    data = lookup_data(kind, ref["name"])
+    if data is None:
+        if ref.get("optional"):
+            return {}
+        raise EnvError(f"{kind} {ref['name']!r} not found")
+    prefix = src.get("prefix", "")
+    return {prefix + k: v for k, v in data.items()}
+
+
+def command_line(container: Json, image_entrypoint: list[str], env: Mapping[str, str]) -> list[str]:
+    """command + args with `$(VAR)` expanded; an image without an entrypoint needs a command."""
+    command = container.get("command") or image_entrypoint
+    args = container.get("args") or []
+    argv = [expand(a, env) for a in [*command, *args]]
+    if not argv:
+        raise EnvError("no command: the local runtime knows no image entrypoints")
+    return argv

@@ -1,0 +1,111 @@
+"""The container environment, resolved like the kubelet: image ENV, service variables, env
+in order with `$(VAR)` expansion, downward-API fields, secret and config-map keys."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import pytest
+
+from pdd_localcluster.runtime.podenv import EnvError, command_line, container_env, expand
+
+POD: dict[str, Any] = {
+    "metadata": {"name": "p-0", "namespace": "ns", "uid": "u-1", "labels": {"app": "x"}},
+    "spec": {"nodeName": "node-a", "serviceAccountName": "sa"},
+    "status": {"podIP": "127.86.0.9"},
+}
+OBJECTS = {("secret", "s"): {"token": "t0k"}, ("configmap", "c"): {"mode": "fast", "k2": "v2"}}
+
+
+def lookup(kind: str, name: str) -> Mapping[str, str] | None:
+    return OBJECTS.get((kind, name))
+
+
+def env_of(container: dict[str, Any], **kw: Any) -> dict[str, str]:
+    return container_env(
+        container,
+        POD,
+        image_env=kw.get("image_env", {"PATH": "/img/bin", "A": "image"}),
+        service_env={"KUBERNETES_SERVICE_HOST": "127.0.0.1"},
+        lookup_data=lookup,
+    )
+
+
+@pytest.mark.parametrize(
+    ("value", "defined", "want"),
+    [
+        ("$(A)/x", {"A": "1"}, "1/x"),
+        ("$(MISSING)", {}, "$(MISSING)"),  # undefined stays as written
+        ("$$(A)", {"A": "1"}, "$(A)"),  # $$ escapes
+        ("a$b$(A)", {"A": "1"}, "a$b1"),
+        ("$(A)$(B)", {"A": "1", "B": "2"}, "12"),
+    ],
+)
+def test_expand(value: str, defined: dict[str, str], want: str) -> None:
+    assert expand(value, defined) == want
+
+
+def test_env_in_order_over_the_image_env_with_expansion_and_references() -> None:
+    container = {
+        "env": [
+            {"name": "A", "value": "mine"},
+            {"name": "URL", "value": "http://$(POD_IP):$(PORT)"},  # PORT is defined later
+            {"name": "PORT", "value": "8000"},
+            {"name": "POD_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}},
+            {"name": "NODE", "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}},
+            {"name": "SA", "valueFrom": {"fieldRef": {"fieldPath": "spec.serviceAccountName"}}},
+            {"name": "APP", "valueFrom": {"fieldRef": {"fieldPath": "metadata.labels['app']"}}},
+            {"name": "TOKEN", "valueFrom": {"secretKeyRef": {"name": "s", "key": "token"}}},
+            {"name": "MODE", "valueFrom": {"configMapKeyRef": {"name": "c", "key": "mode"}}},
+            {"name": "LATE", "value": "$(POD_IP)"},
+        ]
+    }
+    env = env_of(container)
+    assert env["A"] == "mine"
+    assert env["PATH"] == "/img/bin"
+    assert env["HOSTNAME"] == "p-0"
+    assert env["KUBERNETES_SERVICE_HOST"] == "127.0.0.1"
+    assert env["URL"] == "http://$(POD_IP):$(PORT)"  # only earlier variables expand
+    assert (env["NODE"], env["SA"], env["APP"]) == ("node-a", "sa", "x")
+    assert (env["TOKEN"], env["MODE"], env["LATE"]) == ("t0k", "fast", "127.86.0.9")
+
+
+def test_env_from_with_prefix_and_optional_references() -> None:
+    container = {
+        "envFrom": [
+            {"configMapRef": {"name": "c"}, "prefix": "C_"},
+            {"secretRef": {"name": "nope", "optional": True}},
+        ],
+        "env": [
+            {
+                "name": "X",
+                "valueFrom": {"secretKeyRef": {"name": "nope", "key": "k", "optional": True}},
+            }
+        ],
+    }
+    env = env_of(container)
+    assert (env["C_mode"], env["C_k2"]) == ("fast", "v2")
+    assert "X" not in env
+
+
+@pytest.mark.parametrize(
+    "ref",
+    [
+        {"secretKeyRef": {"name": "nope", "key": "k"}},
+        {"secretKeyRef": {"name": "s", "key": "missing"}},
+        {"configMapKeyRef": {"name": "nope", "key": "k"}},
+        {"fieldRef": {"fieldPath": "status.unknown"}},
+    ],
+)
+def test_a_reference_that_does_not_resolve_is_a_config_error(ref: dict[str, Any]) -> None:
+    with pytest.raises(EnvError):
+        env_of({"env": [{"name": "X", "valueFrom": ref}]})
+
+
+def test_command_and_args_expand_against_the_final_env() -> None:
+    c = {"command": ["sh", "-c"], "args": ["echo $(A) $(NOPE) $$(A)"]}
+    assert command_line(c, [], {"A": "1"}) == ["sh", "-c", "echo 1 $(NOPE) $(A)"]
+    assert command_line({"args": ["x"]}, ["entry"], {}) == ["entry", "x"]
+    with pytest.raises(EnvError, match="no command"):
+        command_line({}, [], {})
