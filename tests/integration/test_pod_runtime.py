@@ -476,7 +476,6 @@ def test_the_rendered_prefill_pod_runs_as_rendered_and_becomes_ready(
     token = {"token": base64.b64encode(TOKEN.encode()).decode()}
     secret = {"metadata": {"name": volume["secret"]["secretName"]}, "data": token}
     core.create_namespaced_secret(namespace, secret)
-    _mount_token_in_engine(template["spec"])
     pod = {
         "metadata": {"name": "llama-70b-prefill-0", **template["metadata"]},
         "spec": {**template["spec"], "nodeName": NODE, "tolerations": [TOLERATION]},
@@ -517,19 +516,6 @@ def _create(api_client: client.ApiClient, obj: dict[str, Any]) -> None:
         client.RbacAuthorizationV1Api(api_client).create_namespaced_role(ns, obj)
     else:
         client.RbacAuthorizationV1Api(api_client).create_namespaced_role_binding(ns, obj)
-
-
-def _mount_token_in_engine(spec: dict[str, Any]) -> None:
-    """RENDER GAP (reported): the engine's env names PDD_SIDECAR_TOKEN_FILE
-    /var/run/pdd/token/token, but the rendered engine container does not mount the token
-    volume, so an engine that reads it (the reference engine does) cannot start. Mounted
-    here until the render does it; skipped once it does."""
-    engine = next(c for c in spec["containers"] if c["name"] == "engine")
-    mounts = engine.setdefault("volumeMounts", [])
-    if not any(m["mountPath"] == "/var/run/pdd/token" for m in mounts):
-        mounts.append(
-            {"name": "sidecar-token", "mountPath": "/var/run/pdd/token", "readOnly": True}
-        )
 
 
 def test_a_failing_liveness_probe_restarts_the_container(

@@ -280,3 +280,16 @@ def test_no_sidecar_when_the_engine_exchanges_metadata_itself() -> None:
     assert not sidecar_access
     # The engines' own side channels carry the NIXL metadata then: still fenced off.
     assert ("NetworkPolicy", "llama-kv-transfer") in kinds(objs)
+
+
+@pytest.mark.parametrize(("mode", "mounted"), [("sidecar", True), ("engine", False)])
+def test_the_engine_gets_the_sidecar_token_file_its_env_names(mode: str, mounted: bool) -> None:
+    pdd = make_pdd({"kvTransfer": {"metadataExchange": {"mode": mode}}})
+    sts = find(render_children(pdd, RenderContext()), "StatefulSet", "llama-prefill")
+    engine = container(sts, "engine")
+    mounts = {m["mountPath"]: m for m in engine["volumeMounts"]}
+    token_file = env_of(engine).get("PDD_SIDECAR_TOKEN_FILE")
+    assert ("/var/run/pdd/token" in mounts) is mounted and bool(token_file) is mounted
+    if mounted:
+        assert token_file.startswith("/var/run/pdd/token/")
+        assert mounts["/var/run/pdd/token"]["readOnly"] is True

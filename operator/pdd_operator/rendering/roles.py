@@ -205,6 +205,7 @@ def _engine_container(pdd: PDDeployment, role: str, ctx: RenderContext) -> dict[
         "volumeMounts": [
             {"name": SHM_VOLUME, "mountPath": "/dev/shm"},
             {"name": ENV_VOLUME, "mountPath": ENV_DIR, "readOnly": True},
+            *sidecar.engine_mounts(pdd),
             *model.model_mounts(spec, adapter),
         ],
         "readinessProbe": _http_probe(health, health.failure_threshold),

@@ -60,6 +60,15 @@ def engine_env(pdd: PDDeployment, sidecar_port: int) -> list[dict[str, Any]]:
     return env
 
 
+def engine_mounts(pdd: PDDeployment) -> list[dict[str, Any]]:
+    """The deployment's sidecar token, read-only, where PDD_SIDECAR_TOKEN_FILE says: an engine
+    that uses the sidecar's API (metadata, peers, probe) authenticates with it. It opens the
+    sidecar's API only, no Kubernetes API."""
+    if not sidecar_enabled(pdd.spec):
+        return []
+    return [{"name": TOKEN_VOLUME, "mountPath": TOKEN_DIR, "readOnly": True}]
+
+
 def etcd_namespace(pdd: PDDeployment) -> str:
     return f"/pdd/{pdd.namespace}/{names.instance_id(pdd.name)}"
 
