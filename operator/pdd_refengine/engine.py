@@ -59,7 +59,12 @@ class KvOutcome:
 class Engine:
     def __init__(self, config: EngineConfig) -> None:
         self.config = config
-        self.identity = os.environ.get("POD_NAME") or f"{config.host}:{config.port}"
+        # A pod's HOSTNAME is its name (the kubelet sets it); POD_NAME where a test sets it.
+        self.identity = (
+            os.environ.get("POD_NAME")
+            or os.environ.get("HOSTNAME")
+            or f"{config.host}:{config.port}"
+        )
         self.address = os.environ.get("POD_IP") or config.host
         self.draining = False  # after SIGTERM: still serving, no longer healthy
         self.engine_id = _agent_name(f"{self.identity}-{uuid.uuid4().hex[:8]}")

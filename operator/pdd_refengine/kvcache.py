@@ -225,7 +225,10 @@ class KvCache:
                 return
             if name in self._remote_sha:
                 self.forget_remote(name)
-            loaded = _text(self._agent.add_remote_agent(metadata))
+            try:
+                loaded = _text(self._agent.add_remote_agent(metadata))
+            except Exception as exc:  # NIXL's own exception types: the peer is unreachable
+                raise TransferError(f"NIXL could not load peer agent {name}: {exc}") from exc
             if loaded != name:
                 self._agent.remove_remote_agent(loaded)
                 raise TransferError(f"the metadata published as {name} is agent {loaded}'s")

@@ -6,10 +6,10 @@ word picked by a hash of the prompt and ``i``, so a test can tell which prompt a
 belongs to and that ``max_tokens`` was honoured.
 
 Extension: every completion carries a top-level ``pdd_refengine`` object, ``{"prefill": ID,
-"decode": ID, "kv_bytes": N, "kv_verified": true|false, "kv_seconds": S}`` (ID: the pod name
-from POD_NAME, else host:port; S: the NIXL transfer alone), saying which pods served the
-request and how much KV moved. Real engines do not send it; the demo prints it. In a stream
-it is on the last chunk.
+"decode": ID, "kv_bytes": N, "kv_verified": true|false, "kv_seconds": S, ...}`` (ID: the pod
+name from POD_NAME or HOSTNAME, else host:port; S: the NIXL transfer alone), saying which pods
+served the request and how much KV moved. Real engines do not send it; the demo prints it. In
+a stream it is on the last chunk.
 """
 
 from __future__ import annotations

@@ -6,9 +6,12 @@
  * gets an address of its own in 127.0.0.0/8 (all of which routes to loopback), and this shim
  * makes that address behave like the pod's own network:
  *
- *   bind()    of a TCP socket to the wildcard (0.0.0.0, ::) or to localhost (127.0.0.1, ::1)
- *             binds to the pod's address instead, so pods that all listen on 0.0.0.0:8099
- *             do not collide and each is reachable at its own address;
+ *   bind()    of a TCP socket to the wildcard (0.0.0.0, ::), or to localhost (127.0.0.1, ::1)
+ *             at a fixed port, binds to the pod's address instead, so pods that all listen
+ *             on 0.0.0.0:8099 do not collide and each is reachable at its own address. A
+ *             bind to localhost at port 0 is left alone: the kernel's port is unique on the
+ *             host anyway, and a program that bound its interface's address (UCX's TCP
+ *             transport binds lo's 127.0.0.1) tells its peers that address;
  *   connect() of a TCP socket to 127.0.0.1:P (or ::1, ::ffff:127.0.0.1) goes to POD_IP:P when
  *             something listens there (a LISTEN entry in /proc/net/tcp{,6}), so "localhost" is
  *             the pod's own; otherwise it is left alone (the apiserver on 127.0.0.1, ports of
@@ -102,12 +105,14 @@ int bind(int fd, const struct sockaddr *addr, socklen_t len) {
     if (!addr || !is_stream(fd) || !read_pod_ip()) return real(fd, addr, len);
     if (addr->sa_family == AF_INET && len >= sizeof(struct sockaddr_in)) {
         struct sockaddr_in a = *(const struct sockaddr_in *)addr;
-        if (is_v4_loopback_or_any(a.sin_addr.s_addr)) a.sin_addr = pod_ip;
+        int ephemeral_lo = a.sin_addr.s_addr == htonl(INADDR_LOOPBACK) && a.sin_port == 0;
+        if (is_v4_loopback_or_any(a.sin_addr.s_addr) && !ephemeral_lo) a.sin_addr = pod_ip;
         return real(fd, (struct sockaddr *)&a, sizeof a);
     }
     if (addr->sa_family == AF_INET6 && len >= sizeof(struct sockaddr_in6)) {
         struct sockaddr_in6 a = *(const struct sockaddr_in6 *)addr;
-        if (is_v6_loopback_or_any(&a.sin6_addr)) {
+        int ephemeral_lo = !IN6_IS_ADDR_UNSPECIFIED(&a.sin6_addr) && a.sin6_port == 0;
+        if (is_v6_loopback_or_any(&a.sin6_addr) && !ephemeral_lo) {
             /* A v4-mapped address needs a dual-stack socket. */
             int off = 0;
             setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &off, sizeof off);

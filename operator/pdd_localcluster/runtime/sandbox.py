@@ -110,8 +110,22 @@ def build_root(spec: dict[str, object]) -> Path:
         _bind(host, _inside(root, host), read_only=False)
     for m in spec["mounts"]:  # type: ignore[attr-defined]
         _bind(m["source"], _inside(root, m["target"]), bool(m["read_only"]))
+    if not any(m["target"] == "/sys" for m in spec["mounts"]):  # type: ignore[attr-defined]
+        _show_only_loopback(root)
     _install_netshim(root, spec)
     return root
+
+
+def _show_only_loopback(root: Path) -> None:
+    """A pod's network here is its address on the loopback, so /sys/class/net lists only
+    `lo`: programs that pick interfaces from it (UCX's TCP transport does) then send only to
+    127.0.0.0/8, never out through the host's other interfaces. A node given a hardware
+    fixture keeps the fixture's /sys."""
+    net = root / "sys" / "class" / "net"
+    if not (net / "lo").exists():
+        return
+    mount("tmpfs", str(net), "tmpfs", 0, "mode=0755")
+    (net / "lo").symlink_to("../../devices/virtual/net/lo")
 
 
 def _install_netshim(root: Path, spec: dict[str, object]) -> None:
