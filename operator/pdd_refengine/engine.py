@@ -21,6 +21,7 @@ from pdd_refengine.cli import EngineConfig
 from pdd_refengine.kvcache import KvCache, RegionInfo, TransferError
 from pdd_refengine.layout import layout_for
 from pdd_refengine.metrics import EngineMetrics, engine_metrics
+from pdd_refengine.openai_api import Completion
 from pdd_sidecar.client import SidecarClient, SidecarError
 
 log = logging.getLogger("pdd_refengine")
@@ -139,6 +140,21 @@ class Engine:
 async def off_loop(func: Callable[..., T], *args: Any) -> T:
     """Run blocking work (NIXL, sidecar, numpy over gigabytes) in a thread."""
     return await asyncio.to_thread(func, *args)
+
+
+async def compute_prompt_kv(engine: Engine, req: Completion) -> list[int]:
+    """The prefill's work: the prompt's KV written into newly allocated blocks (one byte
+    flipped when the request asks for that fault); the blocks are released if it fails."""
+    tokens = len(req.prompt_tokens)
+    blocks = await off_loop(engine.cache.allocate, tokens)
+    try:
+        await off_loop(engine.cache.write_prompt, blocks, req.digest, tokens)
+        if req.body.get(FAULT_FIELD) == "corrupt_kv":
+            await off_loop(engine.cache.corrupt_one_byte, blocks[-1])
+    except BaseException:
+        engine.cache.release(blocks)
+        raise
+    return blocks
 
 
 def http_json(method: str, url: str, body: Any, timeout_s: float) -> Any:

@@ -21,7 +21,14 @@ from dataclasses import dataclass, field
 
 from aiohttp import web
 
-from pdd_refengine.engine import FAULT_FIELD, Engine, KvOutcome, http_json, off_loop, region_of
+from pdd_refengine.engine import (
+    Engine,
+    KvOutcome,
+    compute_prompt_kv,
+    http_json,
+    off_loop,
+    region_of,
+)
 from pdd_refengine.kvcache import RegionInfo, TransferError
 from pdd_refengine.openai_api import BadRequest, Completion
 
@@ -84,11 +91,8 @@ def bootstrap_of(req: Completion) -> tuple[str, int, str] | None:
 async def prefill(engine: Engine, rooms: Rooms, req: Completion, room_key: str) -> KvOutcome:
     room = rooms.room(room_key)
     tokens = len(req.prompt_tokens)
-    blocks = await off_loop(engine.cache.allocate, tokens)
+    blocks = await compute_prompt_kv(engine, req)
     try:
-        await off_loop(engine.cache.write_prompt, blocks, req.digest, tokens)
-        if req.body.get(FAULT_FIELD) == "corrupt_kv":
-            await off_loop(engine.cache.corrupt_one_byte, blocks[-1])
         await asyncio.wait_for(room.registered.wait(), engine.kv_timeout_s)
         assert room.region is not None
         seconds = await off_loop(_push, engine, room, room_key, blocks, tokens)

@@ -24,7 +24,14 @@ from typing import Any
 
 from aiohttp import web
 
-from pdd_refengine.engine import FAULT_FIELD, Engine, KvOutcome, http_json, off_loop, region_of
+from pdd_refengine.engine import (
+    Engine,
+    KvOutcome,
+    compute_prompt_kv,
+    http_json,
+    off_loop,
+    region_of,
+)
 from pdd_refengine.kv_params import RemotePrefill, parse_remote_prefill
 from pdd_refengine.kvcache import TransferError
 from pdd_refengine.openai_api import Completion
@@ -64,14 +71,7 @@ class HeldBlocks:
 
 async def prefill(engine: Engine, held: HeldBlocks, req: Completion) -> dict[str, Any]:
     tokens = len(req.prompt_tokens)
-    blocks = await off_loop(engine.cache.allocate, tokens)
-    try:
-        await off_loop(engine.cache.write_prompt, blocks, req.digest, tokens)
-        if req.body.get(FAULT_FIELD) == "corrupt_kv":
-            await off_loop(engine.cache.corrupt_one_byte, blocks[-1])
-    except BaseException:
-        engine.cache.release(blocks)
-        raise
+    blocks = await compute_prompt_kv(engine, req)
     held.hold(blocks, tokens * engine.cache.bytes_per_token, asyncio.get_running_loop())
     side_host = os.environ.get("VLLM_NIXL_SIDE_CHANNEL_HOST") or engine.config.host
     side_port = int(os.environ.get("VLLM_NIXL_SIDE_CHANNEL_PORT") or 5600)

@@ -81,3 +81,29 @@ def test_the_command_prints_yaml_and_fails_cleanly(
     assert "spec.prefill.replicas" in capsys.readouterr().err
     assert main(["render", "-f", str(tmp_path / "missing.yaml")]) == 2
     assert "No such file" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("example", "router", "pd_flag"),
+    [
+        ("vllm-2p4d.yaml", ["vllm-router"], "--vllm-pd-disaggregation"),
+        ("sglang-1p2d.yaml", ["smg"], "--pd-disaggregation"),
+    ],
+)
+def test_each_example_renders_its_upstream_router_pairing_one_revision(
+    example: str, router: list[str], pd_flag: str
+) -> None:
+    (rendered,) = render_documents(list(yaml.safe_load_all((EXAMPLES / example).read_text())))
+    revisions = {
+        c["spec"]["template"]["metadata"]["labels"]["pdd.dev/revision"]
+        for c in rendered.children
+        if c["kind"] == "StatefulSet"
+    }
+    (deployment,) = [c for c in rendered.children if c["kind"] == "Deployment"]
+    container = deployment["spec"]["template"]["spec"]["containers"][0]
+    args = container["args"]
+    assert container["command"] == router and pd_flag in args and "--service-discovery" in args
+    (revision,) = revisions  # prefill and decode of one engine revision
+    for role_flag, role in (("--prefill-selector", "prefill"), ("--decode-selector", "decode")):
+        selector = args[args.index(role_flag) + 1 : args.index(role_flag) + 4]
+        assert f"pdd.dev/revision={revision}" in selector and f"pdd.dev/role={role}" in selector
