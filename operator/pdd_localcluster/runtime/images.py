@@ -18,6 +18,12 @@ SOURCE_ROOT = Path(__file__).resolve().parents[2]
 REPO_ROOT = SOURCE_ROOT.parent
 # The venv whose console scripts (pdd-sidecar, vllm-router, smg, ...) the images carry.
 VENV_BIN = Path(sys.executable).parent
+# What the known images are made of here: the venv, the interpreter it links to, the repository.
+# A volume mounted over a directory that holds one of them (an emptyDir at /tmp, when the
+# repository is checked out under /tmp) must not hide it: the sandbox binds these back on top.
+IMAGE_CONTENT = tuple(
+    dict.fromkeys(str(p) for p in (Path(sys.prefix), Path(sys.base_prefix), REPO_ROOT))
+)
 SYSTEM_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 
 

@@ -239,6 +239,7 @@ class PodRunner:
             ],
             "netshim": str(self._svc.netshim),
             "pod_ip": self.pod_ip,
+            "keep_visible": list(image_table.IMAGE_CONTENT),
         }
         proc = self._procs[name]
         proc.start(spec)

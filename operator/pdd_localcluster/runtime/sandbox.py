@@ -110,10 +110,19 @@ def build_root(spec: dict[str, object]) -> Path:
         _bind(host, _inside(root, host), read_only=False)
     for m in spec["mounts"]:  # type: ignore[attr-defined]
         _bind(m["source"], _inside(root, m["target"]), bool(m["read_only"]))
+    targets = [str(m["target"]) for m in spec["mounts"]]  # type: ignore[attr-defined]
+    for path in spec.get("keep_visible", []):  # type: ignore[attr-defined]
+        if any(_is_under(str(path), target) for target in targets):
+            _bind(str(path), _inside(root, str(path)), read_only=True)
     if not any(m["target"] == "/sys" for m in spec["mounts"]):  # type: ignore[attr-defined]
         _show_only_loopback(root)
     _install_netshim(root, spec)
     return root
+
+
+def _is_under(path: str, directory: str) -> bool:
+    directory = directory.rstrip("/") or "/"
+    return path == directory or path.startswith(directory + "/") or directory == "/"
 
 
 def _show_only_loopback(root: Path) -> None:
