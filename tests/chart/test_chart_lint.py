@@ -42,6 +42,10 @@ REJECTED: list[tuple[list[str], str]] = [
     (["--set", "watchNamespaces={Team_A}"], "/watchNamespaces/0"),
     (["--set", "agent.enabled=yes"], "/agent/enabled"),
     (["--set", "image.digest=sha256:short"], "/image/digest"),
+    (
+        ["--set", "podTemplatePolicy.validationActions={Block}"],
+        "/podTemplatePolicy/validationActions/0",
+    ),
     (["--set", "replicas=2"], "replicas"),  # unknown key: a typo must not pass silently
 ]
 
@@ -93,6 +97,8 @@ def test_default_render(helm: Helm) -> None:
             "Service",
             "DaemonSet",
             "Deployment",
+            "ValidatingAdmissionPolicy",
+            "ValidatingAdmissionPolicyBinding",
         ]
     )
     assert all(d["metadata"].get("namespace") in (None, "pdd-system") for d in docs)
@@ -219,3 +225,24 @@ def test_helm_test_pod_is_hardened(helm: Helm) -> None:
     assert pod["metadata"]["annotations"]["helm.sh/hook"] == "test"
     assert pod["spec"]["containers"][0]["securityContext"]["readOnlyRootFilesystem"] is True
     assert "pdd-operator-metrics.pdd-system.svc:8081" in pod["spec"]["containers"][0]["command"][2]
+
+
+def test_pod_template_policy_toggles(helm: Helm) -> None:
+    """On by default with Deny and the namespace exception; the values turn it off or to
+    warnings (the binding's actions)."""
+    binding = one(helm.template(), "ValidatingAdmissionPolicyBinding")
+    assert (
+        binding["spec"]["policyName"]
+        == one(helm.template(), "ValidatingAdmissionPolicy")["metadata"]["name"]
+    )
+    assert binding["spec"]["validationActions"] == ["Deny"]
+    assert binding["spec"]["matchResources"]["namespaceSelector"]["matchExpressions"] == [
+        {"key": "pdd.dev/pod-policy", "operator": "NotIn", "values": ["privileged"]}
+    ]
+    off = helm.template("--set", "podTemplatePolicy.enabled=false")
+    assert not {"ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"} & set(kinds(off))
+    warn = helm.template("--set", "podTemplatePolicy.validationActions={Warn,Audit}")
+    assert one(warn, "ValidatingAdmissionPolicyBinding")["spec"]["validationActions"] == [
+        "Warn",
+        "Audit",
+    ]

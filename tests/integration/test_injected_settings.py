@@ -31,6 +31,12 @@ TEMPLATES = [
         {"metadata": {"annotations": {"k8s.v1.cni.cncf.io/networks": "kube-system/host"}}},
         "spec.kvTransfer.rdma.networks",
     ),
+    # The injected sidecar, on a cluster without the chart's podTemplate policy.
+    (
+        "prefill",
+        {"spec": {"containers": [{"name": "nixl-sidecar", "command": ["sh"]}]}},
+        "containers[nixl-sidecar] sets command",
+    ),
 ]
 
 

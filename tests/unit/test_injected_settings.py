@@ -57,14 +57,14 @@ REFUSED: list[tuple[str, dict[str, Any], str]] = [
             ("engine", "UCX_NET_DEVICES"),
             ("engine", "VLLM_NIXL_SIDE_CHANNEL_PORT"),
             ("engine", "PDD_ROLE"),
-            ("nixl-sidecar", "PDD_SIDECAR_TOKEN_FILE"),
+            ("a-container-of-mine", "PDD_SIDECAR_TOKEN_FILE"),
             ("a-container-of-mine", "UCX_TLS"),
         ]
     ],
     (
         "reserved env in an init container",
-        {"spec": {"initContainers": [{"name": "preflight", "env": [{"name": "PDD_NIC_MAP"}]}]}},
-        "spec.initContainers[preflight].env[PDD_NIC_MAP]",
+        {"spec": {"initContainers": [{"name": "setup", "env": [{"name": "PDD_NIC_MAP"}]}]}},
+        "spec.initContainers[setup].env[PDD_NIC_MAP]",
     ),
 ]
 

@@ -179,6 +179,14 @@ RESERVED_LABELS = (
 )
 MULTUS_NETWORKS = "k8s.v1.cni.cncf.io/networks"
 RESERVED_ANNOTATIONS = {MULTUS_NETWORKS: "spec.kvTransfer.rdma.networks"}
+# Containers the operator injects into prefill/decode pods. The sidecar holds the deployment's
+# token and the preflight writes the engine's UCX settings, so a podTemplate entry of the same
+# name may size them (resources) and nothing else: a command, env, mount, image, security
+# context, probe or lifecycle hook would run the user's code in them.
+PREFLIGHT_CONTAINER = "preflight"
+SIDECAR_CONTAINER = "nixl-sidecar"
+INJECTED_CONTAINERS = (PREFLIGHT_CONTAINER, SIDECAR_CONTAINER)
+INJECTED_CONTAINER_SETTABLE = ("name", "resources")
 
 
 def pod_template_problems(template: dict[str, Any] | None) -> list[str]:
@@ -203,6 +211,10 @@ def pod_template_problems(template: dict[str, Any] | None) -> list[str]:
     pod = pod if isinstance(pod, dict) else {}
     for list_name in ("initContainers", "containers"):
         for container in _dicts(pod.get(list_name)):
+            if container.get("name") in INJECTED_CONTAINERS:
+                # Its env is refused as a whole, reserved names or not.
+                problems += _injected_container_problems(list_name, container)
+                continue
             for env in _dicts(container.get("env")):
                 name = str(env.get("name", ""))
                 if env_name_reserved(name):
@@ -212,6 +224,18 @@ def pod_template_problems(template: dict[str, Any] | None) -> list[str]:
                         f"the operator ({where}) and cannot be overridden"
                     )
     return problems
+
+
+def _injected_container_problems(list_name: str, container: dict[str, Any]) -> list[str]:
+    name = container.get("name")
+    fields = sorted(k for k in _keys(container) if k not in INJECTED_CONTAINER_SETTABLE)
+    if not fields:
+        return []
+    return [
+        f"spec.{list_name}[{name}] sets {', '.join(fields)}: the operator injects the {name} "
+        "container and owns all of it but its resources; remove those fields (a container of "
+        "your own needs another name)"
+    ]
 
 
 def _keys(value: Any) -> list[str]:

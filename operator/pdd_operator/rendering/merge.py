@@ -2,12 +2,54 @@
 
 Maps merge recursively; lists of named items (containers, volumes, env, ports) merge by name,
 so a fragment can change one container without restating the others; other lists replace.
+`merge_pod_template` then puts back what the operator injects, whatever the fragment said.
 """
 
 from __future__ import annotations
 
 import copy
+from collections.abc import Collection
 from typing import Any
+
+CONTAINER_LISTS = ("initContainers", "containers")
+
+
+def merge_pod_template(
+    base: dict[str, Any],
+    patch: dict[str, Any],
+    injected: Collection[str],
+    settable: Collection[str],
+) -> dict[str, Any]:
+    """`merge_template`, except that each injected container of `base` stays as rendered but
+    for the `settable` fields the patch gave it. The models refuse such a patch already; this
+    holds even where that check was bypassed (an older operator stored the object, a render
+    from a file), because a changed command or mount in the sidecar would run the user's code
+    beside the deployment's token."""
+    merged = merge_template(base, patch)
+    base_spec, merged_spec = base.get("spec", {}), merged.get("spec")
+    if not isinstance(merged_spec, dict):
+        merged["spec"] = merged_spec = {}
+    for list_name in CONTAINER_LISTS:
+        for original in base_spec.get(list_name, []):
+            if original["name"] in injected:
+                merged_spec[list_name] = _restore(merged_spec.get(list_name), original, settable)
+    return merged
+
+
+def _restore(
+    containers: Any, original: dict[str, Any], settable: Collection[str]
+) -> list[dict[str, Any]]:
+    """The list with `original` back in place of its namesake (appended where the patch
+    replaced the whole list), keeping only the patch's `settable` fields."""
+    items = [c for c in containers if isinstance(c, dict)] if isinstance(containers, list) else []
+    names = [c.get("name") for c in items]
+    restored = copy.deepcopy(original)
+    if original["name"] not in names:
+        return [*items, restored]
+    index = names.index(original["name"])
+    restored.update({k: v for k, v in items[index].items() if k in settable})
+    items[index] = restored
+    return items
 
 
 def merge_template(base: dict[str, Any], patch: dict[str, Any]) -> dict[str, Any]:

@@ -11,13 +11,19 @@ from pdd_contract.env import PDD_DEPLOYMENT, PDD_ROLE, POD_IP
 from pdd_contract.paths import ENV_DIR, ENV_FILE
 from pdd_contract.resources import GPU_RESOURCE
 from pdd_operator.api import names
-from pdd_operator.api.v1alpha1 import PDDeployment, PDDeploymentSpec
+from pdd_operator.api.v1alpha1 import (
+    INJECTED_CONTAINER_SETTABLE,
+    INJECTED_CONTAINERS,
+    PREFLIGHT_CONTAINER,
+    PDDeployment,
+    PDDeploymentSpec,
+)
 from pdd_operator.engines.base import EnginePort, HealthCheck, role_spec
 from pdd_operator.planning.placement import Placement
 from pdd_operator.rendering import model, sidecar, transfer
 from pdd_operator.rendering.command import engine_launch, wrap_with_env_file
 from pdd_operator.rendering.context import RenderContext
-from pdd_operator.rendering.merge import merge_template
+from pdd_operator.rendering.merge import merge_pod_template
 
 SHM_VOLUME = "dshm"
 ENV_VOLUME = "pdd-env"
@@ -124,7 +130,9 @@ def render_pod_template(pdd: PDDeployment, role: str, ctx: RenderContext) -> dic
         "spec": pod_spec,
     }
     if rspec.podTemplate:
-        template = merge_template(template, rspec.podTemplate)
+        template = merge_pod_template(
+            template, rspec.podTemplate, INJECTED_CONTAINERS, INJECTED_CONTAINER_SETTABLE
+        )
     return template
 
 
@@ -244,7 +252,7 @@ def _preflight_container(pdd: PDDeployment, role: str, ctx: RenderContext) -> di
     """
     spec = pdd.spec
     return {
-        "name": "preflight",
+        "name": PREFLIGHT_CONTAINER,
         "image": ctx.settings.sidecar_image,
         "imagePullPolicy": "IfNotPresent",
         "command": ["pdd-node", "preflight", "--env-file", ENV_FILE],

@@ -28,7 +28,7 @@ from pdd_contract.env import (
 from pdd_contract.paths import ENV_DIR, TOKEN_DIR, TOKEN_FILE, TOKEN_KEY
 from pdd_contract.ports import NO_SIDE_CHANNEL, SIDE_CHANNEL_SERVED_BY
 from pdd_operator.api import names
-from pdd_operator.api.v1alpha1 import PDDeployment, PDDeploymentSpec
+from pdd_operator.api.v1alpha1 import SIDECAR_CONTAINER, PDDeployment, PDDeploymentSpec
 from pdd_operator.engines.base import EngineAdapter
 from pdd_operator.rendering.access import render_account
 from pdd_operator.rendering.context import RenderContext
@@ -82,7 +82,7 @@ def sidecar_containers(
     port = ctx.settings.sidecar_port
     return [
         {
-            "name": "nixl-sidecar",
+            "name": SIDECAR_CONTAINER,
             "image": ctx.settings.sidecar_image,
             "imagePullPolicy": "IfNotPresent",
             "command": [

@@ -1,0 +1,138 @@
+"""The containers the operator injects (preflight, nixl-sidecar) stay as rendered: a podTemplate
+entry of their name may set their resources and nothing else. The models refuse it
+(Stalled=InvalidSpec, with or without the chart's admission policy), and the renderer puts them
+back even where that check was bypassed."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from pydantic import ValidationError
+
+from helpers.factories import BASE_BODY, make_pdd
+from pdd_operator.api import v1alpha1 as api
+from pdd_operator.rendering.context import RenderContext
+from pdd_operator.rendering.merge import merge_pod_template
+from pdd_operator.rendering.roles import render_pod_template
+from pdd_operator.status.invalid import invalid_spec_message
+
+# Every field but resources, in both injected containers.
+CHANGES: dict[str, Any] = {
+    "command": ["sh", "-c", "cat /var/run/pdd/token"],
+    "args": ["--debug"],
+    "env": [{"name": "HTTP_PROXY", "value": "http://proxy"}],
+    "envFrom": [{"secretRef": {"name": "mine"}}],
+    "volumeMounts": [{"name": "model", "mountPath": "/m"}],
+    "image": "mine:1",
+    "securityContext": {"runAsUser": 0},
+    "lifecycle": {"postStart": {"exec": {"command": ["sh"]}}},
+}
+INJECTED = [("initContainers", "preflight"), ("containers", "nixl-sidecar")]
+
+
+def fragment(list_name: str, name: str, **fields: Any) -> dict[str, Any]:
+    return {"spec": {list_name: [{"name": name, **fields}]}}
+
+
+@pytest.mark.parametrize(("list_name", "name"), INJECTED)
+@pytest.mark.parametrize("field", CHANGES)
+def test_a_change_to_an_injected_container_is_named(list_name: str, name: str, field: str) -> None:
+    problems = api.pod_template_problems(fragment(list_name, name, **{field: CHANGES[field]}))
+    assert problems == [
+        f"spec.{list_name}[{name}] sets {field}: the operator injects the {name} container and "
+        "owns all of it but its resources; remove those fields (a container of your own needs "
+        "another name)"
+    ]
+
+
+def test_every_field_set_is_listed_in_one_problem() -> None:
+    problems = api.pod_template_problems(fragment("containers", "nixl-sidecar", **CHANGES))
+    assert len(problems) == 1
+    assert (
+        "sets args, command, env, envFrom, image, lifecycle, securityContext, volumeMounts"
+        in (problems[0])
+    )
+
+
+@pytest.mark.parametrize(
+    "template",
+    [
+        fragment("containers", "nixl-sidecar", resources={"limits": {"memory": "1Gi"}}),
+        fragment("initContainers", "preflight", resources={"requests": {"cpu": "1"}}),
+        fragment("containers", "engine", command=["python", "-m", "mine"]),
+        fragment("containers", "sidecar-of-mine", image="mine:1", command=["sh"]),
+    ],
+    ids=["sidecar resources", "preflight resources", "engine command", "own container"],
+)
+def test_resources_and_other_containers_pass(template: dict[str, Any]) -> None:
+    assert api.pod_template_problems(template) == []
+
+
+@pytest.mark.parametrize("role", ["prefill", "decode", "router"])
+def test_the_spec_is_invalid_with_the_field_named(role: str) -> None:
+    spec = {
+        **BASE_BODY["spec"],
+        role: {"podTemplate": fragment("containers", "nixl-sidecar", args=["x"])},
+    }
+    with pytest.raises(ValidationError) as raised:
+        api.PDDeploymentSpec.model_validate(spec)
+    message = invalid_spec_message(raised.value.title, raised.value.errors(include_url=False))
+    assert message.startswith(f"spec.{role}.podTemplate: ")
+    assert "spec.containers[nixl-sidecar] sets args: the operator injects" in message
+
+
+def by_name(pod: dict[str, Any], list_name: str) -> dict[str, dict[str, Any]]:
+    return {c["name"]: c for c in pod["spec"][list_name]}
+
+
+@pytest.mark.parametrize(("list_name", "name"), INJECTED)
+def test_the_renderer_keeps_injected_containers_whatever_the_template(
+    list_name: str, name: str
+) -> None:
+    """Rendered with the model check bypassed (model_construct skips validators), the pod
+    still has the injected container as the operator renders it; only resources change."""
+    pdd = make_pdd({"prefill": {"replicas": 1, "gpusPerInstance": 2}})
+    rendered = render_pod_template(pdd, "prefill", RenderContext())
+    limits = {"limits": {"memory": "3Gi"}}
+    bypassed = pdd.spec.prefill.model_construct(
+        **{
+            **dict(pdd.spec.prefill),
+            "podTemplate": fragment(list_name, name, resources=limits, **CHANGES),
+        }
+    )
+    spec = pdd.spec.model_copy(update={"prefill": bypassed})
+    merged = render_pod_template(pdd.model_copy(update={"spec": spec}), "prefill", RenderContext())
+
+    before, after = by_name(rendered, list_name)[name], by_name(merged, list_name)[name]
+    assert after["resources"]["limits"]["memory"] == "3Gi"
+    assert {k: v for k, v in after.items() if k != "resources"} == {
+        k: v for k, v in before.items() if k != "resources"
+    }
+    assert [c["name"] for c in merged["spec"][list_name]] == [
+        c["name"] for c in rendered["spec"][list_name]
+    ]
+
+
+def test_a_template_that_replaces_the_container_list_keeps_the_injected_containers() -> None:
+    """A list with an unnamed item replaces the rendered list (merge by name needs names):
+    the injected container is put back as rendered."""
+    base = {"spec": {"containers": [{"name": "engine"}, {"name": "nixl-sidecar", "image": "s"}]}}
+    merged = merge_pod_template(
+        base, {"spec": {"containers": [{"image": "mine"}]}}, ["nixl-sidecar"], ["resources"]
+    )
+    assert merged["spec"]["containers"] == [
+        {"image": "mine"},
+        {"name": "nixl-sidecar", "image": "s"},
+    ]
+
+
+def test_other_containers_merge_as_before() -> None:
+    base = {"spec": {"containers": [{"name": "engine", "args": ["a"]}, {"name": "nixl-sidecar"}]}}
+    patch = {"spec": {"containers": [{"name": "engine", "args": ["b"]}, {"name": "mine"}]}}
+    merged = merge_pod_template(base, patch, ["nixl-sidecar"], ["resources"])
+    assert merged["spec"]["containers"] == [
+        {"name": "engine", "args": ["b"]},
+        {"name": "nixl-sidecar"},
+        {"name": "mine"},
+    ]
