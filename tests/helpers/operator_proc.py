@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -14,6 +13,8 @@ from typing import Any
 import yaml
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
+
+from helpers import waits
 
 ROOT = Path(__file__).resolve().parents[2]
 CRD_FILE = ROOT / "crds" / "pdd.dev_pddeployments.yaml"
@@ -28,9 +29,7 @@ def load_crd() -> dict[str, Any]:
 
 
 def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
+    return waits.free_port("127.0.0.1")
 
 
 def install_crd(api: client.ApiClient, crd: dict[str, Any] | None = None) -> None:

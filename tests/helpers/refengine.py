@@ -8,19 +8,19 @@ from __future__ import annotations
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
-import time
 import urllib.error
 import urllib.request
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from helpers.factories import make_pdd
+from helpers.waits import free_port as free_port  # its tests import both from here
+from helpers.waits import wait_until as wait_until
 from pdd_operator.engines.registry import ENGINES
 
 REPO = Path(__file__).resolve().parents[2]
@@ -48,25 +48,6 @@ def rendered_engine_argv(engine: str, role: str, host: str, port: int, bootstrap
 def _replace_flag(argv: list[str], flag: str, value: str) -> list[str]:
     i = argv.index(flag)
     return [*argv[: i + 1], value, *argv[i + 2 :]]
-
-
-def free_port(host: str) -> int:
-    with socket.socket() as sock:
-        sock.bind((host, 0))
-        return int(sock.getsockname()[1])
-
-
-def wait_until(condition: Callable[[], Any], timeout_s: float, what: str) -> Any:
-    deadline = time.monotonic() + timeout_s
-    delay = 0.05
-    while True:
-        value = condition()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            pytest.fail(f"timed out after {timeout_s}s waiting for {what}")
-        time.sleep(delay)
-        delay = min(delay * 1.5, 0.5)
 
 
 def http(

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import socket
 import time
 from collections.abc import Callable
-from typing import TypeVar
+from typing import Any, TypeVar
+
+import pytest
 
 T = TypeVar("T")
 
@@ -37,3 +40,24 @@ def wait_namespaces_gone(api_client: object, timeout: float = 60) -> None:
         timeout,
         what="terminating namespaces to be gone",
     )
+
+
+def wait_until(condition: Callable[[], Any], timeout_s: float, what: str) -> Any:
+    """Poll with backoff until ``condition()`` is truthy; fail the test at the deadline."""
+    deadline = time.monotonic() + timeout_s
+    delay = 0.05
+    while True:
+        value = condition()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            pytest.fail(f"timed out after {timeout_s}s waiting for {what}")
+        time.sleep(delay)
+        delay = min(delay * 1.5, 0.5)
+
+
+def free_port(host: str) -> int:
+    """A TCP port free on ``host`` now (the kernel's pick)."""
+    with socket.socket() as sock:
+        sock.bind((host, 0))
+        return int(sock.getsockname()[1])

@@ -11,17 +11,18 @@ import os
 import select
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
+
+from helpers.waits import free_port as free_port  # the NIXL tests import both from here
+from helpers.waits import wait_until as wait_until
 
 REPO = Path(__file__).resolve().parents[2]
 OPERATOR_DIR = REPO / "operator"
@@ -38,26 +39,6 @@ def child_env(**extra: str) -> dict[str, str]:
     env["UCX_NET_DEVICES"] = "lo"
     env.update(extra)
     return env
-
-
-def free_port(host: str) -> int:
-    with socket.socket() as sock:
-        sock.bind((host, 0))
-        return int(sock.getsockname()[1])
-
-
-def wait_until(condition: Callable[[], Any], timeout_s: float, what: str) -> Any:
-    """Poll with backoff until ``condition()`` is truthy; fail the test at the deadline."""
-    deadline = time.monotonic() + timeout_s
-    delay = 0.05
-    while True:
-        value = condition()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            pytest.fail(f"timed out after {timeout_s}s waiting for {what}")
-        time.sleep(delay)
-        delay = min(delay * 1.5, 0.5)
 
 
 def http(
