@@ -125,16 +125,35 @@ def test_replacement_within_grace_reports_old_identity_removed(procs: Processes)
     sidecar_a.kill()
     _, engine_a2, info_a2 = _start_prefill(procs, pa, source, "uid-a2")
 
-    watch = json.loads(
-        http("GET", f"{sidecar_b.url}/v1/peers/watch?since={version}&wait_s=20", timeout=30)[1]
-    )
-    assert [(r["name"], r["pod_uid"]) for r in watch["removed"]] == [(AGENT_A, "uid-a1")]
-    assert [(r["name"], r["pod_uid"]) for r in watch["added"]] == [(AGENT_A, "uid-a2")]
+    # The new sidecar may answer before its engine has published, so the removal can come one
+    # watch answer before the addition; never may the addition come without the removal.
+    removed, added = _watch_until_added(sidecar_b, version)
+    assert removed == [(AGENT_A, "uid-a1")]
+    assert added == [(AGENT_A, "uid-a2")]
     report = _sync_until(engine_b, lambda r: r[-1]["added"], "B to reload A")[-1]
     assert report["removed"] == [AGENT_A] and report["added"] == [AGENT_A]
     assert report["loaded"][AGENT_A][1] == "uid-a2"
     _write_and_verify(engine_b, engine_a2, info_a2, seed=3)
     assert (sidecar_b.metric("pdd_sidecar_stale_peer_drops_total", reason="uid_changed") or 0) >= 1
+
+
+def _watch_until_added(
+    sidecar: SidecarProcess, since: int
+) -> tuple[list[tuple[str, str]], list[tuple[str, str]]]:
+    """Follow ``/v1/peers/watch`` from ``since`` until an agent is added; returns every
+    (name, pod UID) removed and added on the way."""
+    removed: list[tuple[str, str]] = []
+    added: list[tuple[str, str]] = []
+    for _ in range(10):
+        url = f"{sidecar.url}/v1/peers/watch?since={since}&wait_s=20"
+        watch = json.loads(http("GET", url, timeout=30)[1])
+        assert not watch["resync"], watch
+        removed += [(r["name"], r["pod_uid"]) for r in watch["removed"]]
+        added += [(r["name"], r["pod_uid"]) for r in watch["added"]]
+        since = watch["version"]
+        if added:
+            return removed, added
+    raise AssertionError(f"no agent added after 10 watch answers; removed {removed}")
 
 
 def test_requests_need_the_token(procs: Processes) -> None:
