@@ -49,6 +49,9 @@ DEFAULT_CONTROLLERS: tuple[str, ...] = (
     # Lifts a deleted claim's kubernetes.io/pvc-protection finalizer once no pod uses it;
     # without it a namespace holding a claim never finishes terminating.
     "persistentvolumeclaim-protection-controller",
+    # Computes each ResourceQuota's usage; without it the quota admission plugin has no
+    # usage to check against and admits everything (tests of pods refused by a quota).
+    "resourcequota-controller",
 )
 
 AUDIT_POLICY = """\

@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import secrets
+import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
@@ -27,7 +28,7 @@ from pdd_operator.api import names
 from pdd_operator.api.names import DeploymentKey
 from pdd_operator.api.v1alpha1 import Condition, PDDeployment, PDDeploymentStatus
 from pdd_operator.kube.client import api_error_message, namespace_unavailable
-from pdd_operator.kube.resources import Kind, kind_of
+from pdd_operator.kube.resources import SECRET, Kind, kind_of
 from pdd_operator.metrics import OperatorMetrics
 from pdd_operator.planning.placement import Fleet, PlacementResult, plan_placement
 from pdd_operator.planning.reservations import ReservationLedger
@@ -50,8 +51,15 @@ from pdd_operator.status.model import (
     model_readiness,
     model_references,
 )
-from pdd_operator.status.observe import ChildKey, ChildSummary, PodSummary, pod_problems
+from pdd_operator.status.observe import (
+    ChildKey,
+    ChildSummary,
+    PodSummary,
+    pod_nodes,
+    pod_problems,
+)
 from pdd_operator.status.own_writes import OwnStatusWrites
+from pdd_operator.status.refusals import Refusal, creation_refusal
 from pdd_operator.status.transfer import probe_due, prober, transfer_outcome
 
 log = logging.getLogger(__name__)
@@ -84,6 +92,9 @@ class ApiWriter(Protocol):
     # The model's prerequisites are read on each pass (nothing watches Secrets or claims).
     def secret_exists(self, namespace: str, name: str) -> bool: ...
     def read_pvc(self, namespace: str, name: str) -> dict[str, Any] | None: ...
+
+    # Why a workload short of pods has none: its controller's Events, by the workload's uid.
+    def pod_creation_events(self, namespace: str, uid: str) -> list[dict[str, Any]]: ...
 
 
 EventSink = Callable[[Mapping[str, Any], str, str, str], None]  # body, type, reason, message
@@ -132,6 +143,18 @@ class _Blocked:
     message: str = ""
 
 
+@dataclass(frozen=True)
+class _TokenCheck:
+    """A look at a deployment's sidecar token Secret: of which PDDeployment (uid), when
+    (monotonic seconds), and what it found: missing, or a _Blocked (empty when the Secret is
+    this deployment's)."""
+
+    uid: str = ""
+    at: float = 0.0
+    missing: bool = False
+    found: _Blocked = _Blocked()
+
+
 # A name conflict is looked at again after this long, doubling up to the maximum: the object
 # holding the name is not watched (it may carry no label of ours), so nothing else would say
 # that it is gone before the next resync.
@@ -142,6 +165,9 @@ CONFLICT_RETRY_MAX_SECONDS = 300.0
 # them), and the periodic resync is minutes apart.
 MODEL_RETRY_FIRST_S = 2.0
 MODEL_RETRY_MAX_S = 60.0
+# The token Secret is not watched (no list/watch on Secrets): a pass looks at it (its metadata)
+# at most this often, so a deleted one is created again within a resync period.
+TOKEN_RECHECK_S = 300.0
 
 
 class Reconciler:
@@ -154,6 +180,7 @@ class Reconciler:
         metrics: OperatorMetrics | None = None,
         max_concurrent: int = 64,
         model_retry: tuple[float, float] = (MODEL_RETRY_FIRST_S, MODEL_RETRY_MAX_S),
+        token_recheck_s: float = TOKEN_RECHECK_S,
     ) -> None:
         self.kube = kube
         self.view = view
@@ -164,7 +191,9 @@ class Reconciler:
         # Bounds the passes in flight (kopf's per-object workers are unbounded): each holds
         # rendered children and API calls; beyond the API pool more only queue.
         self._passes = asyncio.Semaphore(max_concurrent)
-        self._tokens: set[tuple[str, str, str]] = set()
+        self._tokens: dict[DeploymentKey, _TokenCheck] = {}
+        self.token_recheck_s = token_recheck_s
+        self._short_attempts: dict[DeploymentKey, int] = {}
         self._reservations = ReservationLedger()
         self._own_writes = OwnStatusWrites()
         self._rendered: dict[DeploymentKey, _Rendered] = {}
@@ -216,6 +245,8 @@ class Reconciler:
         self._rendered.pop(key, None)
         self._corrections.forget(key)
         self._model_attempts.pop(key, None)
+        self._tokens.pop(key, None)
+        self._short_attempts.pop(key, None)
         if (retry := self._retries.pop(key, None)) is not None:
             retry.cancel()
 
@@ -248,16 +279,21 @@ class Reconciler:
         placement = self._place(pdd)
         desired = self._render(pdd, self._render_context(pdd, placement, observed))
         model = await self._check_model(pdd)
-        held = _engine_workloads(desired) if engine_roles_held(model) else frozenset()
+        # Looked at before the engines are applied: a Secret of the token's name that is not
+        # this deployment's holds a token someone else may know, and their pods mount it.
+        token = await self._token_secret(pdd)
+        hold = engine_roles_held(model) or token.found.reason == ownership.TOKEN_REASON
+        held = _engine_workloads(desired) if hold else frozenset()
         try:
             blocked = await self._sync_children(pdd, body, desired, observed, held)
         except _NamespaceGoingAway:
             return  # its namespace is being deleted: nothing to create, nobody to tell
         self._retry_while_conflicting(_key(pdd), blocked)
         if not blocked.message:
-            blocked = _Blocked("ApplyFailed", await self._ensure_token(pdd))
+            blocked = await self._create_token_if_missing(pdd, token)
+        refusals = await self._refusals(pdd)
         observed_now = self._observed(pdd, desired, placement, blocked)
-        status = await self._status(pdd, replace(observed_now, model=model))
+        status = await self._status(pdd, replace(observed_now, model=model, refusals=refusals))
         await self._write_status(pdd, body, status)
 
     def _retry_while_conflicting(self, key: DeploymentKey, blocked: _Blocked) -> None:
@@ -517,18 +553,88 @@ class Reconciler:
         log.info("%s/%s: %s", pdd.namespace, pdd.name, message)
         self.emit_event(body, "Normal", "DriftCorrected", message)
 
-    async def _ensure_token(self, pdd: PDDeployment) -> str:
-        ident = (pdd.namespace, pdd.name, pdd.uid)
-        if not sidecar_enabled(pdd.spec) or ident in self._tokens:
-            return ""
+    async def _token_secret(self, pdd: PDDeployment) -> _TokenCheck:
+        """Whether the sidecar token Secret is there and this PDDeployment's. It is not
+        watched (no list/watch on Secrets), so a pass looks (its metadata only, never its
+        value) at most every `token_recheck_s`: a deleted Secret is noticed within that."""
+        key = _key(pdd)
+        if not sidecar_enabled(pdd.spec):
+            return _TokenCheck()
+        last = self._tokens.get(key)
+        now = time.monotonic()
+        if last is not None and last.uid == pdd.uid and now - last.at < self.token_recheck_s:
+            return last
+        name = names.token_secret_name(pdd.name, pdd.uid)
+        try:
+            owners = await asyncio.to_thread(
+                self.kube.owner_references, SECRET, pdd.namespace, name
+            )
+        except Exception as err:  # say so; the next pass looks again
+            message = f"could not look up the sidecar token Secret: {api_error_message(err)}"
+            return _TokenCheck(found=_Blocked("ApplyFailed", message))
+        if owners is None:
+            return _TokenCheck(pdd.uid, now, missing=True)
+        found = _Blocked()
+        if (conflict := ownership.name_conflict("Secret", name, owners, pdd.uid)) is not None:
+            found = _Blocked(ownership.TOKEN_REASON, ownership.token_conflict_message(conflict))
+            log.warning("%s/%s: %s", pdd.namespace, pdd.name, found.message)
+        check = _TokenCheck(pdd.uid, now, found=found)
+        self._tokens[key] = check
+        return check
+
+    async def _create_token_if_missing(self, pdd: PDDeployment, token: _TokenCheck) -> _Blocked:
+        """Create the Secret with a new random token when the look found none; one created
+        by someone else between the look and the create is looked at by the next pass."""
+        if not token.missing:
+            return token.found
         secret = render_token_secret(pdd, secrets.token_urlsafe(32))
         secret["metadata"]["ownerReferences"] = [owner_reference(pdd)]
         try:
-            await asyncio.to_thread(self.kube.create_if_absent, secret)
+            created = await asyncio.to_thread(self.kube.create_if_absent, secret)
         except Exception as err:
-            return f"could not create the sidecar token Secret: {api_error_message(err)}"
-        self._tokens.add(ident)
-        return ""
+            message = api_error_message(err)
+            return _Blocked("ApplyFailed", f"could not create the sidecar token Secret: {message}")
+        self._count_write("create", "Secret")
+        if created:
+            self._tokens[_key(pdd)] = replace(token, missing=False)
+        else:
+            self._tokens.pop(_key(pdd), None)
+            self._retry_later(_key(pdd), self._model_retry[0])
+        return _Blocked()
+
+    async def _refusals(self, pdd: PDDeployment) -> list[Refusal]:
+        """The engine StatefulSets short of pods whose newest pod creation was refused. While
+        one is short of pods, another pass is scheduled (with backoff): the controller's
+        Event may come after this pass, and nothing watched changes when it does."""
+        key = _key(pdd)
+        short = [
+            summary
+            for summary in self.view.children(key).values()
+            if summary.key[1] == "StatefulSet"
+            and summary.workload is not None
+            and summary.uid
+            and summary.workload.pods < summary.workload.desired
+        ]
+        if not short:
+            self._short_attempts.pop(key, None)
+            return []
+        attempt = self._short_attempts.get(key, 0)
+        self._short_attempts[key] = attempt + 1
+        first, most = self._model_retry
+        self._retry_later(key, min(first * 2**attempt, most))
+        found = await asyncio.gather(
+            *(asyncio.to_thread(self._refusal, pdd.namespace, summary) for summary in short)
+        )
+        return [refusal for refusal in found if refusal is not None]
+
+    def _refusal(self, namespace: str, summary: ChildSummary) -> Refusal | None:
+        try:
+            events = self.kube.pod_creation_events(namespace, summary.uid)
+        except Exception as err:  # status says less this pass; the next one asks again
+            log.warning("reading the events of %s failed: %s", summary.key[2], err)
+            return None
+        message = creation_refusal(events)
+        return Refusal(summary.role, summary.key[2], message) if message else None
 
     # ------------------------------------------------------------------------------ status
 
@@ -558,6 +664,7 @@ class Reconciler:
             wanted=wanted,
             revision=engine_revision(pdd.spec),
             pod_problems=pod_problems(pods, self.view.node_ready),
+            pod_nodes=pod_nodes(pods, self.view.node_ready),
             placement=placement,
             transfer=outcome.status if outcome else None,
             transfer_ok=outcome.ok if outcome else None,

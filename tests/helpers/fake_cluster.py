@@ -110,6 +110,8 @@ class FakeCluster:
         self.pvcs: dict[tuple[str, str], dict[str, Any]] = {}
         self.reads: list[tuple[str, str, str]] = []  # (kind, namespace, name)
         self.read_error: Exception | None = None
+        # Events the API server holds, by the uid of the object they are about.
+        self.object_events: dict[str, list[dict[str, Any]]] = {}
         self._lock = threading.Lock()  # applies of one wave arrive from several threads
         for body in bodies:
             self.add(body)
@@ -262,6 +264,10 @@ class FakeCluster:
         if self.read_error is not None:
             raise self.read_error
         return (namespace, name) in self.secrets
+
+    def pod_creation_events(self, namespace: str, uid: str) -> list[dict[str, Any]]:
+        self.reads.append(("Event", namespace, uid))
+        return copy.deepcopy(self.object_events.get(uid, []))
 
     def read_pvc(self, namespace: str, name: str) -> dict[str, Any] | None:
         self.reads.append(("PersistentVolumeClaim", namespace, name))

@@ -127,6 +127,7 @@ async def test_a_settled_deployment_reads_nothing_to_check_names() -> None:
     await rec.reconcile(KEY)
     first = len(cluster.reads)
     assert first > 0  # every new child's name was looked up once
+    cluster.workloads_ready(NS)  # no StatefulSet short of pods: no Events to read either
     await rec.reconcile(KEY)
     assert len(cluster.reads) == first  # children listed as its own need no look-up
 

@@ -81,6 +81,7 @@ class OperatorRuntime:
                 _kopf_event,
                 self.metrics,
                 max_concurrent=self.config.max_concurrent_passes,
+                token_recheck_s=self.config.resync_seconds,
             )
         self._reconciler.view = view
         return self._reconciler

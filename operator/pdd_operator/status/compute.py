@@ -20,6 +20,8 @@ from pdd_operator.api.v1alpha1 import (
 from pdd_operator.planning.placement import PlacementResult
 from pdd_operator.status.conditions import find, set_condition
 from pdd_operator.status.model import ModelReadiness
+from pdd_operator.status.refusals import REASON as REFUSED
+from pdd_operator.status.refusals import Refusal
 
 ROLES_WITH_ROUTER = ("prefill", "decode", "router")
 NOT_VERIFIED_YET = (
@@ -40,6 +42,7 @@ class WorkloadState:
     update_revision: str = ""
     generation: int = 0
     observed_generation: int = 0
+    pods: int = 0  # pods its controller has created (status.replicas), ready or not
 
     @property
     def settled(self) -> bool:
@@ -76,6 +79,8 @@ class Observed:
     apply_error_reason: str = "ApplyFailed"  # its condition reason (NameConflict, ...)
     probe_requested_at: str = ""  # when this pass asked the prober pod for a transfer probe
     model: ModelReadiness | None = None  # the model's Secret and claims (status.model)
+    refusals: Sequence[Refusal] = ()  # workloads whose pods the API server refuses
+    pod_nodes: tuple[str, ...] = ()  # existing nodes the engine pods are bound to now
 
 
 def compute_status(pdd: PDDeployment, observed: Observed, now: str) -> PDDeploymentStatus:
@@ -85,9 +90,9 @@ def compute_status(pdd: PDDeployment, observed: Observed, now: str) -> PDDeploym
     ready, ready_reason, ready_msg = _readiness(observed, roles)
     progressing, prog_reason, prog_msg = _progress(observed, roles)
     degraded, deg_reason, deg_msg = _degradation(observed)
-    stalled = (degraded and any(p.blocking for p in observed.pod_problems)) or bool(
-        observed.apply_error
-    )
+    # A refused pod or a missing prerequisite does not go away by waiting: the user acts.
+    blocking = bool(observed.refusals) or any(p.blocking for p in observed.pod_problems)
+    stalled = (degraded and blocking) or bool(observed.apply_error)
     stall_reason, stall_msg = deg_reason, deg_msg
     if _model_missing(observed) and not observed.apply_error:
         # Nothing progresses until the user creates or fixes what the model needs.
@@ -194,6 +199,9 @@ def _degradation(observed: Observed) -> tuple[bool, str, str]:
     problems = list(observed.pod_problems)
     if observed.apply_error:
         return True, observed.apply_error_reason, observed.apply_error
+    if observed.refusals:
+        # Before any pod's problem: these pods do not exist, so no pod can report them.
+        return True, REFUSED, "; ".join(r.describe() for r in observed.refusals)
     if not problems:
         return False, "AsExpected", ""
     first = problems[0]
@@ -275,13 +283,24 @@ def _placement_status(pdd: PDDeployment, observed: Observed) -> PlacementStatus:
         # Same decision: keep its record. The planner's node list and free-GPU counts move
         # with every other deployment's pods, and rewriting them would turn each of those
         # changes into a status write here.
-        return previous
-    return PlacementStatus(
-        level=result.placement.level,
-        domain=result.placement.domain,
-        nodes=sorted(result.nodes),
-        message=result.message,
+        return _nodes_in_use(previous, observed)
+    return _nodes_in_use(
+        PlacementStatus(
+            level=result.placement.level,
+            domain=result.placement.domain,
+            nodes=sorted(result.nodes),
+            message=result.message,
+        ),
+        observed,
     )
+
+
+def _nodes_in_use(placement: PlacementStatus, observed: Observed) -> PlacementStatus:
+    """Once engine pods are bound, the nodes they are on (a node deleted, its pods placed
+    elsewhere: the list follows); before that, the planner's choice."""
+    if not observed.pod_nodes or list(observed.pod_nodes) == placement.nodes:
+        return placement
+    return placement.model_copy(update={"nodes": list(observed.pod_nodes)})
 
 
 def _summary(roles: dict[str, RoleStatus]) -> str:

@@ -130,6 +130,7 @@ def _workload(body: Mapping[str, Any]) -> WorkloadState:
         desired=desired,
         ready=int(status.get("readyReplicas", 0)),
         updated=updated,
+        pods=int(status.get("replicas", 0)),
         current_revision=current,
         update_revision=update,
         generation=int(body["metadata"].get("generation", 0)),
@@ -177,11 +178,23 @@ def _json_object(text: str) -> Mapping[str, Any] | None:
 def pod_problems(
     pods: Sequence[PodSummary], node_ready: Callable[[str], bool | None]
 ) -> list[PodProblem]:
-    """Problems of the pods themselves, plus pods that sit on a node that went NotReady."""
+    """Problems of the pods themselves, plus pods that sit on a node that went NotReady or
+    that no longer exists (the pod keeps its Ready status: no kubelet reports on it)."""
     problems = []
     for pod in pods:
         if pod.problem is not None:
             problems.append(pod.problem)
+        elif pod.node and node_ready(pod.node) is None:
+            problems.append(
+                PodProblem(
+                    pod.name,
+                    pod.role,
+                    "NodeLost",
+                    f"node {pod.node} no longer exists; the pod is replaced once it is deleted "
+                    f"(the pod garbage collector does that; `kubectl delete pod {pod.name}` "
+                    "does it now)",
+                )
+            )
         elif pod.node and not pod.ready and node_ready(pod.node) is False:
             problems.append(
                 PodProblem(
@@ -193,6 +206,24 @@ def pod_problems(
                 )
             )
     return problems
+
+
+def pod_nodes(
+    pods: Sequence[PodSummary], node_ready: Callable[[str], bool | None]
+) -> tuple[str, ...]:
+    """The existing nodes the engine pods are bound to, sorted: where the slice runs now."""
+    return tuple(
+        sorted(
+            {
+                pod.node
+                for pod in pods
+                if pod.node and pod.role in ENGINE_ROLES and node_ready(pod.node) is not None
+            }
+        )
+    )
+
+
+ENGINE_ROLES = ("prefill", "decode")
 
 
 def pod_problem(pod: str, role: str, status: Mapping[str, Any]) -> PodProblem | None:
