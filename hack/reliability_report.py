@@ -27,6 +27,7 @@ from pdd_localcluster.controlplane import LocalControlPlane  # noqa: E402
 
 FAULT_TESTS = [
     "tests/integration/test_faults.py",
+    "tests/integration/test_failures.py",
     "tests/integration/test_rollout.py",
     "tests/integration/test_transfer_status.py",
     "tests/integration/test_placement.py",
