@@ -16,6 +16,7 @@ from kubernetes.client.exceptions import ApiException
 from helpers.factories import pdd_body
 from helpers.operator_proc import OperatorProcess, install_crd
 from helpers.waits import wait_for
+from pdd_localcluster.nodes import SimNode, gpu_node_capacity, gpu_node_labels
 from pdd_operator.api import names
 from pdd_operator.rendering.sidecar import TOKEN_KEY
 
@@ -177,11 +178,35 @@ def test_pods_refused_by_pod_security_admission_are_reported_with_its_message(
     assert 'violates PodSecurity "restricted:latest"' in degraded["message"]
 
 
+@pytest.fixture
+def own_nodes(node_sim: Any, namespace: str) -> Iterator[list[str]]:
+    """Three nodes of this test's own: deleting one must not change the session's fleet that
+    other tests count."""
+    nodes = [
+        SimNode(
+            f"lost-{namespace[-6:]}-{i}",
+            labels={**gpu_node_labels(8, "clique-lost"), "pdd-test": "failures"},
+            capacity=gpu_node_capacity(8),
+        )
+        for i in range(3)
+    ]
+    node_sim.add_nodes(nodes)
+    yield [n.name for n in nodes]
+    for node in nodes:
+        if node.name in node_sim.node_names:
+            node_sim.delete_node(node.name)
+
+
 def test_a_node_deleted_under_a_bound_pod_is_reported_and_placement_follows(
-    operator: Any, api_client: client.ApiClient, namespace: str, node_sim: Any
-) -> None:
+    operator: Any, api_client: client.ApiClient, namespace: str, node_sim: Any,
+    own_nodes: list[str],
+) -> None:  # fmt: skip
     core = client.CoreV1Api(api_client)
-    create(api_client, body("lost", namespace))
+    spec = body("lost", namespace)
+    for role in ("prefill", "decode"):
+        spec["spec"][role]["gpusPerInstance"] = 8  # one pod fills one node
+        spec["spec"][role]["nodeSelector"] = {"pdd-test": "failures"}
+    create(api_client, spec)
     wait_for(
         condition_is(api_client, namespace, "lost", "Ready", "True", "AllReplicasReady"),
         90,
@@ -215,7 +240,7 @@ def test_a_node_deleted_under_a_bound_pod_is_reported_and_placement_follows(
         what="Degraded=False once the pod runs elsewhere",
     )
     now = {pod.spec.node_name for pod in core.list_namespaced_pod(namespace).items}
-    assert lost not in now
+    assert lost not in now and now <= set(own_nodes)
     assert read(api_client, namespace, "lost")["status"]["placement"]["nodes"] == sorted(now)
 
 
