@@ -37,6 +37,12 @@ TEMPLATES = [
         {"spec": {"containers": [{"name": "nixl-sidecar", "command": ["sh"]}]}},
         "containers[nixl-sidecar] sets command",
     ),
+    # A volume of the sidecar's name would swap the token it checks its peers with.
+    (
+        "decode",
+        {"spec": {"volumes": [{"name": "sidecar-token", "secret": {"secretName": "mine"}}]}},
+        "spec.volumes[sidecar-token] is a volume the operator injects",
+    ),
 ]
 
 

@@ -136,3 +136,56 @@ def test_other_containers_merge_as_before() -> None:
         {"name": "nixl-sidecar"},
         {"name": "mine"},
     ]
+
+
+def injected_mounts(pod: dict[str, Any]) -> set[str]:
+    """The volumes the injected containers of a rendered pod mount."""
+    spec = pod["spec"]
+    containers = [*spec.get("initContainers", []), *spec["containers"]]
+    return {
+        mount["name"]
+        for c in containers
+        if c["name"] in api.INJECTED_CONTAINERS
+        for mount in c.get("volumeMounts", [])
+    }
+
+
+@pytest.mark.parametrize("exchange", ["sidecar", "etcd"])
+def test_the_models_list_every_volume_the_injected_containers_mount(exchange: str) -> None:
+    """INJECTED_VOLUMES is what the models refuse without a render: it must name every volume
+    a render gives the injected containers, or a new one would be open to a podTemplate."""
+    pdd = make_pdd(
+        {
+            "prefill": {"replicas": 1, "gpusPerInstance": 2},
+            "kvTransfer": {"metadataExchange": {"mode": exchange}},
+        }
+    )
+    mounted = injected_mounts(render_pod_template(pdd, "prefill", RenderContext()))
+    assert mounted and mounted <= set(api.INJECTED_VOLUMES)
+
+
+@pytest.mark.parametrize("volume", api.INJECTED_VOLUMES)
+def test_a_podtemplate_volume_named_like_an_injected_one_is_named(volume: str) -> None:
+    template = {"spec": {"volumes": [{"name": volume, "hostPath": {"path": "/"}}]}}
+    assert api.pod_template_problems(template) == [
+        f"spec.volumes[{volume}] is a volume the operator injects for its own containers; "
+        "give your volume another name"
+    ]
+
+
+def test_the_renderer_keeps_injected_volumes_whatever_the_template() -> None:
+    """With the model check bypassed, a podTemplate volume named like the sidecar's token
+    volume does not replace it; a volume of the user's own is added."""
+    pdd = make_pdd({"prefill": {"replicas": 1, "gpusPerInstance": 2}})
+    rendered = render_pod_template(pdd, "prefill", RenderContext())
+    swapped = [{"name": name, "emptyDir": {}} for name in injected_mounts(rendered)] + [
+        {"name": "mine", "emptyDir": {}}
+    ]
+    bypassed = pdd.spec.prefill.model_construct(
+        **{**dict(pdd.spec.prefill), "podTemplate": {"spec": {"volumes": swapped}}}
+    )
+    spec = pdd.spec.model_copy(update={"prefill": bypassed})
+    merged = render_pod_template(pdd.model_copy(update={"spec": spec}), "prefill", RenderContext())
+    before = {v["name"]: v for v in rendered["spec"]["volumes"]}
+    after = {v["name"]: v for v in merged["spec"]["volumes"]}
+    assert after == {**before, "mine": {"name": "mine", "emptyDir": {}}}

@@ -187,6 +187,11 @@ PREFLIGHT_CONTAINER = "preflight"
 SIDECAR_CONTAINER = "nixl-sidecar"
 INJECTED_CONTAINERS = (PREFLIGHT_CONTAINER, SIDECAR_CONTAINER)
 INJECTED_CONTAINER_SETTABLE = ("name", "resources")
+# Volumes the injected containers mount (rendering/roles.py and rendering/sidecar.py name
+# them; a unit test keeps this list equal to a render's). A podTemplate volume of the same name
+# would swap what they read: the token the sidecar checks peers with, the env file the engine
+# sources, the scratch space.
+INJECTED_VOLUMES = ("dshm", "pdd-env", "preflight-tmp", "sidecar-token", "sidecar-tmp")
 
 
 def pod_template_problems(template: dict[str, Any] | None) -> list[str]:
@@ -209,6 +214,12 @@ def pod_template_problems(template: dict[str, Any] | None) -> list[str]:
             problems.append(f"metadata.annotations[{key}] is set by the operator ({where})")
     pod = template.get("spec")
     pod = pod if isinstance(pod, dict) else {}
+    for volume in _dicts(pod.get("volumes")):
+        if volume.get("name") in INJECTED_VOLUMES:
+            problems.append(
+                f"spec.volumes[{volume['name']}] is a volume the operator injects for its own "
+                "containers; give your volume another name"
+            )
     for list_name in ("initContainers", "containers"):
         for container in _dicts(pod.get(list_name)):
             if container.get("name") in INJECTED_CONTAINERS:

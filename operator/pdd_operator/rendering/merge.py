@@ -20,19 +20,26 @@ def merge_pod_template(
     injected: Collection[str],
     settable: Collection[str],
 ) -> dict[str, Any]:
-    """`merge_template`, except that each injected container of `base` stays as rendered but
-    for the `settable` fields the patch gave it. The models refuse such a patch already; this
-    holds even where that check was bypassed (an older operator stored the object, a render
-    from a file), because a changed command or mount in the sidecar would run the user's code
-    beside the deployment's token."""
+    """`merge_template`, except that each injected container of `base`, and every volume it
+    mounts, stays as rendered but for the `settable` fields the patch gave the container.
+    The models refuse such a patch already; this holds even where that check was bypassed (an
+    older operator stored the object, a render from a file), because a changed command or
+    mount in the sidecar would run the user's code beside the deployment's token."""
     merged = merge_template(base, patch)
     base_spec, merged_spec = base.get("spec", {}), merged.get("spec")
     if not isinstance(merged_spec, dict):
         merged["spec"] = merged_spec = {}
+    mounted: set[str] = set()
     for list_name in CONTAINER_LISTS:
         for original in base_spec.get(list_name, []):
             if original["name"] in injected:
                 merged_spec[list_name] = _restore(merged_spec.get(list_name), original, settable)
+                mounted.update(m["name"] for m in original.get("volumeMounts", []))
+    # What an injected container mounts stays as rendered too: a volume of the same name in
+    # the patch would change what the sidecar or the preflight reads.
+    for volume in base_spec.get("volumes", []):
+        if volume["name"] in mounted:
+            merged_spec["volumes"] = _restore(merged_spec.get("volumes"), volume, ("name",))
     return merged
 
 
