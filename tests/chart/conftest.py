@@ -36,11 +36,16 @@ def helm(helm_binary: Path, tmp_path_factory: pytest.TempPathFactory) -> Helm:
 @pytest.fixture(scope="package")
 def control_plane(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalControlPlane]:
     state = tmp_path_factory.mktemp("chart-controlplane")
-    # Only the ServiceAccount controllers: the ServiceAccounts' tokens are what the RBAC
-    # proof runs with. Nothing here needs pods scheduled or garbage collected.
+    # The ServiceAccount controllers (the ServiceAccounts' tokens are what the RBAC proof runs
+    # with) and ClusterRole aggregation (the chart's user roles join admin/edit/view). Nothing
+    # here needs pods scheduled or garbage collected.
     cp = LocalControlPlane(
         state,
-        controllers=("serviceaccount-controller", "serviceaccount-token-controller"),
+        controllers=(
+            "serviceaccount-controller",
+            "serviceaccount-token-controller",
+            "clusterrole-aggregation-controller",
+        ),
         scheduler=False,
     )
     with cp:

@@ -92,6 +92,8 @@ def test_default_render(helm: Helm) -> None:
             "ServiceAccount",
             "ClusterRole",
             "ClusterRole",
+            "ClusterRole",  # the users' edit role
+            "ClusterRole",  # the users' view role
             "ClusterRoleBinding",
             "ClusterRoleBinding",
             "Service",
