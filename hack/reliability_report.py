@@ -31,7 +31,12 @@ FAULT_TESTS = [
     "tests/integration/test_rollout.py",
     "tests/integration/test_transfer_status.py",
     "tests/integration/test_placement.py",
+    "tests/integration/test_name_conflicts.py",
+    "tests/integration/test_injected_settings.py",
+    "tests/integration/test_ownership.py",
     "tests/chart/test_manifests_rbac.py",
+    "tests/chart/test_podtemplate_policy.py",
+    "tests/chart/test_user_roles.py",
 ]
 
 
@@ -134,7 +139,14 @@ def render(
         "at most one instance per role out); a missing RDMA prerequisite (the preflight stops",
         "the pod, Degraded/Stalled and a Warning event carry the fix); a TCP-fallback probe",
         "result (KVTransferVerified=False with the fix); the operator running with its chart",
-        "ServiceAccount (RBAC sufficient, Secret reads refused).",
+        "ServiceAccount (RBAC sufficient, Secret reads refused); pods refused by a quota or Pod",
+        "Security, a node deleted under a bound pod, the token Secret deleted or planted",
+        "(PodsRefused, NodeLost, TokenSecretConflict); child names taken by foreign objects",
+        "(NameConflict, nothing adopted or deleted); podTemplates overriding injected settings",
+        "(InvalidSpec) or asking for node access (the chart's admission policy refuses them);",
+        "forged status and look-alike pods (put back, not counted); who may create, read and",
+        "write PDDeployments (SubjectAccessReview and impersonation). docs/security.md has the",
+        "threat model these tests stand for.",
         "",
         "## Bad input",
         "",
