@@ -191,7 +191,14 @@ INJECTED_CONTAINER_SETTABLE = ("name", "resources")
 # them; a unit test keeps this list equal to a render's). A podTemplate volume of the same name
 # would swap what they read: the token the sidecar checks peers with, the env file the engine
 # sources, the scratch space.
-INJECTED_VOLUMES = ("dshm", "pdd-env", "preflight-tmp", "sidecar-token", "sidecar-tmp")
+INJECTED_VOLUMES = (
+    "dshm",
+    "pdd-env",
+    "pdd-kube-api-access",
+    "preflight-tmp",
+    "sidecar-token",
+    "sidecar-tmp",
+)
 
 
 def pod_template_problems(template: dict[str, Any] | None) -> list[str]:

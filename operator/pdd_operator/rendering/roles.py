@@ -133,6 +133,10 @@ def render_pod_template(pdd: PDDeployment, role: str, ctx: RenderContext) -> dic
         template = merge_pod_template(
             template, rspec.podTemplate, INJECTED_CONTAINERS, INJECTED_CONTAINER_SETTABLE
         )
+    # The engine runs model code: no ServiceAccount token is mounted into every container;
+    # the sidecar mounts the one it needs itself (sidecar.sidecar_volumes). Set after the
+    # podTemplate, as the injected containers are: the account is the sidecar's.
+    template["spec"]["automountServiceAccountToken"] = False
     return template
 
 

@@ -30,7 +30,7 @@ from pdd_contract.ports import NO_SIDE_CHANNEL, SIDE_CHANNEL_SERVED_BY
 from pdd_operator.api import names
 from pdd_operator.api.v1alpha1 import SIDECAR_CONTAINER, PDDeployment, PDDeploymentSpec
 from pdd_operator.engines.base import EngineAdapter
-from pdd_operator.rendering.access import render_account
+from pdd_operator.rendering.access import api_access_mount, api_access_volume, render_account
 from pdd_operator.rendering.context import RenderContext
 from pdd_operator.rendering.transfer import transfer_env
 
@@ -129,6 +129,8 @@ def sidecar_containers(
                 {"name": "pdd-env", "mountPath": ENV_DIR, "readOnly": True},
                 {"name": "dshm", "mountPath": "/dev/shm"},  # UCX shared-memory lanes
                 {"name": SCRATCH_VOLUME, "mountPath": "/tmp"},  # probe logs; root fs read-only
+                # The pod's API credential: the sidecar's alone (peer discovery, probe results).
+                api_access_mount(),
             ],
             "securityContext": {
                 "runAsNonRoot": True,
@@ -153,6 +155,7 @@ def sidecar_volumes(pdd: PDDeployment) -> list[dict[str, Any]]:
             },
         },
         {"name": SCRATCH_VOLUME, "emptyDir": {"sizeLimit": "256Mi"}},
+        api_access_volume(),
     ]
 
 
