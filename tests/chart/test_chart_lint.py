@@ -99,8 +99,9 @@ def test_default_render(helm: Helm) -> None:
             "Service",
             "DaemonSet",
             "Deployment",
-            "ValidatingAdmissionPolicy",
-            "ValidatingAdmissionPolicyBinding",
+            # The podTemplate policy, the operator's pods, the agent's Node.
+            *["ValidatingAdmissionPolicy"] * 3,
+            *["ValidatingAdmissionPolicyBinding"] * 3,
         ]
     )
     assert all(d["metadata"].get("namespace") in (None, "pdd-system") for d in docs)
@@ -229,22 +230,60 @@ def test_helm_test_pod_is_hardened(helm: Helm) -> None:
     assert "pdd-operator-metrics.pdd-system.svc:8081" in pod["spec"]["containers"][0]["command"][2]
 
 
+def named(docs: list[dict[str, Any]], kind: str, suffix: str) -> list[dict[str, Any]]:
+    return [d for d in by_kind(docs, kind) if d["metadata"]["name"].endswith(suffix)]
+
+
 def test_pod_template_policy_toggles(helm: Helm) -> None:
     """On by default with Deny and the namespace exception; the values turn it off or to
     warnings (the binding's actions)."""
-    binding = one(helm.template(), "ValidatingAdmissionPolicyBinding")
-    assert (
-        binding["spec"]["policyName"]
-        == one(helm.template(), "ValidatingAdmissionPolicy")["metadata"]["name"]
-    )
+    [binding] = named(helm.template(), "ValidatingAdmissionPolicyBinding", "-podtemplate")
+    [policy] = named(helm.template(), "ValidatingAdmissionPolicy", "-podtemplate")
+    assert binding["spec"]["policyName"] == policy["metadata"]["name"]
     assert binding["spec"]["validationActions"] == ["Deny"]
     assert binding["spec"]["matchResources"]["namespaceSelector"]["matchExpressions"] == [
         {"key": "pdd.dev/pod-policy", "operator": "NotIn", "values": ["privileged"]}
     ]
     off = helm.template("--set", "podTemplatePolicy.enabled=false")
-    assert not {"ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"} & set(kinds(off))
+    for kind in ("ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"):
+        assert named(off, kind, "-podtemplate") == []
     warn = helm.template("--set", "podTemplatePolicy.validationActions={Warn,Audit}")
-    assert one(warn, "ValidatingAdmissionPolicyBinding")["spec"]["validationActions"] == [
-        "Warn",
-        "Audit",
+    [warn_binding] = named(warn, "ValidatingAdmissionPolicyBinding", "-podtemplate")
+    assert warn_binding["spec"]["validationActions"] == ["Warn", "Audit"]
+
+
+def access_policies(docs: list[dict[str, Any]]) -> dict[str, str]:
+    """The access policies by name, each with the user its match condition names."""
+    return {
+        d["metadata"]["name"]: d["spec"]["matchConditions"][0]["expression"]
+        for d in by_kind(docs, "ValidatingAdmissionPolicy")
+        if not d["metadata"]["name"].endswith("-podtemplate")
+    }
+
+
+def test_access_policies_name_the_accounts_the_chart_creates(helm: Helm) -> None:
+    """Each policy binds (Deny) and matches the very ServiceAccount the chart runs the
+    component as, whatever the release, namespace or account name; the agent's goes with
+    the agent, both with accessPolicy.enabled."""
+    default = access_policies(helm.template())
+    assert default == {
+        "pdd-operator-operator-pods": (
+            "request.userInfo.username == 'system:serviceaccount:pdd-system:pdd-operator'"
+        ),
+        "pdd-operator-agent-node": (
+            "request.userInfo.username == "
+            "'system:serviceaccount:pdd-system:pdd-operator-topology-agent'"
+        ),
+    }
+    for name in default:
+        [binding] = named(helm.template(), "ValidatingAdmissionPolicyBinding", name)
+        assert binding["spec"] == {"policyName": name, "validationActions": ["Deny"]}
+    renamed = helm.template("--set", "serviceAccount.name=ops", namespace="infra")
+    assert (
+        "'system:serviceaccount:infra:ops'"
+        in access_policies(renamed)["pdd-operator-operator-pods"]
+    )
+    assert list(access_policies(helm.template("--set", "agent.enabled=false"))) == [
+        "pdd-operator-operator-pods"
     ]
+    assert access_policies(helm.template("--set", "accessPolicy.enabled=false")) == {}
