@@ -385,6 +385,7 @@ REVIEWS: list[tuple[str, str, str, str, str, str, str, bool]] = [
     (OPERATOR_USER, "create", "pods", "eviction", APP_NS, "", "", False),
     (OPERATOR_USER, "create", "pods", "exec", APP_NS, "", "", False),
     (OPERATOR_USER, "list", "secrets", "", APP_NS, "", "", False),
+    (OPERATOR_USER, "list", "secrets", "", "", "", "", False),
     # It creates its sidecars' accounts but cannot mint their tokens or act as them.
     (OPERATOR_USER, "create", "serviceaccounts", "token", APP_NS, "", "", False),
     (OPERATOR_USER, "impersonate", "serviceaccounts", "", APP_NS, "", "", False),
@@ -393,6 +394,8 @@ REVIEWS: list[tuple[str, str, str, str, str, str, str, bool]] = [
     (AGENT_USER, "get", "nodes", "", "", NODE_A, "", True),
     (AGENT_USER, "patch", "nodes", "", "", NODE_B, "", True),
     (AGENT_USER, "update", "nodes", "status", "", NODE_A, "", False),
+    (AGENT_USER, "list", "nodes", "", "", "", "", False),
+    (AGENT_USER, "delete", "nodes", "", "", NODE_A, "", False),
     (AGENT_USER, "impersonate", "userextras", NODE_CLAIM, "", "", AUTH, False),
     (AGENT_USER, "create", "serviceaccounts", "token", OPERATOR_NS, AGENT_SA, "", False),
     (AGENT_USER, "get", "pods", "", OPERATOR_NS, "", "", False),
@@ -405,6 +408,16 @@ REVIEWS: list[tuple[str, str, str, str, str, str, str, bool]] = [
     # The sidecar: discovers peers, writes the probe result on the prober pod only.
     (SIDECAR_USER, "list", "pods", "", APP_NS, "", "", True),
     (SIDECAR_USER, "patch", "pods", "", APP_NS, PROBER_POD, "", True),
+    (
+        SIDECAR_USER,
+        "patch",
+        "pods",
+        "",
+        APP_NS,
+        f"{names.role_name(PDD.name, 'decode')}-0",
+        "",
+        False,
+    ),
     (SIDECAR_USER, "patch", "pods", "", APP_NS, "stranger", "", False),
     (SIDECAR_USER, "get", "secrets", "", APP_NS, "", "", False),
     (SIDECAR_USER, "list", "pods", "", "kube-system", "", "", False),
