@@ -9,13 +9,18 @@ to zero and back works with its condition.
 
 from __future__ import annotations
 
+import time
+from collections.abc import Iterator
 from typing import Any
 
+import pytest
 from kubernetes import client
 
 from helpers.factories import pdd_body
 from helpers.operator_proc import OperatorProcess
 from helpers.waits import wait_for
+from pdd_localcluster import NodeSimulator, SimNode
+from pdd_localcluster.nodes import gpu_node_capacity, gpu_node_labels
 
 GROUP, VERSION, PLURAL, SCALERS = "pdd.dev", "v1alpha1", "pddeployments", "pddrolescalers"
 CLIQUE = "nvidia.com/gpu.clique"
@@ -173,3 +178,112 @@ def test_the_operator_clamps_an_ask_beyond_the_bounds_and_the_target_says_why(
     assert scaler["spec"]["replicas"] == 9  # the ask stays the HPA's
     assert scaler["status"]["replicas"] == 3
     assert scaler["status"]["message"] == "asked for 9, runs 3: spec.autoscaling maxReplicas is 3"
+
+
+# A clique of this module's own: three 8-GPU nodes (24 GPUs), tainted so that no other test's
+# pod lands there. The smallest domain of the fleet, so best fit places small slices here.
+ROOM_CLIQUE = "clique-autoscaling"
+ROOM_TAINT = {"key": "pdd.test/autoscaling-room", "value": "true", "effect": "NoSchedule"}
+ROOM_TOLERATION = {**ROOM_TAINT, "operator": "Equal"}
+
+
+@pytest.fixture(scope="module")
+def room_clique(node_sim: NodeSimulator) -> Iterator[list[str]]:
+    nodes = [
+        SimNode(
+            f"as-room-{i}",
+            labels=gpu_node_labels(8, ROOM_CLIQUE),
+            capacity=gpu_node_capacity(8),
+            taints=(ROOM_TAINT,),
+        )
+        for i in range(3)
+    ]
+    node_sim.add_nodes(nodes)
+    yield [n.name for n in nodes]
+    for node in nodes:
+        node_sim.delete_node(node.name)
+
+
+def test_two_scale_ups_at_once_share_the_room_of_their_domain_without_overcommitting(
+    operator: OperatorProcess,
+    api_client: client.ApiClient,
+    namespace: str,
+    room_clique: list[str],
+) -> None:
+    ns, core = namespace, client.CoreV1Api(api_client)
+    role = {"gpusPerInstance": 4, "tolerations": [ROOM_TOLERATION]}
+    autoscaling = {
+        "decode": {"minReplicas": 1, "maxReplicas": 8},
+        "prefill": {"minReplicas": 1, "maxReplicas": 4},
+        "follower": "prefill",
+        "ratio": {"prefill": 1, "decode": 4},
+    }
+    for name in ("alpha", "beta"):  # 1P + 1D at 4 GPUs each: 8 GPUs per slice
+        body = pdd_body(
+            name,
+            ns,
+            prefill={"replicas": 1, **role},
+            decode={"replicas": 1, **role},
+            autoscaling=autoscaling,
+            router={"enabled": False},
+            topology={"placement": "required"},
+        )
+        custom(api_client).create_namespaced_custom_object(GROUP, VERSION, ns, PLURAL, body)
+        placed = wait_for(
+            lambda n=name: (
+                (b := named(api_client, ns, n))["status"].get("placement", {}).get("domain") and b
+            ),
+            60,
+            what=f"{name} placed",
+        )
+        assert placed["status"]["placement"]["domain"] == ROOM_CLIQUE
+    for name in ("alpha", "beta"):
+        wait_for(lambda n=name: counts(api_client, ns, n) == ("1/1", "1/1"), 120, what=name)
+
+    # Both ask for 6 decodes (2 prefills) at once: 32 GPUs each, 16 left in the clique.
+    for name in ("alpha", "beta"):
+        custom(api_client).patch_namespaced_custom_object_scale(
+            GROUP, VERSION, ns, SCALERS, f"{name}-decode", {"spec": {"replicas": 6}}
+        )
+
+    def settled() -> bool:
+        pods = core.list_namespaced_pod(ns).items
+        engine = [p for p in pods if p.metadata.labels.get("pdd.dev/role") in ("prefill", "decode")]
+        return (
+            bool(engine)
+            and all(
+                any(c.type == "Ready" and c.status == "True" for c in p.status.conditions or [])
+                for p in engine
+            )
+            and len(engine) > 4
+        )
+
+    wait_for(settled, 120, what="every engine pod ready after the scale-ups")
+    time.sleep(3)  # a pass that would overcommit would have made its pods by now
+    pods = [
+        p
+        for p in core.list_namespaced_pod(ns).items
+        if p.metadata.labels.get("pdd.dev/role") in ("prefill", "decode")
+    ]
+    pending = [p.metadata.name for p in pods if p.status.phase != "Running"]
+    assert pending == []  # nothing waits for GPUs: the domain was not overcommitted
+    assert {p.spec.node_name for p in pods} <= set(room_clique)  # all in the slice's domain
+    assert sum(4 for _ in pods) <= 24
+    messages = [
+        custom(api_client).get_namespaced_custom_object(
+            GROUP, VERSION, ns, SCALERS, f"{name}-decode"
+        )["status"]["message"]
+        for name in ("alpha", "beta")
+    ]
+    assert any(f"no room for more in nvidia.com/gpu.clique={ROOM_CLIQUE}" in m for m in messages)
+    # Each grew as far as the room let it, together filling the clique: 24 GPUs, 6 pods.
+    assert len(pods) == 6, sorted(p.metadata.name for p in pods)
+
+
+def named(api: client.ApiClient, ns: str, name: str) -> dict[str, Any]:
+    return custom(api).get_namespaced_custom_object(GROUP, VERSION, ns, PLURAL, name)
+
+
+def counts(api: client.ApiClient, ns: str, name: str) -> tuple[str, str]:
+    status = named(api, ns, name).get("status", {})
+    return status.get("prefillReplicas", ""), status.get("decodeReplicas", "")
