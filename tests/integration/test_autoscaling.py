@@ -180,19 +180,19 @@ def test_the_operator_clamps_an_ask_beyond_the_bounds_and_the_target_says_why(
     assert scaler["status"]["message"] == "asked for 9, runs 3: spec.autoscaling maxReplicas is 3"
 
 
-# A clique of this module's own: three 8-GPU nodes (24 GPUs), tainted so that no other test's
-# pod lands there. The smallest domain of the fleet, so best fit places small slices here.
-ROOM_CLIQUE = "clique-autoscaling"
+# A domain of this module's own: three 8-GPU nodes (24 GPUs) under a topology label no other
+# node carries (the deployments' only level), tainted so that no other test's pod lands there.
+ROOM_LEVEL, ROOM_DOMAIN = "pdd.test/autoscaling-room", "room-1"
 ROOM_TAINT = {"key": "pdd.test/autoscaling-room", "value": "true", "effect": "NoSchedule"}
 ROOM_TOLERATION = {**ROOM_TAINT, "operator": "Equal"}
 
 
 @pytest.fixture(scope="module")
-def room_clique(node_sim: NodeSimulator) -> Iterator[list[str]]:
+def room_nodes(node_sim: NodeSimulator) -> Iterator[list[str]]:
     nodes = [
         SimNode(
             f"as-room-{i}",
-            labels=gpu_node_labels(8, ROOM_CLIQUE),
+            labels={**gpu_node_labels(8, "clique-autoscaling"), ROOM_LEVEL: ROOM_DOMAIN},
             capacity=gpu_node_capacity(8),
             taints=(ROOM_TAINT,),
         )
@@ -208,7 +208,7 @@ def test_two_scale_ups_at_once_share_the_room_of_their_domain_without_overcommit
     operator: OperatorProcess,
     api_client: client.ApiClient,
     namespace: str,
-    room_clique: list[str],
+    room_nodes: list[str],
 ) -> None:
     ns, core = namespace, client.CoreV1Api(api_client)
     role = {"gpusPerInstance": 4, "tolerations": [ROOM_TOLERATION]}
@@ -226,7 +226,7 @@ def test_two_scale_ups_at_once_share_the_room_of_their_domain_without_overcommit
             decode={"replicas": 1, **role},
             autoscaling=autoscaling,
             router={"enabled": False},
-            topology={"placement": "required"},
+            topology={"placement": "required", "levels": [ROOM_LEVEL]},
         )
         custom(api_client).create_namespaced_custom_object(GROUP, VERSION, ns, PLURAL, body)
         placed = wait_for(
@@ -236,11 +236,11 @@ def test_two_scale_ups_at_once_share_the_room_of_their_domain_without_overcommit
             60,
             what=f"{name} placed",
         )
-        assert placed["status"]["placement"]["domain"] == ROOM_CLIQUE
+        assert placed["status"]["placement"]["domain"] == ROOM_DOMAIN
     for name in ("alpha", "beta"):
         wait_for(lambda n=name: counts(api_client, ns, n) == ("1/1", "1/1"), 120, what=name)
 
-    # Both ask for 6 decodes (2 prefills) at once: 32 GPUs each, 16 left in the clique.
+    # Both ask for 6 decodes (2 prefills) at once: 32 GPUs each, 16 left in the domain.
     for name in ("alpha", "beta"):
         custom(api_client).patch_namespaced_custom_object_scale(
             GROUP, VERSION, ns, SCALERS, f"{name}-decode", {"spec": {"replicas": 6}}
@@ -267,7 +267,7 @@ def test_two_scale_ups_at_once_share_the_room_of_their_domain_without_overcommit
     ]
     pending = [p.metadata.name for p in pods if p.status.phase != "Running"]
     assert pending == []  # nothing waits for GPUs: the domain was not overcommitted
-    assert {p.spec.node_name for p in pods} <= set(room_clique)  # all in the slice's domain
+    assert {p.spec.node_name for p in pods} <= set(room_nodes)  # all in the slice's domain
     assert sum(4 for _ in pods) <= 24
     messages = [
         custom(api_client).get_namespaced_custom_object(
@@ -275,8 +275,8 @@ def test_two_scale_ups_at_once_share_the_room_of_their_domain_without_overcommit
         )["status"]["message"]
         for name in ("alpha", "beta")
     ]
-    assert any(f"no room for more in nvidia.com/gpu.clique={ROOM_CLIQUE}" in m for m in messages)
-    # Each grew as far as the room let it, together filling the clique: 24 GPUs, 6 pods.
+    assert any(f"no room for more in {ROOM_LEVEL}={ROOM_DOMAIN}" in m for m in messages)
+    # Each grew as far as the room let it, together filling the domain: 24 GPUs, 6 pods.
     assert len(pods) == 6, sorted(p.metadata.name for p in pods)
 
 
