@@ -689,8 +689,8 @@ class Reconciler:
         try:
             for role in wanted:
                 if role not in existing:
-                    await asyncio.to_thread(self.kube.create_if_absent, render_scaler(pdd, role))
-                    self._count_write("create", ROLE_SCALER.kind)
+                    if blocked := await self._create_scaler(pdd, role):
+                        return blocked
                     continue
                 status = scaler_status(pdd, role, scaling, ready)
                 if dict(existing[role].status) != status:
@@ -712,6 +712,25 @@ class Reconciler:
             log.warning("%s/%s: %s", pdd.namespace, pdd.name, message)
             return _Blocked("ApplyFailed", message)
         return _Blocked()
+
+    async def _create_scaler(self, pdd: PDDeployment, role: str) -> _Blocked | None:
+        """Create the role's scale target; when its name is taken, say by whom unless it is
+        this deployment's own (created by an earlier pass, not indexed yet)."""
+        scaler = render_scaler(pdd, role)
+        created = await asyncio.to_thread(self.kube.create_if_absent, scaler)
+        self._count_write("create", ROLE_SCALER.kind)
+        if created:
+            return None
+        name = scaler["metadata"]["name"]
+        owners = await asyncio.to_thread(
+            self.kube.owner_references, ROLE_SCALER, pdd.namespace, name
+        )
+        conflict = ownership.name_conflict(ROLE_SCALER.kind, name, owners or [], pdd.uid)
+        if owners is None or conflict is None:
+            return None
+        message = ownership.scaler_conflict_message(conflict, role)
+        log.warning("%s/%s: %s", pdd.namespace, pdd.name, message)
+        return _Blocked(ownership.REASON, message)
 
     async def _refusals(self, pdd: PDDeployment) -> list[Refusal]:
         """The engine StatefulSets short of pods whose newest pod creation was refused. While

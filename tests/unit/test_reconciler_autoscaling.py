@@ -145,3 +145,23 @@ async def test_an_unchanged_scale_target_costs_no_write() -> None:
     before = len(cluster.writes)
     await rec.reconcile(KEY)
     assert cluster.writes[before:] == []
+
+
+async def test_a_scale_target_name_held_by_another_object_is_reported_and_left_alone() -> None:
+    cluster = FakeCluster(body(autoscaling=DECODE_LEADS))
+    foreign = {
+        "apiVersion": API_VERSION,
+        "kind": SCALER_KIND,
+        "metadata": {"name": "llama-decode", "namespace": NS, "uid": "someone-elses"},
+        "spec": {"deployment": "other", "role": "decode", "replicas": 9},
+    }
+    cluster.objects[(NS, API_VERSION, SCALER_KIND, "llama-decode")] = copy.deepcopy(foreign)
+    await reconciler_for(cluster).reconcile(KEY)
+
+    assert condition(cluster, "Stalled") == ("True", "NameConflict")
+    message = next(
+        c["message"] for c in cluster.stored[KEY]["status"]["conditions"] if c["type"] == "Stalled"
+    )
+    assert "the name of the decode scale target is taken" in message
+    assert cluster.objects[(NS, API_VERSION, SCALER_KIND, "llama-decode")] == foreign
+    assert replicas(cluster) == {"prefill": 2, "decode": 4}  # its starting counts, not 9
