@@ -130,6 +130,7 @@ class LocalControlPlane:
         scheduler: bool = True,
         users: Mapping[str, Sequence[str]] | None = None,
         extra_apiserver_args: Sequence[str] = (),
+        extra_controller_manager_args: Sequence[str] = (),
         controller_qps: int = 100,
         start_timeout: float = 90.0,
         reset: bool = True,
@@ -142,6 +143,7 @@ class LocalControlPlane:
         self._want_scheduler = scheduler
         self._extra_users = dict(users or {})
         self._extra_apiserver_args = list(extra_apiserver_args)
+        self._extra_kcm_args = list(extra_controller_manager_args)
         self._controller_qps = controller_qps
         self.start_timeout = start_timeout
         self._reset = reset
@@ -478,6 +480,7 @@ class LocalControlPlane:
             f"--root-ca-file={c.ca_crt}",
             f"--service-cluster-ip-range={SERVICE_CLUSTER_IP_RANGE}",
             "--use-service-account-credentials=false",
+            *self._extra_kcm_args,
         ]
 
     def _scheduler_argv(self, bin_dir: Path) -> list[str]:

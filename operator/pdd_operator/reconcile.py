@@ -28,14 +28,27 @@ from pdd_operator.api import names
 from pdd_operator.api.names import DeploymentKey
 from pdd_operator.api.v1alpha1 import Condition, PDDeployment, PDDeploymentStatus
 from pdd_operator.kube.client import api_error_message, namespace_unavailable
-from pdd_operator.kube.resources import SECRET, Kind, kind_of
+from pdd_operator.kube.resources import ROLE_SCALER, SECRET, Kind, kind_of
 from pdd_operator.metrics import OperatorMetrics
-from pdd_operator.planning.placement import Fleet, PlacementResult, plan_placement
+from pdd_operator.planning.autoscaling import (
+    ScalingPlan,
+    fit_to_room,
+    plan_scaling,
+    scale_target_roles,
+    with_replicas,
+)
+from pdd_operator.planning.placement import (
+    Fleet,
+    PlacementResult,
+    fits_domain,
+    plan_placement,
+)
 from pdd_operator.planning.reservations import ReservationLedger
 from pdd_operator.planning.rollout import rollout_partitions
 from pdd_operator.rendering.children import child_key, owner_reference, render_children
 from pdd_operator.rendering.context import OperatorSettings, RenderContext
 from pdd_operator.rendering.roles import engine_revision
+from pdd_operator.rendering.scalers import render_scaler, scaler_status
 from pdd_operator.rendering.sidecar import render_token_secret, sidecar_enabled
 from pdd_operator.status import ownership
 from pdd_operator.status.compute import Observed, WorkloadState, compute_status, is_ready
@@ -55,6 +68,7 @@ from pdd_operator.status.observe import (
     ChildKey,
     ChildSummary,
     PodSummary,
+    ScalerSummary,
     pod_nodes,
     pod_problems,
 )
@@ -73,6 +87,7 @@ class ClusterView(Protocol):
     def pods(self, key: DeploymentKey) -> Sequence[PodSummary]: ...
     def fleet(self) -> Fleet: ...
     def node_ready(self, name: str) -> bool | None: ...
+    def scalers(self, key: DeploymentKey) -> Mapping[str, ScalerSummary]: ...
 
 
 class ApiWriter(Protocol):
@@ -88,6 +103,7 @@ class ApiWriter(Protocol):
     def delete(self, kind: Kind, namespace: str, name: str, uid: str = "") -> None: ...
     def patch_status(self, namespace: str, name: str, status: dict[str, Any]) -> str: ...
     def annotate_pod(self, namespace: str, name: str, annotations: dict[str, str]) -> None: ...
+    def patch_scaler_status(self, namespace: str, name: str, status: dict[str, Any]) -> None: ...
 
     # The model's prerequisites are read on each pass (nothing watches Secrets or claims).
     def secret_exists(self, namespace: str, name: str) -> bool: ...
@@ -121,7 +137,7 @@ class _Desired:
 class _Rendered:
     """A deployment's last render: what it was rendered from, and its fingerprints."""
 
-    inputs: tuple[str, int, RenderContext]  # uid, generation, context
+    inputs: tuple[str, int, tuple[int, ...], RenderContext]  # uid, generation, counts, context
     hashes: dict[ChildKey, str]
     owned: dict[ChildKey, str]
 
@@ -275,6 +291,10 @@ class Reconciler:
         await self._converge(pdd, body)
 
     async def _converge(self, pdd: PDDeployment, body: Mapping[str, Any]) -> None:
+        # From here on the spec says the counts being run: what the scale targets ask for,
+        # within spec.autoscaling's bounds and ratio (the spec's own counts without it).
+        scaling = self._scaling(pdd)
+        pdd = pdd.model_copy(update={"spec": with_replicas(pdd.spec, scaling.replicas)})
         observed = self.view.children(_key(pdd))
         placement = self._place(pdd)
         desired = self._render(pdd, self._render_context(pdd, placement, observed))
@@ -291,9 +311,23 @@ class Reconciler:
         self._retry_while_conflicting(_key(pdd), blocked)
         if not blocked.message:
             blocked = await self._create_token_if_missing(pdd, token)
+        if not blocked.message:
+            try:
+                blocked = await self._sync_scalers(pdd, scaling)
+            except _NamespaceGoingAway:
+                return
         refusals = await self._refusals(pdd)
         observed_now = self._observed(pdd, desired, placement, blocked)
-        status = await self._status(pdd, replace(observed_now, model=model, refusals=refusals))
+        autoscaled = pdd.spec.autoscaling is not None
+        status = await self._status(
+            pdd,
+            replace(
+                observed_now,
+                model=model,
+                refusals=refusals,
+                scaled_to_zero=scaling.scaled_to_zero if autoscaled else None,
+            ),
+        )
         await self._write_status(pdd, body, status)
 
     def _retry_while_conflicting(self, key: DeploymentKey, blocked: _Blocked) -> None:
@@ -350,6 +384,42 @@ class Reconciler:
 
     # ------------------------------------------------------------------------------ plan
 
+    def _scaling(self, pdd: PDDeployment) -> ScalingPlan:
+        """The counts to run, from what the deployment's scale targets ask for."""
+        if pdd.spec.autoscaling is None:
+            return plan_scaling(pdd.spec, {})
+        key = _key(pdd)
+        asked = {role: s.replicas for role, s in self.view.scalers(key).items()}
+        plan = plan_scaling(pdd.spec, asked)
+        running = {
+            s.role: s.workload.desired
+            for s in self.view.children(key).values()
+            if s.key[1] == "StatefulSet" and s.workload is not None and s.role
+        }
+        domain = self._placed_domain(pdd)
+        grows = any(plan.replicas[role] > running.get(role, 0) for role in names.ROLES)
+        if domain is None or len(running) < len(names.ROLES) or not grows:
+            return plan  # nothing placed yet (the planner's first job), or no growth
+        fleet = self.view.fleet()
+        reserved = self._reservations.reserved_elsewhere(key, fleet)
+        own = fleet.held.get(key, {})
+
+        def fits(counts: Mapping[str, int]) -> bool:
+            spec = with_replicas(pdd.spec, counts)
+            return fits_domain(spec, fleet, domain[0], domain[1], reserved, own)
+
+        return fit_to_room(pdd.spec, asked, running, fits, f"{domain[0]}={domain[1]}")
+
+    def _placed_domain(self, pdd: PDDeployment) -> tuple[str, str] | None:
+        """(level, domain) the slice runs in; None when it is not placed in one."""
+        if pdd.spec.topology.placement == "none":
+            return None
+        mark = self._reservations.get(_key(pdd))
+        if mark is not None:
+            return mark.level, mark.domain
+        placed = pdd.status.placement
+        return (placed.level, placed.domain) if placed.domain else None
+
     def _place(self, pdd: PDDeployment) -> PlacementResult:
         key = _key(pdd)
         if pdd.spec.topology.placement == "none":
@@ -383,7 +453,8 @@ class Reconciler:
         spec's generation or the context): most passes answer pod progress and change neither.
         Only the fingerprints are kept (the objects are ~70 KiB per deployment in memory); the
         objects are rendered again when one must be applied."""
-        inputs = (pdd.uid, pdd.generation, ctx)
+        counts = (pdd.spec.prefill.replicas, pdd.spec.decode.replicas)
+        inputs = (pdd.uid, pdd.generation, counts, ctx)
         cached = self._rendered.get(_key(pdd))
         if cached is not None and cached.inputs == inputs:
             return _Desired(cached.hashes, cached.owned, lambda: render_children(pdd, ctx))
@@ -601,6 +672,65 @@ class Reconciler:
             self._tokens.pop(_key(pdd), None)
             self._retry_later(_key(pdd), self._model_retry[0])
         return _Blocked()
+
+    async def _sync_scalers(self, pdd: PDDeployment, scaling: ScalingPlan) -> _Blocked:
+        """Create the scale target of each autoscaled role that has none, delete those of
+        roles no longer autoscaled, and write what each role runs into its target's status
+        (only where it changed). A target's spec is never written after its creation: it is
+        the HPA's."""
+        key = _key(pdd)
+        existing = self.view.scalers(key)
+        wanted = scale_target_roles(pdd.spec)
+        ready = {
+            s.role: s.workload.ready
+            for s in self.view.children(key).values()
+            if s.workload is not None and s.role
+        }
+        try:
+            for role in wanted:
+                if role not in existing:
+                    if blocked := await self._create_scaler(pdd, role):
+                        return blocked
+                    continue
+                status = scaler_status(pdd, role, scaling, ready)
+                if dict(existing[role].status) != status:
+                    name = existing[role].name
+                    await asyncio.to_thread(
+                        self.kube.patch_scaler_status, pdd.namespace, name, status
+                    )
+                    self._count_write("status", ROLE_SCALER.kind)
+            for role, scaler in existing.items():
+                if role not in wanted:
+                    await asyncio.to_thread(
+                        self.kube.delete, ROLE_SCALER, pdd.namespace, scaler.name, scaler.uid
+                    )
+                    self._count_write("delete", ROLE_SCALER.kind)
+        except Exception as err:  # surfaced as a condition + event, not a trace
+            if namespace_unavailable(err):
+                raise _NamespaceGoingAway from err
+            message = f"could not write the scale targets: {api_error_message(err)}"
+            log.warning("%s/%s: %s", pdd.namespace, pdd.name, message)
+            return _Blocked("ApplyFailed", message)
+        return _Blocked()
+
+    async def _create_scaler(self, pdd: PDDeployment, role: str) -> _Blocked | None:
+        """Create the role's scale target; when its name is taken, say by whom unless it is
+        this deployment's own (created by an earlier pass, not indexed yet)."""
+        scaler = render_scaler(pdd, role)
+        created = await asyncio.to_thread(self.kube.create_if_absent, scaler)
+        self._count_write("create", ROLE_SCALER.kind)
+        if created:
+            return None
+        name = scaler["metadata"]["name"]
+        owners = await asyncio.to_thread(
+            self.kube.owner_references, ROLE_SCALER, pdd.namespace, name
+        )
+        conflict = ownership.name_conflict(ROLE_SCALER.kind, name, owners or [], pdd.uid)
+        if owners is None or conflict is None:
+            return None
+        message = ownership.scaler_conflict_message(conflict, role)
+        log.warning("%s/%s: %s", pdd.namespace, pdd.name, message)
+        return _Blocked(ownership.REASON, message)
 
     async def _refusals(self, pdd: PDDeployment) -> list[Refusal]:
         """The engine StatefulSets short of pods whose newest pod creation was refused. While

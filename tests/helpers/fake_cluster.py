@@ -22,12 +22,20 @@ from kubernetes.client.exceptions import ApiException
 
 from pdd_operator.api import names
 from pdd_operator.api.names import DeploymentKey
+from pdd_operator.api.v1alpha1 import API_VERSION, SCALER_KIND
 from pdd_operator.kube.resources import CHILD_KINDS, Kind
 from pdd_operator.metrics import OperatorMetrics
 from pdd_operator.planning.placement import Fleet
 from pdd_operator.reconcile import Reconciler
 from pdd_operator.rendering.context import OperatorSettings
-from pdd_operator.status.observe import ChildKey, ChildSummary, PodSummary, summarize_child
+from pdd_operator.status.observe import (
+    ChildKey,
+    ChildSummary,
+    PodSummary,
+    ScalerSummary,
+    summarize_child,
+    summarize_scaler,
+)
 
 MANAGER = OperatorSettings.field_manager
 INDEXED_KINDS = frozenset(kind.kind for kind in CHILD_KINDS)  # the operator's child indexes
@@ -211,7 +219,9 @@ class FakeCluster:
             self.writes.append(("create", obj["kind"], meta["name"]))
         if key in self.objects:
             return False
-        self.objects[key] = copy.deepcopy(obj)
+        created = copy.deepcopy(obj)
+        created["metadata"].setdefault("uid", f"uid-{meta['name']}")
+        self.objects[key] = created
         return True
 
     def owner_references(
@@ -247,6 +257,18 @@ class FakeCluster:
         if not self.hold_pdd_watch:
             self.indexed[(namespace, name)] = copy.deepcopy(body)
         return version
+
+    def patch_scaler_status(self, namespace: str, name: str, status: dict[str, Any]) -> None:
+        with self._lock:
+            self.writes.append(("status", "PDDRoleScaler", name))
+        key = (namespace, API_VERSION, SCALER_KIND, name)
+        if key in self.objects:
+            self.objects[key] = merge_patch(self.objects[key], {"status": status})
+
+    def scale(self, namespace: str, name: str, replicas: int) -> None:
+        """What an HPA's write to a PDDRoleScaler's /scale does: its spec.replicas."""
+        key = (namespace, API_VERSION, SCALER_KIND, name)
+        self.objects[key] = merge_patch(self.objects[key], {"spec": {"replicas": replicas}})
 
     def annotate_pod(self, namespace: str, name: str, annotations: dict[str, str]) -> None:
         with self._lock:
@@ -304,6 +326,15 @@ class FakeCluster:
 
     def node_ready(self, name: str) -> bool | None:
         return self.nodes_ready.get(name)
+
+    def scalers(self, key: DeploymentKey) -> Mapping[str, ScalerSummary]:
+        uid = (self.indexed.get(key) or {}).get("metadata", {}).get("uid", "")
+        found = [
+            summarize_scaler(live)
+            for where, live in self.objects.items()
+            if where[0] == key[0] and live["kind"] == SCALER_KIND and _owner(live) == key[1]
+        ]
+        return {s.role: s for s in found if s.owner_uid == uid}
 
     # ------------------------------------------------------------------ the event sink
 

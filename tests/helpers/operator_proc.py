@@ -18,6 +18,7 @@ from helpers import waits
 
 ROOT = Path(__file__).resolve().parents[2]
 CRD_FILE = ROOT / "crds" / "pdd.dev_pddeployments.yaml"
+SCALER_CRD_FILE = ROOT / "crds" / "pdd.dev_pddrolescalers.yaml"
 # The operator's static user on the integration tier's control plane: its writes show in the
 # audit log under this name.
 OPERATOR_USER = "pdd-operator"
@@ -33,9 +34,15 @@ def free_port() -> int:
 
 
 def install_crd(api: client.ApiClient, crd: dict[str, Any] | None = None) -> None:
-    """The generated CRD, or a variant of it (`crd`), created or replaced, and Established."""
+    """The generated CRDs (PDDeployment and PDDRoleScaler), or a variant of the PDDeployment
+    CRD (`crd`), created or replaced, and Established."""
+    if crd is None:
+        _install_one(api, yaml.safe_load(SCALER_CRD_FILE.read_text()))
+    _install_one(api, crd if crd is not None else load_crd())
+
+
+def _install_one(api: client.ApiClient, crd: dict[str, Any]) -> None:
     ext = client.ApiextensionsV1Api(api)
-    crd = crd if crd is not None else load_crd()
     try:
         ext.create_custom_resource_definition(crd)
     except ApiException as err:

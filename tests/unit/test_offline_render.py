@@ -107,3 +107,22 @@ def test_each_example_renders_its_upstream_router_pairing_one_revision(
     for role_flag, role in (("--prefill-selector", "prefill"), ("--decode-selector", "decode")):
         selector = args[args.index(role_flag) + 1 : args.index(role_flag) + 4]
         assert f"pdd.dev/revision={revision}" in selector and f"pdd.dev/role={role}" in selector
+
+
+def test_the_autoscaling_examples_target_the_scale_target_the_operator_creates() -> None:
+    from pdd_operator.api.v1alpha1 import PDDeployment
+    from pdd_operator.planning.autoscaling import scale_target_roles
+    from pdd_operator.rendering.scalers import render_scaler
+
+    folder = EXAMPLES / "autoscaling"
+    (document,) = yaml.safe_load_all((folder / "vllm-decode-leads.yaml").read_text())
+    assert render_documents([document])  # a valid PDDeployment that renders
+    pdd = PDDeployment.from_body({**document, "metadata": {**document["metadata"], "uid": "u"}})
+    targets = {
+        (s["apiVersion"], s["kind"], s["metadata"]["name"])
+        for s in (render_scaler(pdd, role) for role in scale_target_roles(pdd.spec))
+    }
+    for name in ("hpa-prometheus-adapter.yaml", "keda-scaledobject.yaml"):
+        (autoscaler,) = yaml.safe_load_all((folder / name).read_text())
+        ref = autoscaler["spec"]["scaleTargetRef"]
+        assert {(ref["apiVersion"], ref["kind"], ref["name"])} == targets, name

@@ -73,6 +73,66 @@ def generate_crd() -> dict[str, Any]:
     }
 
 
+def generate_scaler_crd() -> dict[str, Any]:
+    """PDDRoleScaler: one per autoscaled role, the target an HPA or KEDA scales through
+    /scale; `labelSelectorPath` gives the HPA the role's pods for pod metrics."""
+    return {
+        "apiVersion": "apiextensions.k8s.io/v1",
+        "kind": "CustomResourceDefinition",
+        "metadata": {
+            "name": f"{api.SCALER_PLURAL}.{api.GROUP}",
+            "labels": {
+                "app.kubernetes.io/name": "pdd-operator",
+                "app.kubernetes.io/part-of": "pdd",
+            },
+        },
+        "spec": {
+            "group": api.GROUP,
+            "scope": "Namespaced",
+            "names": {
+                "kind": api.SCALER_KIND,
+                "listKind": f"{api.SCALER_KIND}List",
+                "plural": api.SCALER_PLURAL,
+                "singular": api.SCALER_SINGULAR,
+                "shortNames": api.SCALER_SHORT_NAMES,
+                "categories": ["pdd"],
+            },
+            "versions": [
+                {
+                    "name": api.VERSION,
+                    "served": True,
+                    "storage": True,
+                    "subresources": {
+                        "status": {},
+                        "scale": {
+                            "specReplicasPath": ".spec.replicas",
+                            "statusReplicasPath": ".status.replicas",
+                            "labelSelectorPath": ".status.selector",
+                        },
+                    },
+                    "additionalPrinterColumns": api.SCALER_PRINTER_COLUMNS,
+                    "schema": {
+                        "openAPIV3Schema": {
+                            "type": "object",
+                            "description": "PDDRoleScaler is the scale target of one role of a "
+                            "PDDeployment (created by the operator when spec.autoscaling "
+                            "lists the role): point an HPA or a KEDA ScaledObject at it.",
+                            "required": ["spec"],
+                            "properties": {
+                                "apiVersion": {"type": "string"},
+                                "kind": {"type": "string"},
+                                "metadata": {"type": "object"},
+                                "spec": model_schema(api.PDDRoleScalerSpec),
+                                "status": _without_defaults(model_schema(api.PDDRoleScalerStatus)),
+                            },
+                        }
+                    },
+                }
+            ],
+        },
+    }
+
+
 def model_schema(model: type[BaseModel]) -> dict[str, Any]:
     raw = model.model_json_schema(mode="validation")
     definitions = raw.pop("$defs", {})

@@ -1047,6 +1047,122 @@ class TopologySpec(Model):
     dra: DraSpec = Field(default_factory=DraSpec)
 
 
+class RoleAutoscaling(Model):
+    """The bounds of one role's replica count while it is autoscaled."""
+
+    minReplicas: int = Field(
+        default=1,
+        json_schema_extra=cel(
+            "self >= 0 && self <= 512", "minReplicas must be between 0 and 512 (pods of this role)"
+        ),
+        description="The fewest pods of this role. 0 allows scale to zero (both roles at 0: "
+        "condition ScaledToZero, the router answers 503).",
+    )
+    maxReplicas: int = Field(
+        default=1,
+        json_schema_extra=cel(
+            "self >= 1 && self <= 512", "maxReplicas must be between 1 and 512 (pods of this role)"
+        ),
+        description="The most pods of this role, whatever its scale target asks for.",
+    )
+
+
+class ScalingRatio(Model):
+    """A prefill:decode ratio, as two small integers (1:2 = one prefill per two decodes)."""
+
+    prefill: int = Field(
+        default=1,
+        json_schema_extra=cel("self >= 1 && self <= 64", "ratio.prefill must be between 1 and 64"),
+    )
+    decode: int = Field(
+        default=1,
+        json_schema_extra=cel("self >= 1 && self <= 64", "ratio.decode must be between 1 and 64"),
+    )
+
+
+class RatioBounds(Model):
+    """How far apart two independently scaled roles may drift, as prefill pods per decode pod."""
+
+    minPrefillPerDecode: float = Field(
+        default=0.0,
+        json_schema_extra=cel(
+            "self >= 0.0 && self <= 64.0", "ratioBounds.minPrefillPerDecode must be 0 to 64"
+        ),
+    )
+    maxPrefillPerDecode: float = Field(
+        default=64.0,
+        json_schema_extra=cel(
+            "self > 0.0 && self <= 64.0",
+            "ratioBounds.maxPrefillPerDecode must be above 0, at most 64",
+        ),
+    )
+
+
+class AutoscalingSpec(Model):
+    """Per-role autoscaling (docs/autoscaling.md). Each role listed here and not the follower
+    gets a scale target: a PDDRoleScaler named `<deployment>-<role>` with a /scale subresource
+    that an HPA or KEDA drives. The scaled count lives there, never in this spec, so GitOps
+    tools see no drift; `spec.<role>.replicas` is only the count the scale target starts at."""
+
+    prefill: RoleAutoscaling | None = Field(
+        default=None, description="Bounds of prefill; a scale target unless prefill follows."
+    )
+    decode: RoleAutoscaling | None = Field(
+        default=None, description="Bounds of decode; a scale target unless decode follows."
+    )
+    follower: Literal["none", "prefill", "decode"] = Field(
+        default="none",
+        description="A role that has no scale target of its own and follows the other at "
+        "`ratio` (rounded up, within its bounds; 0 while the other is at 0). `none`: every "
+        "listed role scales on its own target, within `ratioBounds`.",
+    )
+    ratio: ScalingRatio = Field(
+        default_factory=ScalingRatio,
+        description="The prefill:decode ratio the follower keeps.",
+    )
+    ratioBounds: RatioBounds = Field(
+        default_factory=RatioBounds,
+        description="With no follower: after each scaling step the operator raises the role "
+        "that is short (or, at its maxReplicas, lowers the other) so that prefill per decode "
+        "stays within these bounds.",
+    )
+
+
+AUTOSCALING_RULES = cel(
+    [
+        (
+            "has(self.prefill) || has(self.decode)",
+            "spec.autoscaling lists no role: set spec.autoscaling.decode (and/or prefill) with "
+            "minReplicas and maxReplicas, or remove spec.autoscaling",
+        ),
+        (
+            "!has(self.prefill) || self.prefill.minReplicas <= self.prefill.maxReplicas",
+            "spec.autoscaling.prefill.minReplicas is above its maxReplicas",
+        ),
+        (
+            "!has(self.decode) || self.decode.minReplicas <= self.decode.maxReplicas",
+            "spec.autoscaling.decode.minReplicas is above its maxReplicas",
+        ),
+        (
+            "self.follower != 'prefill' || has(self.decode)",
+            "spec.autoscaling.follower is prefill: set spec.autoscaling.decode, the role it "
+            "follows (decode then gets the scale target)",
+        ),
+        (
+            "self.follower != 'decode' || has(self.prefill)",
+            "spec.autoscaling.follower is decode: set spec.autoscaling.prefill, the role it "
+            "follows (prefill then gets the scale target)",
+        ),
+        (
+            "!has(self.ratioBounds) || !has(self.ratioBounds.minPrefillPerDecode) || "
+            "!has(self.ratioBounds.maxPrefillPerDecode) || "
+            "self.ratioBounds.minPrefillPerDecode <= self.ratioBounds.maxPrefillPerDecode",
+            "spec.autoscaling.ratioBounds.minPrefillPerDecode is above maxPrefillPerDecode",
+        ),
+    ]
+)
+
+
 class PDDeploymentSpec(Model):
     model: ModelSpec
     engine: EngineSpec
@@ -1055,6 +1171,12 @@ class PDDeploymentSpec(Model):
     router: RouterSpec = Field(default_factory=RouterSpec)
     kvTransfer: KVTransferSpec = Field(default_factory=KVTransferSpec)
     topology: TopologySpec = Field(default_factory=TopologySpec)
+    autoscaling: AutoscalingSpec | None = Field(
+        default=None,
+        json_schema_extra=AUTOSCALING_RULES,
+        description="Per-role autoscaling through PDDRoleScaler scale targets "
+        "(docs/autoscaling.md); absent: the replicas of spec.prefill and spec.decode.",
+    )
 
 
 SPEC_RULES = cel(
@@ -1098,9 +1220,9 @@ SPEC_RULES = cel(
             "(custom engines have no known side channel): use sidecar or etcd",
         ),
         (
-            "self.prefill.replicas + self.decode.replicas > 0",
+            "has(self.autoscaling) || self.prefill.replicas + self.decode.replicas > 0",
             "spec.prefill.replicas and spec.decode.replicas are both 0: a deployment needs at "
-            "least one instance",
+            "least one instance (scale to zero needs spec.autoscaling with minReplicas 0)",
         ),
         (
             "!self.topology.dra.enabled || !has(self.kvTransfer.rdma.resourceName)",
@@ -1251,3 +1373,62 @@ class PDDeployment(Model):
             spec=PDDeploymentSpec.model_validate(body.get("spec") or {}),
             status=PDDeploymentStatus.model_validate(body.get("status") or {}),
         )
+
+
+# ------------------------------------------------------------------------ PDDRoleScaler
+# One per autoscaled role, created and owned by the operator: the scale target of that role.
+
+SCALER_KIND = "PDDRoleScaler"
+SCALER_PLURAL = "pddrolescalers"
+SCALER_SINGULAR = "pddrolescaler"
+SCALER_SHORT_NAMES = ["pddrs"]
+
+
+class PDDRoleScalerSpec(Model):
+    """Written by the HPA, KEDA or `kubectl scale` through /scale; created by the operator."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    deployment: str = Field(
+        default="",
+        max_length=253,
+        json_schema_extra=cel("self == oldSelf", "spec.deployment cannot change"),
+        description="The PDDeployment whose role this scales (set by the operator).",
+    )
+    role: Literal["prefill", "decode"] = Field(
+        default="decode",
+        json_schema_extra=cel("self == oldSelf", "spec.role cannot change"),
+        description="The role this scales (set by the operator).",
+    )
+    replicas: int = Field(
+        default=1,
+        json_schema_extra=cel(
+            "self >= 0 && self <= 512", "spec.replicas must be between 0 and 512"
+        ),
+        description="The count asked for. The operator keeps the role within "
+        "spec.autoscaling's bounds and ratio of its PDDeployment; status.replicas says what "
+        "it runs.",
+    )
+
+
+class PDDRoleScalerStatus(Model):
+    model_config = ConfigDict(extra="ignore", frozen=True)
+
+    replicas: int = Field(default=0, description="Pods of the role the operator runs now.")
+    readyReplicas: int = 0
+    selector: str = Field(
+        default="", description="Label selector of the role's pods (for HPA pod metrics)."
+    )
+    message: str = Field(
+        default="", description="Why status.replicas differs from spec.replicas, if it does."
+    )
+
+
+SCALER_PRINTER_COLUMNS = [
+    {"name": "Deployment", "type": "string", "jsonPath": ".spec.deployment"},
+    {"name": "Role", "type": "string", "jsonPath": ".spec.role"},
+    {"name": "Wanted", "type": "integer", "jsonPath": ".spec.replicas"},
+    {"name": "Running", "type": "integer", "jsonPath": ".status.replicas"},
+    {"name": "Ready", "type": "integer", "jsonPath": ".status.readyReplicas"},
+    {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"},
+]

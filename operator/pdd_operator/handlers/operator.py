@@ -22,7 +22,13 @@ from pdd_operator.kube.resources import CHILD_KINDS
 from pdd_operator.planning.compact import compact_node, compact_pod
 from pdd_operator.reconcile import Reconciler
 from pdd_operator.rendering.context import OperatorSettings
-from pdd_operator.status.observe import controller_uid, owner_key, summarize_child, summarize_pod
+from pdd_operator.status.observe import (
+    controller_uid,
+    owner_key,
+    summarize_child,
+    summarize_pod,
+    summarize_scaler,
+)
 
 log = logging.getLogger(__name__)
 MANAGED = {"app.kubernetes.io/managed-by": names.MANAGED_BY}
@@ -129,6 +135,20 @@ for _kind in CHILD_KINDS:
         labels=MANAGED,
         id=f"{CHILD_INDEX_PREFIX}{_kind.plural}",
     )(_child_indexer(_kind.plural))
+
+
+# Scale targets by their PDDeployment; their spec.replicas is the HPA's (or KEDA's) ask.
+@kopf.index(api.GROUP, api.VERSION, api.SCALER_PLURAL, labels=MANAGED)
+async def scaler_index(body: kopf.Body, **_: Any) -> Any:
+    key = owner_key(body)
+    return {key: summarize_scaler(body)} if key else None
+
+
+@kopf.on.event(api.GROUP, api.VERSION, api.SCALER_PLURAL, labels=MANAGED)
+async def on_scaler(body: kopf.Body, memo: kopf.Memo, **kwargs: Any) -> None:
+    key = owner_key(body)
+    if key:
+        await _coalesced(memo, key, kwargs)
 
 
 # Pods by their controller's uid (a StatefulSet's or a ReplicaSet's): the view follows the

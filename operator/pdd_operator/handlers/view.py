@@ -12,7 +12,13 @@ from pdd_contract.labels import LABEL_DEPLOYMENT
 from pdd_operator.api.names import DeploymentKey
 from pdd_operator.planning.node_facts import gpu_usage, node_facts, with_usage
 from pdd_operator.planning.placement import Fleet, NodeFacts
-from pdd_operator.status.observe import ChildKey, ChildSummary, PodSummary, owned_pods
+from pdd_operator.status.observe import (
+    ChildKey,
+    ChildSummary,
+    PodSummary,
+    ScalerSummary,
+    owned_pods,
+)
 
 CHILD_INDEX_PREFIX = "child_"
 
@@ -100,6 +106,13 @@ class IndexView:
             lambda uid: _values(self.indexes["replicaset_index"], (namespace, uid)),
             lambda uid: _values(self.indexes["pod_index"], (namespace, uid)),
         )
+
+    def scalers(self, key: DeploymentKey) -> Mapping[str, ScalerSummary]:
+        """The deployment's scale targets by role (those its uid controls)."""
+        uid = self._uid(key)
+        index = self.indexes.get("scaler_index")
+        found = _values(index, key) if index is not None else []
+        return {s.role: s for s in found if s.owner_uid == uid and uid}
 
     def _uid(self, key: DeploymentKey) -> str:
         body = self.pdd_body(key)

@@ -20,6 +20,7 @@ from kubernetes.client.exceptions import ApiException
 from pdd_operator.kube.resources import (
     PDDEPLOYMENT,
     PERSISTENT_VOLUME_CLAIM,
+    ROLE_SCALER,
     SECRET,
     Kind,
     kind_of,
@@ -143,6 +144,16 @@ class KubeApi:
                 raise
             return ""
         return str((patched.get("metadata") or {}).get("resourceVersion") or "")
+
+    def patch_scaler_status(self, namespace: str, name: str, status: dict[str, Any]) -> None:
+        """Merge-patch a PDDRoleScaler's status (what the role runs; its spec is the HPA's)."""
+        path = ROLE_SCALER.path(namespace, name, "status")
+        body = {"status": status}
+        try:
+            _retry(lambda: self._call("PATCH", path, body, [], "application/merge-patch+json"))
+        except ApiException as err:
+            if err.status != 404:  # deleted meanwhile: the next pass creates it again
+                raise
 
     def annotate_pod(self, namespace: str, name: str, annotations: dict[str, str]) -> None:
         path = f"/api/v1/namespaces/{namespace}/pods/{name}"

@@ -46,8 +46,11 @@ CHILD_KINDS: tuple[Kind, ...] = (
 SECRET = Kind("v1", "Secret", "secrets")
 PERSISTENT_VOLUME_CLAIM = Kind("v1", "PersistentVolumeClaim", "persistentvolumeclaims")
 PDDEPLOYMENT = Kind("pdd.dev/v1alpha1", "PDDeployment", "pddeployments")
+# Scale targets: created once and then written by the HPA/KEDA (spec) and the operator
+# (status), never server-side applied, so not among CHILD_KINDS.
+ROLE_SCALER = Kind("pdd.dev/v1alpha1", "PDDRoleScaler", "pddrolescalers")
 
-_BY_KEY = {(k.api_version, k.kind): k for k in (*CHILD_KINDS, SECRET, PDDEPLOYMENT)}
+_BY_KEY = {(k.api_version, k.kind): k for k in (*CHILD_KINDS, SECRET, PDDEPLOYMENT, ROLE_SCALER)}
 
 
 def kind_of(api_version: str, kind: str) -> Kind:

@@ -279,6 +279,28 @@ def plan_placement(
     )
 
 
+def fits_domain(
+    spec: PDDeploymentSpec,
+    fleet: Fleet,
+    level: str,
+    domain: str,
+    reserved: Mapping[tuple[str, str], int] | None = None,
+    own: Mapping[str, int] | None = None,
+) -> bool:
+    """Whether the whole slice at the spec's counts fits that one domain now: its free GPUs
+    (those `own` pods hold counted free) less what other deployments reserved there. The
+    autoscaler grows a placed slice only this far, so a scaling step never moves it (a move
+    re-rolls every pod) and two scale-ups at once cannot both take the same free GPUs."""
+    gpudirect = gpudirect_filter(spec, fleet)
+    found = next(
+        (d for d in fleet.domains(gpudirect.values, level, own or {}) if d.name == domain), None
+    )
+    if found is None:
+        return False
+    groups = _instance_groups(spec)
+    return _has_room(found, groups, sum(size * n for size, n in groups), reserved or {})
+
+
 def _has_room(
     domain: _Domain,
     groups: Sequence[tuple[int, int]],

@@ -70,6 +70,18 @@ def engine_router(pdd: PDDeployment, ctx: RenderContext) -> RouterLaunch | None:
     return ctx.engine(spec).router(spec, router_discovery(pdd))
 
 
+def _readiness_path(pdd: PDDeployment, launch: RouterLaunch) -> str:
+    """An autoscaled deployment may have no engine pod at all (scaled to zero), and both
+    upstream routers' readiness then fails (503: no healthy workers): the Service would have
+    no endpoint and a client's connection would be refused, not answered. So its router is
+    ready while it serves at all, and answers for itself (vllm-router: 503 "No available
+    workers: 0 prefill, 0 decode"). Static per spec: a scaling step never changes the router's
+    pod template, so it never restarts the router."""
+    if pdd.spec.autoscaling is not None:
+        return launch.liveness_path
+    return launch.readiness_path
+
+
 def render_router_deployment(pdd: PDDeployment, ctx: RenderContext) -> dict[str, Any]:
     spec = pdd.spec
     router = spec.router
@@ -100,7 +112,7 @@ def render_router_deployment(pdd: PDDeployment, ctx: RenderContext) -> dict[str,
             {"name": METRICS_PORT_NAME, "containerPort": router.metricsPort, "protocol": "TCP"}
         )
         # Readiness: the router has a healthy prefill and decode to send to (503 before).
-        container["readinessProbe"] = _http_probe(launch.readiness_path, 5, 3)
+        container["readinessProbe"] = _http_probe(_readiness_path(pdd, launch), 5, 3)
         # Liveness answers while the process serves at all, workers or not: an empty or
         # rolling deployment must not restart its router.
         container["livenessProbe"] = _http_probe(launch.liveness_path, 10, 6)

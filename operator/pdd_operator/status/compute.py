@@ -81,6 +81,9 @@ class Observed:
     model: ModelReadiness | None = None  # the model's Secret and claims (status.model)
     refusals: Sequence[Refusal] = ()  # workloads whose pods the API server refuses
     pod_nodes: tuple[str, ...] = ()  # existing nodes the engine pods are bound to now
+    # Autoscaled deployments only (None otherwise): both roles are at 0 pods by their scale
+    # targets' asks.
+    scaled_to_zero: bool | None = None
 
 
 def compute_status(pdd: PDDeployment, observed: Observed, now: str) -> PDDeploymentStatus:
@@ -118,6 +121,7 @@ def compute_status(pdd: PDDeployment, observed: Observed, now: str) -> PDDeploym
         *_model_condition(previous, observed, gen, now),
         *_placement_condition(previous, observed, gen, now),
         *_transfer_condition(previous, observed, gen, now),
+        *_scaled_to_zero_condition(previous, observed, gen, now),
     ]
     return PDDeploymentStatus(
         observedGeneration=gen,
@@ -310,3 +314,26 @@ def _summary(roles: dict[str, RoleStatus]) -> str:
         if s.desired or role != "router"
     ]
     return ", ".join(parts)
+
+
+SCALED_TO_ZERO_MESSAGE = (
+    "both roles are scaled to 0 by their scale targets (PDDRoleScaler); the router answers "
+    "503 until one asks for pods again (kubectl scale pddrs/<name>-decode --replicas=1, or "
+    "the HPA/KEDA that drives it)"
+)
+
+
+def _scaled_to_zero_condition(
+    previous: Sequence[Condition], observed: Observed, gen: int, now: str
+) -> list[Condition]:
+    """ScaledToZero, for autoscaled deployments: True while no engine pod is wanted, so a
+    client's 503 has a reason that `kubectl get pdd` shows."""
+    if observed.scaled_to_zero is None:
+        return []
+    if observed.scaled_to_zero:
+        return [
+            set_condition(
+                previous, "ScaledToZero", True, "ScaledToZero", SCALED_TO_ZERO_MESSAGE, gen, now
+            )
+        ]
+    return [set_condition(previous, "ScaledToZero", False, "Serving", "", gen, now)]

@@ -72,6 +72,8 @@ def event_for(cond: Condition) -> Event | None:
         return Event("Normal", "NotReady", cond.message)
     if cond.type in ("Degraded", "Stalled"):
         return Event("Warning", cond.reason, cond.message) if cond.status == "True" else None
+    if cond.type == "ScaledToZero":  # scaling up again is told by Ready's own events
+        return Event("Normal", cond.reason, cond.message) if cond.status == "True" else None
     if cond.type in ("Placed", "KVTransferVerified", "ModelReady"):
         return Event("Normal" if cond.status == "True" else "Warning", cond.reason, cond.message)
     return None

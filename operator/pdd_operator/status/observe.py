@@ -49,6 +49,32 @@ class PodSummary:
     owner_uid: str = ""  # of its controller (a StatefulSet or a ReplicaSet)
 
 
+@dataclass(frozen=True)
+class ScalerSummary:
+    """A PDDRoleScaler as the reconciler reads it: what its scale target asks for, and the
+    status the operator last wrote there."""
+
+    name: str
+    role: str
+    uid: str
+    owner_uid: str
+    replicas: int  # spec.replicas: the HPA's, KEDA's or `kubectl scale`'s ask
+    status: Mapping[str, Any]
+
+
+def summarize_scaler(body: Mapping[str, Any]) -> ScalerSummary:
+    meta = body.get("metadata", {})
+    spec = body.get("spec", {})
+    return ScalerSummary(
+        name=str(meta.get("name", "")),
+        role=str(spec.get("role", "")),
+        uid=str(meta.get("uid", "")),
+        owner_uid=controller_uid(body, "PDDeployment"),
+        replicas=int(spec.get("replicas", 0)),
+        status=dict(body.get("status") or {}),
+    )
+
+
 def controller_uid(body: Mapping[str, Any], kind: str | None = None) -> str:
     """The uid of the object's controller (of that kind when given), "" when none: labels and
     annotations can be copied by anyone, an owner uid names one object."""

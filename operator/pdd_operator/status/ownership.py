@@ -59,6 +59,17 @@ def conflict_message(conflicts: Sequence[NameConflict]) -> str:
     )
 
 
+def scaler_conflict_message(conflict: NameConflict, role: str) -> str:
+    """The condition's message for a scale target's name held by another object: the
+    deployment runs, but nothing can scale that role until the name is free."""
+    return (
+        f"the name of the {role} scale target is taken by an object this PDDeployment does "
+        f"not own: {conflict.describe()}. The operator leaves it alone; {role} runs its "
+        f"starting count and no HPA or KEDA can scale it meanwhile: delete or rename that "
+        "object, or rename this PDDeployment (child names derive from it)"
+    )
+
+
 TOKEN_REASON = "TokenSecretConflict"
 
 

@@ -375,3 +375,26 @@ def test_the_pins_agree_fixtures_dev_dependencies_constraints_and_image() -> Non
         assert pin in dockerfile
         assert (FIXTURES / fixture).is_file()
     assert f"pdd-router:{pyproject['project']['version']}" in DEFAULT_ROUTER_IMAGE
+
+
+@pytest.mark.parametrize("engine", ["vllm", "sglang"])
+def test_an_autoscaled_router_stays_ready_with_no_engine_pod_and_a_scale_step_keeps_it(
+    engine: str,
+) -> None:
+    # Both upstream routers answer /readiness 503 with no workers: at zero the router would
+    # leave its Service. Autoscaled, its readiness is the process serving at all.
+    autoscaling = {"decode": {"minReplicas": 0, "maxReplicas": 4}, "follower": "prefill"}
+    pdd = router_pdd(engine, {"autoscaling": autoscaling})
+    container = router_container(pdd)
+    assert container["readinessProbe"]["httpGet"]["path"] == "/liveness"
+    at_zero = pdd.model_copy(
+        update={
+            "spec": pdd.spec.model_copy(
+                update={
+                    "prefill": pdd.spec.prefill.model_copy(update={"replicas": 0}),
+                    "decode": pdd.spec.decode.model_copy(update={"replicas": 0}),
+                }
+            )
+        }
+    )
+    assert router_container(at_zero) == container  # no router restart at a scaling step

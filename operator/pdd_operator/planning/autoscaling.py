@@ -1,0 +1,196 @@
+"""Per-role autoscaling policy (pure): from what each role's scale target asks to the replica
+counts the operator runs (docs/autoscaling.md).
+
+A scale target (a PDDRoleScaler) exists for every role listed in spec.autoscaling that is not
+the follower. Its spec.replicas is what the HPA, KEDA or `kubectl scale` asked for; this module
+turns the asks into counts:
+
+- each asked count is kept within its role's minReplicas..maxReplicas;
+- a follower runs ceil(leader * its ratio share), within its own bounds, and 0 while the
+  leader is at 0 (a prefill without a decode, or the reverse, serves nothing);
+- with no follower and both roles scaled, the counts are brought inside ratioBounds in the
+  same step: the role that is short is raised (scaling up never takes capacity away), and
+  only where it is at its maxReplicas is the other lowered.
+
+The result is applied in one pass, so the ratio is outside its bounds at most between a
+target's write and the operator's next pass: one scaling step.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from fractions import Fraction
+
+from pdd_operator.api.names import ROLES
+from pdd_operator.api.v1alpha1 import AutoscalingSpec, PDDeploymentSpec, RoleAutoscaling
+
+# Bounds of a role that spec.autoscaling does not list (a follower may leave them out).
+_UNBOUNDED = RoleAutoscaling(minReplicas=0, maxReplicas=512)
+
+
+@dataclass(frozen=True)
+class ScalingPlan:
+    """The counts to run per role, and why a count differs from its target's ask."""
+
+    replicas: Mapping[str, int]
+    notes: Mapping[str, str] = field(default_factory=dict)
+
+    @property
+    def scaled_to_zero(self) -> bool:
+        return all(self.replicas[role] == 0 for role in ROLES)
+
+
+def scale_target_roles(spec: PDDeploymentSpec) -> tuple[str, ...]:
+    """The roles that get a PDDRoleScaler: listed in spec.autoscaling and not the follower."""
+    auto = spec.autoscaling
+    if auto is None:
+        return ()
+    return tuple(
+        role for role in ROLES if _bounds_of(auto, role) is not None and auto.follower != role
+    )
+
+
+def initial_replicas(spec: PDDeploymentSpec, role: str) -> int:
+    """What a new scale target starts at: spec.<role>.replicas, within the role's bounds."""
+    return _clamp(_role_spec_replicas(spec, role), _bounds(spec, role))
+
+
+def plan_scaling(spec: PDDeploymentSpec, asked: Mapping[str, int]) -> ScalingPlan:
+    """The counts to run, from the scale targets' asks (role -> spec.replicas of its
+    PDDRoleScaler; a target not created yet asks for its initial count)."""
+    auto = spec.autoscaling
+    if auto is None:
+        return ScalingPlan({role: _role_spec_replicas(spec, role) for role in ROLES})
+    wanted = {
+        role: asked.get(role, initial_replicas(spec, role)) for role in scale_target_roles(spec)
+    }
+    counts = {role: _clamp(n, _bounds(spec, role)) for role, n in wanted.items()}
+    notes = {
+        role: _clamp_note(wanted[role], counts[role], _bounds(spec, role))
+        for role in counts
+        if counts[role] != wanted[role]
+    }
+    for role in ROLES:
+        if role not in counts and _bounds_of(auto, role) is None:
+            counts[role] = _role_spec_replicas(spec, role)  # not autoscaled: as spec says
+    if auto.follower != "none":
+        counts[auto.follower] = _follow(spec, auto, counts)
+    elif len(scale_target_roles(spec)) == len(ROLES):
+        before = dict(counts)
+        counts = _within_ratio_bounds(spec, auto, counts)
+        for role in ROLES:
+            if counts[role] != before[role]:
+                notes[role] = _ratio_note(auto, before, counts)
+    return ScalingPlan(counts, notes)
+
+
+def with_replicas(spec: PDDeploymentSpec, replicas: Mapping[str, int]) -> PDDeploymentSpec:
+    """The spec as the rest of the operator reads it: the roles at the counts being run."""
+    if all(_role_spec_replicas(spec, role) == replicas[role] for role in ROLES):
+        return spec
+    return spec.model_copy(
+        update={
+            role: getattr(spec, role).model_copy(update={"replicas": replicas[role]})
+            for role in ROLES
+        }
+    )
+
+
+def _follow(spec: PDDeploymentSpec, auto: AutoscalingSpec, counts: Mapping[str, int]) -> int:
+    follower = auto.follower
+    leader = "decode" if follower == "prefill" else "prefill"
+    if counts[leader] == 0:
+        return 0
+    share = Fraction(getattr(auto.ratio, follower), getattr(auto.ratio, leader))
+    return _clamp(math.ceil(counts[leader] * share), _bounds(spec, follower))
+
+
+def _within_ratio_bounds(
+    spec: PDDeploymentSpec, auto: AutoscalingSpec, counts: Mapping[str, int]
+) -> dict[str, int]:
+    """Prefill per decode within [min, max]: raise the short role first, then lower the other
+    where the short one is at its maxReplicas. Both at 0 is in bounds (scaled to zero)."""
+    low = Fraction(str(auto.ratioBounds.minPrefillPerDecode))
+    high = Fraction(str(auto.ratioBounds.maxPrefillPerDecode))
+    p, d = counts["prefill"], counts["decode"]
+    pb, db = _bounds(spec, "prefill"), _bounds(spec, "decode")
+    if p == 0 and d == 0:
+        return dict(counts)
+    if p < math.ceil(d * low):  # too few prefills
+        p = min(math.ceil(d * low), pb.maxReplicas)
+        if p < math.ceil(d * low):
+            d = max(math.floor(p / low), db.minReplicas)
+    if p > math.floor(d * high):  # too few decodes
+        d = min(max(math.ceil(p / high), 1), db.maxReplicas)
+        if p > math.floor(d * high):
+            p = max(math.floor(d * high), pb.minReplicas)
+    return {"prefill": p, "decode": d}
+
+
+def _bounds_of(auto: AutoscalingSpec, role: str) -> RoleAutoscaling | None:
+    bounds: RoleAutoscaling | None = getattr(auto, role)
+    return bounds
+
+
+def _bounds(spec: PDDeploymentSpec, role: str) -> RoleAutoscaling:
+    auto = spec.autoscaling
+    return (_bounds_of(auto, role) if auto is not None else None) or _UNBOUNDED
+
+
+def _role_spec_replicas(spec: PDDeploymentSpec, role: str) -> int:
+    return int(getattr(spec, role).replicas)
+
+
+def _clamp(n: int, bounds: RoleAutoscaling) -> int:
+    return min(max(n, bounds.minReplicas), bounds.maxReplicas)
+
+
+def _clamp_note(asked: int, got: int, bounds: RoleAutoscaling) -> str:
+    which = "maxReplicas" if asked > got else "minReplicas"
+    return f"asked for {asked}, runs {got}: spec.autoscaling {which} is {getattr(bounds, which)}"
+
+
+def _ratio_note(auto: AutoscalingSpec, before: Mapping[str, int], after: Mapping[str, int]) -> str:
+    b = auto.ratioBounds
+    return (
+        f"prefill:decode {before['prefill']}:{before['decode']} is outside "
+        f"spec.autoscaling.ratioBounds ({b.minPrefillPerDecode:g} to "
+        f"{b.maxPrefillPerDecode:g} prefill per decode): runs {after['prefill']}:"
+        f"{after['decode']}"
+    )
+
+
+def fit_to_room(
+    spec: PDDeploymentSpec,
+    asked: Mapping[str, int],
+    running: Mapping[str, int],
+    fits: Callable[[Mapping[str, int]], bool],
+    where: str,
+) -> ScalingPlan:
+    """The plan for `asked`, its growth cut back until `fits` (the counts fit the domain the
+    slice runs in, `where`). Only growth is cut: no role goes below what it runs now, and a
+    shrinking role is never held up. The ask that is cut is the target whose role grows the
+    most, one pod at a time, so a follower shrinks with its leader."""
+    plan = plan_scaling(spec, asked)
+    asks = {role: plan.replicas[role] for role in scale_target_roles(spec)}
+    cut: set[str] = set()
+    while not fits(plan.replicas):
+        growing = [r for r in asks if plan.replicas[r] > running.get(r, 0)]
+        if not growing:
+            break  # only what already runs is left: nothing to cut
+        role = max(growing, key=lambda r: plan.replicas[r] - running.get(r, 0))
+        asks[role] -= 1
+        cut.add(role)
+        plan = plan_scaling(spec, asks)
+    if not cut:
+        return plan
+    notes = dict(plan.notes)
+    for role in cut:
+        notes[role] = (
+            f"asked for {asked.get(role, initial_replicas(spec, role))}, runs "
+            f"{plan.replicas[role]}: no room for more in {where} (slices in another domain "
+            "are not supported yet: raise capacity there or lower the ask)"
+        )
+    return ScalingPlan(plan.replicas, notes)

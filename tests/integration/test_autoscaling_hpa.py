@@ -1,0 +1,202 @@
+"""The stock HPA controller of kube-controller-manager scales decode through its PDDRoleScaler
+on a load metric, and prefill follows the ratio.
+
+This module runs a control plane of its own: the session's has no HPA controller and no
+aggregation routing. The HPA reads `custom.metrics.k8s.io` through the API server's
+aggregation layer from a metrics API this test serves (helpers.metrics_api, in a network
+namespace the test creates: the API server refuses loopback endpoints). The metric is what
+prometheus-adapter would expose from vLLM's `vllm:num_requests_waiting`: a fixed total of
+waiting requests spread over the decode pods, so the HPA's answer is known in advance:
+ceil(total / target per pod).
+"""
+
+from __future__ import annotations
+
+import secrets
+import threading
+from collections.abc import Iterator, Mapping
+from typing import Any
+
+import pytest
+from kubernetes import client, config
+
+from helpers.factories import pdd_body
+from helpers.metrics_api import (
+    CustomMetricsServer,
+    api_service_available,
+    listen_in,
+    network_namespace,
+    register,
+)
+from helpers.operator_proc import OPERATOR_USER, OperatorProcess, install_crd
+from helpers.waits import wait_for
+from pdd_localcluster import LocalControlPlane, NodeSimulator, gpu_fleet
+from pdd_localcluster.controlplane import DEFAULT_CONTROLLERS
+
+GROUP, VERSION, PLURAL, SCALERS = "pdd.dev", "v1alpha1", "pddeployments", "pddrolescalers"
+METRIC = "vllm_num_requests_waiting"
+TARGET_PER_POD = 10
+
+
+class Load:
+    """Waiting requests in all, per deployment namespace, spread evenly over its pods."""
+
+    def __init__(self) -> None:
+        self.total: dict[str, float] = {}
+        self.lock = threading.Lock()
+
+    def __call__(self, namespace: str, metric: str, pods: list[str]) -> Mapping[str, float]:
+        with self.lock:
+            total = self.total.get(namespace, 0.0) if metric == METRIC else 0.0
+        return {pod: total / len(pods) for pod in pods} if pods else {}
+
+
+@pytest.fixture(scope="module")
+def hpa_cluster(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> Iterator[tuple[LocalControlPlane, client.ApiClient, Load]]:
+    state = tmp_path_factory.mktemp("hpa-controlplane")
+    plane = LocalControlPlane(
+        state,
+        controllers=(*DEFAULT_CONTROLLERS, "horizontalpodautoscaling"),
+        users={OPERATOR_USER: ["system:masters"]},
+        # No kube-proxy: the aggregator dials the endpoint address, not the ClusterIP.
+        extra_apiserver_args=["--enable-aggregator-routing=true"],
+        # The default 15 s sync and 5 min downscale window would only make the test slow.
+        extra_controller_manager_args=["--horizontal-pod-autoscaler-sync-period=2s"],
+    )
+    load = Load()
+    with (
+        plane,
+        network_namespace("10.199.7") as (netns, _, ns_ip),
+        NodeSimulator(plane.kubeconfig, gpu_fleet(1, 2, zone="zone-h")),
+    ):
+        api = config.new_client_from_config(config_file=str(plane.kubeconfig))
+        sock = listen_in(netns, ns_ip)
+        with CustomMetricsServer(sock, api, load, state / "metrics-certs") as server:
+            register(api, "custom-metrics", ns_ip, server.port)
+            wait_for(lambda: api_service_available(api), 60, what="the APIService Available")
+            yield plane, api, load
+        api.close()
+
+
+@pytest.fixture(scope="module")
+def hpa_operator(
+    hpa_cluster: tuple[LocalControlPlane, client.ApiClient, Load],
+    tmp_path_factory: pytest.TempPathFactory,
+) -> Iterator[OperatorProcess]:
+    plane, api, _ = hpa_cluster
+    install_crd(api)
+    log = tmp_path_factory.mktemp("hpa-operator") / "operator.log"
+    proc = OperatorProcess(plane.kubeconfig_for(OPERATOR_USER), log, resync_seconds=2.0).start()
+    yield proc
+    proc.kill()
+
+
+def new_namespace(api: client.ApiClient, name: str) -> str:
+    core = client.CoreV1Api(api)
+    ns = f"{name}-{secrets.token_hex(3)}"
+    core.create_namespace({"metadata": {"name": ns}})
+    wait_for(lambda: core.read_namespaced_service_account("default", ns), 30, what="default SA")
+    return ns
+
+
+def decode_hpa(name: str) -> dict[str, Any]:
+    """An HPA as a user writes it: target the decode scaler, average a pod metric."""
+    return {
+        "apiVersion": "autoscaling/v2",
+        "kind": "HorizontalPodAutoscaler",
+        "metadata": {"name": f"{name}-decode"},
+        "spec": {
+            "scaleTargetRef": {
+                "apiVersion": f"{GROUP}/{VERSION}",
+                "kind": "PDDRoleScaler",
+                "name": f"{name}-decode",
+            },
+            "minReplicas": 1,
+            "maxReplicas": 8,
+            "metrics": [
+                {
+                    "type": "Pods",
+                    "pods": {
+                        "metric": {"name": METRIC},
+                        "target": {"type": "AverageValue", "averageValue": str(TARGET_PER_POD)},
+                    },
+                }
+            ],
+            "behavior": {"scaleDown": {"stabilizationWindowSeconds": 0}},
+        },
+    }
+
+
+def replicas(api: client.ApiClient, ns: str, name: str) -> dict[str, int]:
+    apps = client.AppsV1Api(api)
+    return {
+        role: apps.read_namespaced_stateful_set(f"{name}-{role}", ns).spec.replicas
+        for role in ("prefill", "decode")
+    }
+
+
+def ready_counts(api: client.ApiClient, ns: str, name: str) -> tuple[str, str]:
+    obj = client.CustomObjectsApi(api).get_namespaced_custom_object(
+        GROUP, VERSION, ns, PLURAL, name
+    )
+    st = obj.get("status", {})
+    return st.get("prefillReplicas", ""), st.get("decodeReplicas", "")
+
+
+def engine_pod_uids(api: client.ApiClient, ns: str) -> dict[str, str]:
+    pods = client.CoreV1Api(api).list_namespaced_pod(ns, label_selector="pdd.dev/role").items
+    return {
+        p.metadata.name: p.metadata.uid
+        for p in pods
+        if p.metadata.labels["pdd.dev/role"] in ("prefill", "decode")
+        and not p.metadata.deletion_timestamp
+    }
+
+
+def test_the_stock_hpa_scales_decode_on_a_load_metric_and_prefill_follows(
+    hpa_cluster: tuple[LocalControlPlane, client.ApiClient, Load],
+    hpa_operator: OperatorProcess,
+) -> None:
+    _, api, load = hpa_cluster
+    ns, name = new_namespace(api, "hpa"), "llama"
+    body = pdd_body(
+        name,
+        ns,
+        prefill={"replicas": 1, "gpusPerInstance": 1},
+        decode={"replicas": 2, "gpusPerInstance": 1},
+        autoscaling={
+            "decode": {"minReplicas": 1, "maxReplicas": 8},
+            "prefill": {"minReplicas": 1, "maxReplicas": 4},
+            "follower": "prefill",
+            "ratio": {"prefill": 1, "decode": 2},
+        },
+    )
+    client.CustomObjectsApi(api).create_namespaced_custom_object(GROUP, VERSION, ns, PLURAL, body)
+    wait_for(lambda: ready_counts(api, ns, name) == ("1/1", "2/2"), 120, what="1P/2D ready")
+    before = engine_pod_uids(api, ns)
+
+    # 50 waiting requests, 10 per pod wanted: the HPA asks for 5 decodes, prefill follows 3.
+    load.total[ns] = 50
+    client.AutoscalingV2Api(api).create_namespaced_horizontal_pod_autoscaler(ns, decode_hpa(name))
+    wait_for(lambda: replicas(api, ns, name) == {"prefill": 3, "decode": 5}, 90, what="3P/5D")
+    wait_for(lambda: ready_counts(api, ns, name) == ("3/3", "5/5"), 120, what="3P/5D ready")
+    hpa = client.AutoscalingV2Api(api).read_namespaced_horizontal_pod_autoscaler(
+        f"{name}-decode", ns
+    )
+    assert hpa.status.desired_replicas == 5
+    assert hpa.status.current_metrics[0].pods.current.average_value in ("10", "10000m")
+    after = engine_pod_uids(api, ns)
+    assert {pod: after.get(pod) for pod in before} == before  # no running pod replaced
+
+    # Load falls to 10: the HPA asks for 1 decode; prefill follows to its minimum 1.
+    load.total[ns] = 10
+    wait_for(lambda: replicas(api, ns, name) == {"prefill": 1, "decode": 1}, 90, what="1P/1D")
+    scaler = client.CustomObjectsApi(api).get_namespaced_custom_object(
+        GROUP, VERSION, ns, SCALERS, f"{name}-decode"
+    )
+    assert scaler["spec"]["replicas"] == 1
+    wait_for(lambda: len(engine_pod_uids(api, ns)) == 2, 60, what="pods gone")
+    survivors = engine_pod_uids(api, ns)
+    assert all(before.get(pod) == uid for pod, uid in survivors.items()), survivors

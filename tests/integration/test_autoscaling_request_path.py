@@ -1,0 +1,172 @@
+"""Scale to zero and back on the request path: the pods really run (the local cluster's
+PodRuntime, the reference engine as the one test double), the router is the upstream one the
+operator rendered, and the scale steps go through the decode PDDRoleScaler's /scale.
+
+At zero the router must answer at once with a status and a message that say why (never hang,
+never refuse the connection), the PDDeployment must say ScaledToZero, and the router pod must
+be the same pod before, during and after (a scaling step restarts nothing).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from kubernetes import client
+
+from helpers.operator_proc import OperatorProcess
+from helpers.traffic import complete
+from helpers.waits import wait_for
+from pdd_localcluster import LocalControlPlane, NodeSimulator, SimNode, gpu_node_labels
+from pdd_localcluster.runtime import PodRuntime, RuntimeOptions
+
+GROUP, VERSION, PLURAL, SCALERS = "pdd.dev", "v1alpha1", "pddeployments", "pddrolescalers"
+IMAGE = "ghcr.io/pdd-dev/pdd-refengine:0.1.0"
+NODES = ("as-rp-0",)
+TAINT = {"key": "pdd.test/autoscaling-path", "value": "true", "effect": "NoSchedule"}
+TOLERATION = {"key": TAINT["key"], "operator": "Equal", "value": "true", "effect": "NoSchedule"}
+PLACE = {"nodeSelector": {"pdd.test/autoscaling-path": "true"}, "tolerations": [TOLERATION]}
+TIMEOUT_S = 20.0
+READY_S = 240.0
+
+
+@pytest.fixture(scope="module")
+def runtime(
+    control_plane: LocalControlPlane, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[PodRuntime]:
+    state = tmp_path_factory.mktemp("autoscaling-path")
+    options = RuntimeOptions(
+        backoff_base_s=1.0, backoff_max_s=5.0, max_grace_s=10.0, max_probe_period_s=1.0
+    )
+    rt = PodRuntime(control_plane.kubeconfig, state, options=options)
+    addresses = iter(f"127.88.{i // 250}.{i % 250 + 1}" for i in range(5000))
+    labels = {**gpu_node_labels(clique="autoscaling-path"), "pdd.test/autoscaling-path": "true"}
+    nodes = [SimNode(name, labels=labels, taints=(TAINT,)) for name in NODES]
+    sim = NodeSimulator(control_plane.kubeconfig, nodes, pod_ips=addresses, runtime=rt).start()
+    try:
+        yield rt
+    finally:
+        for name in NODES:
+            sim.delete_node(name)
+        sim.stop()
+
+
+def body(name: str) -> dict[str, Any]:
+    return {
+        "apiVersion": f"{GROUP}/{VERSION}",
+        "kind": "PDDeployment",
+        "metadata": {"name": name},
+        "spec": {
+            "model": {"name": "test-org/tiny-model", "servedName": "tiny"},
+            "engine": {"type": "vllm", "image": IMAGE},
+            "prefill": {"replicas": 1, "gpusPerInstance": 1, **PLACE},
+            "decode": {"replicas": 1, "gpusPerInstance": 1, **PLACE},
+            "router": {"replicas": 1, "podTemplate": {"spec": PLACE}},
+            "kvTransfer": {"gpuDirect": "off", "ucx": {"transports": ["tcp", "cuda_copy"]}},
+            "topology": {"placement": "none"},
+            "autoscaling": {
+                "decode": {"minReplicas": 0, "maxReplicas": 2},
+                "follower": "prefill",
+            },
+        },
+    }
+
+
+def pdd(api: client.ApiClient, ns: str, name: str) -> dict[str, Any]:
+    return client.CustomObjectsApi(api).get_namespaced_custom_object(
+        GROUP, VERSION, ns, PLURAL, name
+    )
+
+
+def conditions(obj: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    return {c["type"]: c for c in obj.get("status", {}).get("conditions", [])}
+
+
+def at(api: client.ApiClient, ns: str, name: str, n: int) -> bool:
+    st = pdd(api, ns, name).get("status", {})
+    want = f"{n}/{n}"
+    ready = conditions(pdd(api, ns, name)).get("Ready", {}).get("status") == "True"
+    return st.get("prefillReplicas") == want and st.get("decodeReplicas") == want and ready
+
+
+def scale_decode(api: client.ApiClient, ns: str, name: str, replicas: int) -> None:
+    client.CustomObjectsApi(api).patch_namespaced_custom_object_scale(
+        GROUP, VERSION, ns, SCALERS, f"{name}-decode", {"spec": {"replicas": replicas}}
+    )
+
+
+def router_pod(core: client.CoreV1Api, ns: str, name: str) -> client.V1Pod:
+    """The one ready router pod (its own address: no kube-proxy routes the ClusterIP here)."""
+    pods = core.list_namespaced_pod(
+        ns, label_selector=f"pdd.dev/deployment={name},pdd.dev/role=router"
+    ).items
+    ready = [
+        p
+        for p in pods
+        if p.status.pod_ip
+        and not p.metadata.deletion_timestamp
+        and any(c.type == "Ready" and c.status == "True" for c in p.status.conditions or [])
+    ]
+    assert len(ready) == 1, [p.metadata.name for p in pods]
+    return ready[0]
+
+
+def engine_pods(core: client.CoreV1Api, ns: str, name: str) -> list[client.V1Pod]:
+    pods = core.list_namespaced_pod(ns, label_selector=f"pdd.dev/deployment={name}").items
+    return [p for p in pods if p.metadata.labels.get("pdd.dev/role") in ("prefill", "decode")]
+
+
+def test_scale_to_zero_answers_503_at_once_and_scaling_back_serves_again(
+    operator: OperatorProcess,
+    api_client: client.ApiClient,
+    namespace: str,
+    runtime: PodRuntime,
+) -> None:
+    core, name, ns = client.CoreV1Api(api_client), "tiny-auto", namespace
+    client.CustomObjectsApi(api_client).create_namespaced_custom_object(
+        GROUP, VERSION, ns, PLURAL, body(name)
+    )
+    wait_for(lambda: at(api_client, ns, name, 1), READY_S, what="1P/1D Ready")
+    router = router_pod(core, ns, name)
+    url = f"http://{router.status.pod_ip}:8000"
+    first = wait_for(
+        lambda: (o := complete(url, "tiny", "hello " * 10, timeout=TIMEOUT_S)).ok and o,
+        60,
+        what="a completion at 1P/1D",
+    )
+    assert first.served.get("kv_verified"), first
+
+    # To zero: the router stays (same pod, still ready) and answers 503 with its reason.
+    scale_decode(api_client, ns, name, 0)
+    wait_for(lambda: not engine_pods(core, ns, name), 90, what="no engine pods")
+    zero = wait_for(
+        lambda: (
+            conditions(obj := pdd(api_client, ns, name)).get("ScaledToZero", {}).get("status")
+            == "True"
+            and obj
+        ),
+        30,
+        what="ScaledToZero",
+    )
+    assert conditions(zero)["Ready"]["status"] == "True", conditions(zero)["Ready"]
+    outcome = wait_for(
+        lambda: (o := complete(url, "tiny", "hello", timeout=TIMEOUT_S)).status == 503 and o,
+        30,
+        what="the router's 503 at zero",
+    )
+    assert outcome.seconds < 2, outcome  # answered, not hung
+    assert "No available workers: 0 prefill, 0 decode" in outcome.error, outcome
+    assert router_pod(core, ns, name).metadata.uid == router.metadata.uid
+
+    # And back: the same router pairs the new pods.
+    scale_decode(api_client, ns, name, 1)
+    wait_for(lambda: at(api_client, ns, name, 1), READY_S, what="1P/1D Ready from zero")
+    back = wait_for(
+        lambda: (o := complete(url, "tiny", "hello again " * 10, timeout=TIMEOUT_S)).ok and o,
+        60,
+        what="a completion after scaling back",
+    )
+    assert back.served.get("kv_verified"), back
+    assert conditions(pdd(api_client, ns, name))["ScaledToZero"]["status"] == "False"
+    assert router_pod(core, ns, name).metadata.uid == router.metadata.uid

@@ -1,0 +1,167 @@
+"""The Reconciler's side of autoscaling, against the in-memory cluster of helpers.fake_cluster:
+the scale targets it creates, the counts it runs from their asks, what it writes back, and
+that a scaling step changes no pod template and never the PDDeployment's spec."""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+from helpers.factories import BASE_BODY
+from helpers.fake_cluster import FakeCluster, reconciler_for
+from pdd_operator.api.v1alpha1 import API_VERSION, SCALER_KIND
+from pdd_operator.reconcile import Reconciler
+
+NS = "team-a"
+KEY = (NS, "llama")
+
+DECODE_LEADS = {
+    "decode": {"minReplicas": 0, "maxReplicas": 16},
+    "prefill": {"minReplicas": 1, "maxReplicas": 8},
+    "follower": "prefill",
+    "ratio": {"prefill": 1, "decode": 2},
+}
+
+
+def body(**spec: Any) -> dict[str, Any]:
+    result = copy.deepcopy(BASE_BODY)
+    result["metadata"].update(name="llama", uid="uid-llama", resourceVersion="1")
+    result["spec"]["topology"] = {"placement": "none"}
+    result["spec"].update(spec)
+    return result
+
+
+async def settle(cluster: FakeCluster, rec: Reconciler) -> None:
+    """Passes until one writes nothing (the fake's index follows every write at once)."""
+    for _ in range(5):
+        before = len(cluster.writes)
+        await rec.reconcile(KEY)
+        if len(cluster.writes) == before:
+            return
+    raise AssertionError(f"still writing: {cluster.writes[-5:]}")
+
+
+def condition(cluster: FakeCluster, type_: str) -> tuple[str, str]:
+    conditions = cluster.stored[KEY]["status"]["conditions"]
+    found = next(c for c in conditions if c["type"] == type_)
+    return found["status"], found["reason"]
+
+
+def statefulset(cluster: FakeCluster, role: str) -> dict[str, Any]:
+    return cluster.child(NS, ("apps/v1", "StatefulSet", f"llama-{role}"))
+
+
+def scaler(cluster: FakeCluster, role: str) -> dict[str, Any]:
+    return cluster.objects[(NS, API_VERSION, SCALER_KIND, f"llama-{role}")]
+
+
+def replicas(cluster: FakeCluster) -> dict[str, int]:
+    return {r: statefulset(cluster, r)["spec"]["replicas"] for r in ("prefill", "decode")}
+
+
+async def test_the_leader_gets_a_scale_target_at_its_spec_count_and_the_follower_none() -> None:
+    cluster = FakeCluster(body(autoscaling=DECODE_LEADS))
+    await settle(cluster, reconciler_for(cluster))
+
+    decode = scaler(cluster, "decode")
+    assert decode["spec"] == {"deployment": "llama", "role": "decode", "replicas": 4}
+    assert decode["metadata"]["ownerReferences"][0]["uid"] == "uid-llama"
+    assert decode["status"] == {
+        "replicas": 4,
+        "readyReplicas": 0,
+        "selector": "pdd.dev/deployment=llama,pdd.dev/role=decode",
+        "message": "",
+    }
+    assert (NS, API_VERSION, SCALER_KIND, "llama-prefill") not in cluster.objects
+    assert replicas(cluster) == {"prefill": 2, "decode": 4}
+    assert condition(cluster, "ScaledToZero") == ("False", "Serving")
+
+
+async def test_a_scale_step_changes_counts_only_and_the_follower_keeps_the_ratio() -> None:
+    cluster = FakeCluster(body(autoscaling=DECODE_LEADS))
+    rec = reconciler_for(cluster)
+    await settle(cluster, rec)
+    templates = {r: statefulset(cluster, r)["spec"]["template"] for r in ("prefill", "decode")}
+    spec_before = cluster.stored[KEY]["spec"]
+
+    cluster.scale(NS, "llama-decode", 7)  # the HPA's write to /scale
+    await settle(cluster, rec)
+
+    assert replicas(cluster) == {"prefill": 4, "decode": 7}  # ceil(7 / 2)
+    assert scaler(cluster, "decode")["status"]["replicas"] == 7
+    # No pod template changed (no pod restarts) and the PDDeployment's spec is untouched.
+    assert {r: statefulset(cluster, r)["spec"]["template"] for r in templates} == templates
+    assert cluster.stored[KEY]["spec"] == spec_before
+    assert cluster.stored[KEY]["status"]["decode"]["desired"] == 7
+
+
+async def test_an_ask_beyond_the_bounds_is_clamped_and_the_target_says_why() -> None:
+    cluster = FakeCluster(body(autoscaling=DECODE_LEADS))
+    rec = reconciler_for(cluster)
+    await settle(cluster, rec)
+    cluster.scale(NS, "llama-decode", 40)
+    await settle(cluster, rec)
+    assert replicas(cluster) == {"prefill": 8, "decode": 16}
+    assert scaler(cluster, "decode")["status"]["message"] == (
+        "asked for 40, runs 16: spec.autoscaling maxReplicas is 16"
+    )
+
+
+async def test_scale_to_zero_and_back() -> None:
+    cluster = FakeCluster(body(autoscaling=DECODE_LEADS))
+    rec = reconciler_for(cluster)
+    await settle(cluster, rec)
+
+    cluster.scale(NS, "llama-decode", 0)
+    await settle(cluster, rec)
+    assert replicas(cluster) == {"prefill": 0, "decode": 0}
+    assert condition(cluster, "ScaledToZero") == ("True", "ScaledToZero")
+    assert ("Normal", "ScaledToZero") in {(t, r) for t, r, _ in cluster.events}
+
+    cluster.scale(NS, "llama-decode", 1)
+    await settle(cluster, rec)
+    assert replicas(cluster) == {"prefill": 1, "decode": 1}
+    assert condition(cluster, "ScaledToZero") == ("False", "Serving")
+
+
+async def test_removing_autoscaling_deletes_the_targets_and_returns_to_the_spec_counts() -> None:
+    cluster = FakeCluster(body(autoscaling=DECODE_LEADS))
+    rec = reconciler_for(cluster)
+    await settle(cluster, rec)
+    cluster.scale(NS, "llama-decode", 6)
+    await settle(cluster, rec)
+
+    cluster.update_spec(KEY, {"autoscaling": None})
+    await settle(cluster, rec)
+    assert (NS, API_VERSION, SCALER_KIND, "llama-decode") not in cluster.objects
+    assert replicas(cluster) == {"prefill": 2, "decode": 4}
+    assert not any(c["type"] == "ScaledToZero" for c in cluster.stored[KEY]["status"]["conditions"])
+
+
+async def test_an_unchanged_scale_target_costs_no_write() -> None:
+    cluster = FakeCluster(body(autoscaling=DECODE_LEADS))
+    rec = reconciler_for(cluster)
+    await settle(cluster, rec)
+    before = len(cluster.writes)
+    await rec.reconcile(KEY)
+    assert cluster.writes[before:] == []
+
+
+async def test_a_scale_target_name_held_by_another_object_is_reported_and_left_alone() -> None:
+    cluster = FakeCluster(body(autoscaling=DECODE_LEADS))
+    foreign = {
+        "apiVersion": API_VERSION,
+        "kind": SCALER_KIND,
+        "metadata": {"name": "llama-decode", "namespace": NS, "uid": "someone-elses"},
+        "spec": {"deployment": "other", "role": "decode", "replicas": 9},
+    }
+    cluster.objects[(NS, API_VERSION, SCALER_KIND, "llama-decode")] = copy.deepcopy(foreign)
+    await reconciler_for(cluster).reconcile(KEY)
+
+    assert condition(cluster, "Stalled") == ("True", "NameConflict")
+    message = next(
+        c["message"] for c in cluster.stored[KEY]["status"]["conditions"] if c["type"] == "Stalled"
+    )
+    assert "the name of the decode scale target is taken" in message
+    assert cluster.objects[(NS, API_VERSION, SCALER_KIND, "llama-decode")] == foreign
+    assert replicas(cluster) == {"prefill": 2, "decode": 4}  # its starting counts, not 9
