@@ -27,6 +27,7 @@ from pydantic import ValidationError
 from pdd_operator.api import names
 from pdd_operator.api.names import DeploymentKey
 from pdd_operator.api.v1alpha1 import Condition, PDDeployment, PDDeploymentStatus
+from pdd_operator.engines.base import role_spec
 from pdd_operator.kube.client import api_error_message, namespace_unavailable
 from pdd_operator.kube.resources import SECRET, Kind, kind_of
 from pdd_operator.metrics import OperatorMetrics
@@ -38,7 +39,13 @@ from pdd_operator.rendering.context import OperatorSettings, RenderContext
 from pdd_operator.rendering.roles import engine_revision
 from pdd_operator.rendering.sidecar import render_token_secret, sidecar_enabled
 from pdd_operator.status import ownership
-from pdd_operator.status.compute import Observed, WorkloadState, compute_status, is_ready
+from pdd_operator.status.compute import (
+    Observed,
+    WorkloadState,
+    compute_status,
+    instances_state,
+    is_ready,
+)
 from pdd_operator.status.conditions import transition_events
 from pdd_operator.status.corrections import Correction, CorrectionLog, drifted
 from pdd_operator.status.drift import live_fingerprint, rendered_fingerprint
@@ -368,9 +375,16 @@ class Reconciler:
         placement: PlacementResult,
         observed: Mapping[ChildKey, ChildSummary],
     ) -> RenderContext:
+        # Roles of single-node instances roll by StatefulSet partition; an instance over
+        # several nodes is a StatefulSet of its own and is not partitioned.
+        replicas = {
+            role: role_spec(pdd.spec, role).replicas
+            for role in names.ROLES
+            if role_spec(pdd.spec, role).nodesPerInstance == 1
+        }
         partitions = rollout_partitions(
             engine_revision(pdd.spec),
-            {"prefill": pdd.spec.prefill.replicas, "decode": pdd.spec.decode.replicas},
+            replicas,
             observed.values(),
             self.view.pods(_key(pdd)),
         )
@@ -647,10 +661,14 @@ class Reconciler:
     ) -> Observed:
         key = _key(pdd)
         children = self.view.children(key)
+        seen: dict[str, list[WorkloadState]] = {}
+        for k, summary in children.items():
+            if summary.workload is not None and summary.role:
+                state = _as_seen(summary.workload, summary.applied_hash, desired.hashes.get(k))
+                seen.setdefault(summary.role, []).append(state)
         workloads = {
-            summary.role: _as_seen(summary.workload, summary.applied_hash, desired.hashes.get(k))
-            for k, summary in children.items()
-            if summary.workload is not None and summary.role
+            role: states[0] if len(states) == 1 else instances_state(states)
+            for role, states in seen.items()
         }
         pods = self.view.pods(key)
         outcome = transfer_outcome(pdd, prober(pods, pdd.name))

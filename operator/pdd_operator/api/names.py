@@ -23,6 +23,8 @@ import re
 from pdd_contract.labels import ANNOTATION_PROBE_REQUEST as ANNOTATION_PROBE_REQUEST
 from pdd_contract.labels import ANNOTATION_PROBE_RESULT as ANNOTATION_PROBE_RESULT
 from pdd_contract.labels import LABEL_DEPLOYMENT as LABEL_DEPLOYMENT
+from pdd_contract.labels import LABEL_INSTANCE as LABEL_INSTANCE
+from pdd_contract.labels import LABEL_POD_INDEX as LABEL_POD_INDEX
 from pdd_contract.labels import LABEL_REVISION as LABEL_REVISION
 from pdd_contract.labels import LABEL_ROLE as LABEL_ROLE
 
@@ -60,6 +62,12 @@ def instance_id(name: str) -> str:
 def role_name(name: str, role: str) -> str:
     """StatefulSet and headless Service of a role (and the router's Deployment/Service)."""
     return f"{instance_id(name)}-{role}"
+
+
+def instance_name(name: str, role: str, index: int) -> str:
+    """StatefulSet and headless Service of one instance that spans nodes: its pods are
+    `<this>-<rank>`, rank 0 the leader (`<id>-prefill-511` is 52 characters at most)."""
+    return f"{role_name(name, role)}-{index}"
 
 
 def token_secret_name(name: str, uid: str) -> str:

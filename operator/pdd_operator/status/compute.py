@@ -54,6 +54,20 @@ class WorkloadState:
         )
 
 
+def instances_state(states: Sequence[WorkloadState]) -> WorkloadState:
+    """A role whose instances span nodes, one StatefulSet each, counted in instances: an
+    instance is ready (updated) when all its ranks are, since it serves only whole."""
+    return WorkloadState(
+        exists=True,
+        desired=len(states),
+        ready=sum(1 for s in states if s.desired and s.ready >= s.desired),
+        updated=sum(1 for s in states if s.desired and s.updated >= s.desired),
+        pods=sum(1 for s in states if s.pods >= s.desired),
+        # Settled only when every instance's controller has seen its latest spec.
+        generation=0 if all(s.observed_generation >= s.generation for s in states) else 1,
+    )
+
+
 @dataclass(frozen=True)
 class PodProblem:
     """A pod that cannot serve, with the fix when one is known (from the preflight check)."""
