@@ -130,6 +130,8 @@ class LocalControlPlane:
         scheduler: bool = True,
         users: Mapping[str, Sequence[str]] | None = None,
         extra_apiserver_args: Sequence[str] = (),
+        feature_gates: Mapping[str, bool] | None = None,
+        runtime_config: Sequence[str] = (),
         controller_qps: int = 100,
         start_timeout: float = 90.0,
         reset: bool = True,
@@ -142,6 +144,10 @@ class LocalControlPlane:
         self._want_scheduler = scheduler
         self._extra_users = dict(users or {})
         self._extra_apiserver_args = list(extra_apiserver_args)
+        # Alpha features for one test's own control plane (e.g. GenericWorkload and
+        # GangScheduling), given to every component; runtime_config serves alpha APIs.
+        self._feature_gates = dict(feature_gates or {})
+        self._runtime_config = tuple(runtime_config)
         self._controller_qps = controller_qps
         self.start_timeout = start_timeout
         self._reset = reset
@@ -398,8 +404,20 @@ class LocalControlPlane:
             f"--audit-log-path={self.audit_log}",
             "--audit-log-format=json",
             "--audit-log-mode=blocking",
+            *self._gate_argv(),
+            *(
+                [f"--runtime-config={','.join(self._runtime_config)}"]
+                if self._runtime_config
+                else []
+            ),
             *self._extra_apiserver_args,
         ]
+
+    def _gate_argv(self) -> list[str]:
+        if not self._feature_gates:
+            return []
+        gates = ",".join(f"{k}={str(v).lower()}" for k, v in sorted(self._feature_gates.items()))
+        return [f"--feature-gates={gates}"]
 
     @property
     def audit_log(self) -> Path:
@@ -478,12 +496,14 @@ class LocalControlPlane:
             f"--root-ca-file={c.ca_crt}",
             f"--service-cluster-ip-range={SERVICE_CLUSTER_IP_RANGE}",
             "--use-service-account-credentials=false",
+            *self._gate_argv(),
         ]
 
     def _scheduler_argv(self, bin_dir: Path) -> list[str]:
         return [
             str(bin_dir / "kube-scheduler"),
             *self._component_common_argv("kube-scheduler", "system:kube-scheduler"),
+            *self._gate_argv(),
         ]
 
     def _write_kubeconfig(self, path: Path, user: str) -> None:
