@@ -49,6 +49,7 @@ from pdd_operator.status.compute import (
 from pdd_operator.status.conditions import transition_events
 from pdd_operator.status.corrections import Correction, CorrectionLog, drifted
 from pdd_operator.status.drift import live_fingerprint, rendered_fingerprint
+from pdd_operator.status.gang import GangReadiness, gang_api, gang_readiness, multinode_roles
 from pdd_operator.status.invalid import invalid_spec_conditions, invalid_spec_message
 from pdd_operator.status.model import (
     ModelFacts,
@@ -102,6 +103,9 @@ class ApiWriter(Protocol):
 
     # Why a workload short of pods has none: its controller's Events, by the workload's uid.
     def pod_creation_events(self, namespace: str, uid: str) -> list[dict[str, Any]]: ...
+
+    # Whether the gang scheduler's API is served (discovery), for instances over nodes.
+    def serves(self, api: str, plural: str = "") -> bool: ...
 
 
 EventSink = Callable[[Mapping[str, Any], str, str, str], None]  # body, type, reason, message
@@ -175,6 +179,9 @@ MODEL_RETRY_MAX_S = 60.0
 # The token Secret is not watched (no list/watch on Secrets): a pass looks at it (its metadata)
 # at most this often, so a deleted one is created again within a resync period.
 TOKEN_RECHECK_S = 300.0
+# How long a discovery answer about a gang scheduler's API holds (it changes when a cluster
+# admin enables a feature gate or installs Kueue/Volcano: rare, and worth a pass then).
+GANG_API_RECHECK_S = 30.0
 
 
 class Reconciler:
@@ -208,6 +215,8 @@ class Reconciler:
         self._model_retry = model_retry
         self._model_attempts: dict[DeploymentKey, int] = {}
         self.conflict_retry_seconds = CONFLICT_RETRY_SECONDS
+        # Discovery of the gang schedulers' APIs: (api, plural) -> (when, served).
+        self._served: dict[tuple[str, str], tuple[float, bool]] = {}
         # One delayed pass per deployment at most, while its model or a child's name waits.
         self._retries: dict[DeploymentKey, asyncio.Task[None]] = {}
 
@@ -291,6 +300,9 @@ class Reconciler:
         token = await self._token_secret(pdd)
         hold = engine_roles_held(model) or token.found.reason == ownership.TOKEN_REASON
         held = _engine_workloads(desired) if hold else frozenset()
+        gang = await self._check_gang(pdd)
+        if gang is not None and not gang.ready:
+            held |= _gang_children(pdd, desired)
         try:
             blocked = await self._sync_children(pdd, body, desired, observed, held)
         except _NamespaceGoingAway:
@@ -300,7 +312,9 @@ class Reconciler:
             blocked = await self._create_token_if_missing(pdd, token)
         refusals = await self._refusals(pdd)
         observed_now = self._observed(pdd, desired, placement, blocked)
-        status = await self._status(pdd, replace(observed_now, model=model, refusals=refusals))
+        status = await self._status(
+            pdd, replace(observed_now, model=model, refusals=refusals, gang=gang)
+        )
         await self._write_status(pdd, body, status)
 
     def _retry_while_conflicting(self, key: DeploymentKey, blocked: _Blocked) -> None:
@@ -346,6 +360,26 @@ class Reconciler:
             log.warning("checking the model of %s/%s failed: %s", pdd.namespace, pdd.name, err)
             return ModelFacts(error=api_error_message(err))
         return ModelFacts(secret_exists=secret, claims=claims)
+
+    async def _check_gang(self, pdd: PDDeployment) -> GangReadiness | None:
+        """Whether the gang scheduler of spec.scheduling.gang is served, where instances span
+        nodes (None: no gang needed). Discovery answers are kept a while; while the API is
+        missing another pass looks again, so enabling it later is noticed."""
+        api = gang_api(pdd)
+        if api is None:
+            return None
+        now = time.monotonic()
+        cached = self._served.get(api)
+        if cached is None or now - cached[0] > GANG_API_RECHECK_S:
+            try:
+                served = await asyncio.to_thread(self.kube.serves, *api)
+            except Exception as err:  # unknown this pass: hold nothing new, say nothing
+                log.warning("discovery of %s failed: %s", api[0], err)
+                return None
+            self._served[api] = cached = (now, served)
+        if not cached[1]:
+            self._retry_later(_key(pdd), GANG_API_RECHECK_S)
+        return gang_readiness(pdd, cached[1])
 
     def _retry_later(self, key: DeploymentKey, delay: float) -> None:
         """Another pass after `delay`, unless one is already scheduled (other than the one
@@ -792,6 +826,21 @@ def _changes(
     objects = [obj for obj in desired.objects() if child_key(obj) in changed] if changed else []
     stale = tuple(key for key in observed if key not in desired.hashes)
     return _Changes(objects, drift, stale)
+
+
+def _gang_children(pdd: PDDeployment, desired: _Desired) -> frozenset[ChildKey]:
+    """The instances over several nodes and their gang objects: what waits for the gang
+    scheduler (single-node roles go ahead)."""
+    wanted = set()
+    for role in multinode_roles(pdd):
+        wanted.add(names.role_name(pdd.name, role))  # its Workload
+        instances = range(role_spec(pdd.spec, role).replicas)
+        wanted.update(names.instance_name(pdd.name, role, i) for i in instances)
+    return frozenset(
+        key
+        for key in desired.hashes
+        if key[1] in ("StatefulSet", "Workload", "PodGroup") and key[2] in wanted
+    )
 
 
 def _engine_workloads(desired: _Desired) -> frozenset[ChildKey]:

@@ -239,3 +239,26 @@ def test_ranks_leaders_and_one_domain_per_instance(api: client.ApiClient, ns: st
         assert "--data-parallel-start-rank" in engine.command[2]
     service = core.read_namespaced_service("dom-prefill-0", ns)
     assert service.spec.cluster_ip == "None" and service.spec.publish_not_ready_addresses
+
+
+def test_a_cluster_without_gang_scheduling_gets_a_condition_not_half_started_instances(
+    api_client: client.ApiClient, namespace: str, operator: OperatorProcess
+) -> None:
+    # The suite's shared control plane: the gates are off, scheduling.k8s.io/v1alpha1 is
+    # not served.
+    create(api_client, deployment("nogang", namespace))
+    custom = client.CustomObjectsApi(api_client)
+
+    def gang_condition() -> dict[str, Any] | None:
+        obj = custom.get_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, "nogang")
+        for cond in obj.get("status", {}).get("conditions", []):
+            if cond["type"] == "GangScheduling" and cond["status"] == "False":
+                return dict(cond)
+        return None
+
+    cond = wait_for(gang_condition, 60, what="GangScheduling=False")
+    assert cond["reason"] == "GangSchedulerUnavailable"
+    assert "GenericWorkload" in cond["message"]
+    apps = client.AppsV1Api(api_client)
+    assert not apps.list_namespaced_stateful_set(namespace).items
+    assert not pods(api_client, namespace)

@@ -19,6 +19,7 @@ from pdd_operator.api.v1alpha1 import (
 )
 from pdd_operator.planning.placement import PlacementResult
 from pdd_operator.status.conditions import find, set_condition
+from pdd_operator.status.gang import GangReadiness
 from pdd_operator.status.model import ModelReadiness
 from pdd_operator.status.refusals import REASON as REFUSED
 from pdd_operator.status.refusals import Refusal
@@ -95,6 +96,7 @@ class Observed:
     model: ModelReadiness | None = None  # the model's Secret and claims (status.model)
     refusals: Sequence[Refusal] = ()  # workloads whose pods the API server refuses
     pod_nodes: tuple[str, ...] = ()  # existing nodes the engine pods are bound to now
+    gang: GangReadiness | None = None  # the gang scheduler, where instances span nodes
 
 
 def compute_status(pdd: PDDeployment, observed: Observed, now: str) -> PDDeploymentStatus:
@@ -113,6 +115,10 @@ def compute_status(pdd: PDDeployment, observed: Observed, now: str) -> PDDeploym
         assert observed.model is not None
         progressing, prog_reason, prog_msg = False, observed.model.reason, observed.model.message
         stalled, stall_reason, stall_msg = True, observed.model.reason, observed.model.message
+    if observed.gang is not None and not observed.gang.ready and not observed.apply_error:
+        # The instances wait, uncreated, for a gang scheduler the user enables or chooses.
+        progressing, prog_reason, prog_msg = False, observed.gang.reason, observed.gang.message
+        stalled, stall_reason, stall_msg = True, observed.gang.reason, observed.gang.message
     conditions = [
         set_condition(previous, "Ready", ready, ready_reason, ready_msg, gen, now),
         set_condition(previous, "Progressing", progressing, prog_reason, prog_msg, gen, now),
@@ -130,6 +136,7 @@ def compute_status(pdd: PDDeployment, observed: Observed, now: str) -> PDDeploym
             now,
         ),
         *_model_condition(previous, observed, gen, now),
+        *_gang_condition(previous, observed, gen, now),
         *_placement_condition(previous, observed, gen, now),
         *_transfer_condition(previous, observed, gen, now),
     ]
@@ -236,6 +243,16 @@ def _model_condition(
     return [
         set_condition(previous, "ModelReady", model.ready, model.reason, model.message, gen, now)
     ]
+
+
+def _gang_condition(
+    previous: Sequence[Condition], observed: Observed, gen: int, now: str
+) -> list[Condition]:
+    gang = observed.gang
+    if gang is None:
+        return []
+    ready, reason, message = gang.ready, gang.reason, gang.message
+    return [set_condition(previous, "GangScheduling", ready, reason, message, gen, now)]
 
 
 def _placement_condition(
