@@ -29,8 +29,9 @@ from pdd_operator.api.names import DeploymentKey
 from pdd_operator.api.v1alpha1 import Condition, PDDeployment, PDDeploymentStatus
 from pdd_operator.engines.base import role_spec
 from pdd_operator.kube.client import api_error_message, namespace_unavailable
-from pdd_operator.kube.resources import SECRET, Kind, kind_of
+from pdd_operator.kube.resources import POD, SECRET, Kind, kind_of
 from pdd_operator.metrics import OperatorMetrics
+from pdd_operator.planning.instance_restart import instances_to_restart
 from pdd_operator.planning.placement import Fleet, PlacementResult, plan_placement
 from pdd_operator.planning.reservations import ReservationLedger
 from pdd_operator.planning.rollout import rollout_partitions
@@ -310,6 +311,8 @@ class Reconciler:
         self._retry_while_conflicting(_key(pdd), blocked)
         if not blocked.message:
             blocked = await self._create_token_if_missing(pdd, token)
+        if not blocked.message:
+            await self._restart_broken_instances(pdd, body)
         refusals = await self._refusals(pdd)
         observed_now = self._observed(pdd, desired, placement, blocked)
         status = await self._status(
@@ -360,6 +363,28 @@ class Reconciler:
             log.warning("checking the model of %s/%s failed: %s", pdd.namespace, pdd.name, err)
             return ModelFacts(error=api_error_message(err))
         return ModelFacts(secret_exists=secret, claims=claims)
+
+    async def _restart_broken_instances(self, pdd: PDDeployment, body: Mapping[str, Any]) -> None:
+        """Delete every rank pod of an instance over several nodes one of whose ranks failed
+        or restarted (planning.instance_restart): it comes back whole or not at all."""
+        for restart in instances_to_restart(self.view.pods(_key(pdd))):
+            try:
+                await asyncio.gather(
+                    *(
+                        asyncio.to_thread(self.kube.delete, POD, pdd.namespace, name, uid)
+                        for name, uid in restart.pods
+                    )
+                )
+            except Exception as err:  # the next pass sees the same rank and tries again
+                log.warning("restarting instance %s failed: %s", restart.instance, err)
+                continue
+            for _ in restart.pods:
+                self._count_write("delete", "Pod")
+            message = (
+                f"{restart.cause}: restarting {restart.role} instance {restart.instance} "
+                f"whole ({len(restart.pods)} rank pods deleted; its ranks start again together)"
+            )
+            self.emit_event(body, "Normal", "InstanceRestarted", message)
 
     async def _check_gang(self, pdd: PDDeployment) -> GangReadiness | None:
         """Whether the gang scheduler of spec.scheduling.gang is served, where instances span

@@ -262,3 +262,38 @@ def test_a_cluster_without_gang_scheduling_gets_a_condition_not_half_started_ins
     apps = client.AppsV1Api(api_client)
     assert not apps.list_namespaced_stateful_set(namespace).items
     assert not pods(api_client, namespace)
+
+
+def test_one_rank_failing_restarts_the_whole_instance(api: client.ApiClient, ns: str) -> None:
+    create(
+        api,
+        deployment(
+            "rs",
+            ns,
+            prefill={"replicas": 1, "gpusPerInstance": 8, "nodesPerInstance": 2},
+            decode={"replicas": 0, "gpusPerInstance": 8},
+        ),
+    )
+    core = client.CoreV1Api(api)
+
+    def running() -> dict[str, str]:
+        found = pods(api, ns)
+        ok = len(found) == 2 and all(p.status.phase == "Running" for p in found)
+        return {p.metadata.name: p.metadata.uid for p in found} if ok else {}
+
+    before = wait_for(running, 90, what="both ranks running")
+    # The kubelet's report that rank 1's engine exited and was started again alone.
+    core.patch_namespaced_pod_status(
+        "rs-prefill-0-1",
+        ns,
+        {"status": {"containerStatuses": [{"name": "engine", "restartCount": 1}]}},
+    )
+
+    def replaced() -> dict[str, str]:
+        now = running()
+        return now if now and not set(now.values()) & set(before.values()) else {}
+
+    after = wait_for(replaced, 120, what="both ranks replaced")
+    assert set(after) == {"rs-prefill-0-0", "rs-prefill-0-1"}
+    events = core.list_namespaced_event(ns, field_selector="reason=InstanceRestarted").items
+    assert any("rs-prefill-0-1" in e.message and "instance 0" in e.message for e in events)

@@ -48,6 +48,7 @@ CHILD_KINDS: tuple[Kind, ...] = (
     Kind("policy/v1", "PodDisruptionBudget", "poddisruptionbudgets"),
 )
 SECRET = Kind("v1", "Secret", "secrets")
+POD = Kind("v1", "Pod", "pods")
 PERSISTENT_VOLUME_CLAIM = Kind("v1", "PersistentVolumeClaim", "persistentvolumeclaims")
 PDDEPLOYMENT = Kind("pdd.dev/v1alpha1", "PDDeployment", "pddeployments")
 
