@@ -32,6 +32,7 @@ from pdd_operator.kube.client import api_error_message, namespace_unavailable
 from pdd_operator.kube.resources import POD, SECRET, Kind, kind_of
 from pdd_operator.metrics import OperatorMetrics
 from pdd_operator.planning.instance_restart import instances_to_restart
+from pdd_operator.planning.instance_rollout import next_instance_to_replace
 from pdd_operator.planning.placement import Fleet, PlacementResult, plan_placement
 from pdd_operator.planning.reservations import ReservationLedger
 from pdd_operator.planning.rollout import rollout_partitions
@@ -366,8 +367,18 @@ class Reconciler:
 
     async def _restart_broken_instances(self, pdd: PDDeployment, body: Mapping[str, Any]) -> None:
         """Delete every rank pod of an instance over several nodes one of whose ranks failed
-        or restarted (planning.instance_restart): it comes back whole or not at all."""
-        for restart in instances_to_restart(self.view.pods(_key(pdd))):
+        or restarted (planning.instance_restart): it comes back whole or not at all. With
+        none broken, replace the next instance of an older revision whole, one at a time
+        (planning.instance_rollout)."""
+        pods = self.view.pods(_key(pdd))
+        restarts = instances_to_restart(pods)
+        if not restarts:
+            nodes = {
+                role: role_spec(pdd.spec, role).nodesPerInstance for role in multinode_roles(pdd)
+            }
+            stale = next_instance_to_replace(engine_revision(pdd.spec), pods, nodes)
+            restarts = [stale] if stale is not None else []
+        for restart in restarts:
             try:
                 await asyncio.gather(
                     *(
@@ -381,10 +392,10 @@ class Reconciler:
             for _ in restart.pods:
                 self._count_write("delete", "Pod")
             message = (
-                f"{restart.cause}: restarting {restart.role} instance {restart.instance} "
-                f"whole ({len(restart.pods)} rank pods deleted; its ranks start again together)"
+                f"{restart.cause}: {restart.role} instance {restart.instance} starts again "
+                f"whole ({len(restart.pods)} rank pods deleted; its ranks start together)"
             )
-            self.emit_event(body, "Normal", "InstanceRestarted", message)
+            self.emit_event(body, "Normal", restart.event, message)
 
     async def _check_gang(self, pdd: PDDeployment) -> GangReadiness | None:
         """Whether the gang scheduler of spec.scheduling.gang is served, where instances span

@@ -296,4 +296,55 @@ def test_one_rank_failing_restarts_the_whole_instance(api: client.ApiClient, ns:
     after = wait_for(replaced, 120, what="both ranks replaced")
     assert set(after) == {"rs-prefill-0-0", "rs-prefill-0-1"}
     events = core.list_namespaced_event(ns, field_selector="reason=InstanceRestarted").items
-    assert any("rs-prefill-0-1" in e.message and "instance 0" in e.message for e in events)
+    assert any("rs-prefill-0-1" in e.message and "instance 0 starts" in e.message for e in events)
+
+
+def test_a_rollout_replaces_whole_instances_one_at_a_time(api: client.ApiClient, ns: str) -> None:
+    two = {"replicas": 2, "gpusPerInstance": 8, "nodesPerInstance": 2}
+    create(
+        api,
+        deployment(
+            "ro",
+            ns,
+            prefill={**two, "nodeSelector": {CLIQUE: "clique-b"}},
+            decode={"replicas": 0, "gpusPerInstance": 8},
+        ),
+    )
+
+    def ready_by_instance() -> dict[str, list[str]]:
+        """Ready, not terminating ranks per instance, by their revision."""
+        out: dict[str, list[str]] = {"ro-prefill-0": [], "ro-prefill-1": []}
+        for pod in pods(api, ns):
+            conditions = pod.status.conditions or []
+            ready = any(c.type == "Ready" and c.status == "True" for c in conditions)
+            if ready and not pod.metadata.deletion_timestamp:
+                instance = pod.metadata.name.rsplit("-", 1)[0]
+                out[instance].append(pod.metadata.labels["pdd.dev/revision"])
+        return out
+
+    first = wait_for(
+        lambda: (r := ready_by_instance()) and all(len(v) == 2 for v in r.values()) and r,
+        120,
+        what="both instances ready",
+    )
+    (old,) = {rev for revs in first.values() for rev in revs}
+    client.CustomObjectsApi(api).patch_namespaced_custom_object(
+        GROUP, VERSION, ns, PLURAL, "ro", {"spec": {"engine": {"args": ["--max-model-len", "9"]}}}
+    )
+    deadline = time.monotonic() + 180
+    while time.monotonic() < deadline:
+        now = ready_by_instance()
+        out_of_service = [i for i, revs in now.items() if len(revs) < 2]
+        # One instance out at a time, and never two revisions inside one instance.
+        assert len(out_of_service) <= 1, now
+        assert all(len(set(revs)) <= 1 for revs in now.values()), now
+        if all(len(revs) == 2 and revs[0] != old for revs in now.values()):
+            break
+        time.sleep(0.3)
+    else:
+        raise AssertionError(f"rollout did not finish: {ready_by_instance()}")
+    events = client.CoreV1Api(api).list_namespaced_event(
+        ns, field_selector="reason=InstanceReplaced"
+    )
+    replaced = sorted(e.message.split(": ", 1)[1].split(" starts")[0] for e in events.items)
+    assert replaced == ["prefill instance 0", "prefill instance 1"]

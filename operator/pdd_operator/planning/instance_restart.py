@@ -42,6 +42,7 @@ class InstanceRestart:
     instance: str
     cause: str  # the rank pod that broke it, for the event
     pods: tuple[tuple[str, str], ...]  # (name, uid) of every rank pod to delete
+    event: str = "InstanceRestarted"  # the event's reason
 
 
 def instances_to_restart(pods: Iterable[RankPod]) -> list[InstanceRestart]:

@@ -82,6 +82,9 @@ def render_instance(
             "serviceName": name,
             # Every rank at once: the leader waits for the others at the rendezvous.
             "podManagementPolicy": "Parallel",
+            # The operator replaces an instance's ranks together (planning.instance_rollout):
+            # a rank-by-rank update would mix two revisions in one engine.
+            "updateStrategy": {"type": "OnDelete"},
             "selector": {"matchLabels": selector},
             "template": render_pod_template(pdd, role, ctx, index),
         },
