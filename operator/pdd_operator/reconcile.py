@@ -741,7 +741,7 @@ class Reconciler:
             for role, states in seen.items()
         }
         pods = self.view.pods(key)
-        outcome = transfer_outcome(pdd, prober(pods, pdd.name))
+        outcome = transfer_outcome(pdd, prober(pods, pdd.name, pdd.spec.prefill.nodesPerInstance))
         wanted = {
             "prefill": pdd.spec.prefill.replicas,
             "decode": pdd.spec.decode.replicas,
@@ -771,7 +771,7 @@ class Reconciler:
     async def _request_probe_if_due(self, pdd: PDDeployment, observed: Observed, now: str) -> str:
         """Stamp a probe request on the prober pod when one is due; the request time, or ""
         when none was made."""
-        probe_pod = prober(self.view.pods(_key(pdd)), pdd.name)
+        probe_pod = prober(self.view.pods(_key(pdd)), pdd.name, pdd.spec.prefill.nodesPerInstance)
         if probe_pod is None or not probe_due(pdd, is_ready(observed), probe_pod, now):
             return ""
         try:

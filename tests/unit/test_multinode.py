@@ -15,6 +15,7 @@ import pytest
 from helpers.factories import make_pdd
 from pdd_contract.env import PDD_LEADER_ADDRESS, PDD_NNODES, PDD_NODE_RANK
 from pdd_operator.api.v1alpha1 import PDDeployment
+from pdd_operator.planning.placement import Placement, PlacementResult
 from pdd_operator.planning.reservations import reservation_for
 from pdd_operator.rendering.children import render_children
 from pdd_operator.rendering.context import RenderContext
@@ -89,6 +90,21 @@ def test_ranks_of_an_instance_go_to_distinct_nodes() -> None:
     ]
     assert term["topologyKey"] == "kubernetes.io/hostname"
     assert term["labelSelector"]["matchLabels"]["pdd.dev/instance"] == "1"
+
+
+def test_with_a_planned_domain_the_ranks_of_an_instance_share_it() -> None:
+    placed = Placement("preferred", "nvidia.com/gpu.clique", "clique-b")
+    objs = {
+        (c["kind"], c["metadata"]["name"]): c
+        for c in render_children(multinode(), RenderContext(placement=placed))
+    }
+    affinity = objs[("StatefulSet", "llama-decode-0")]["spec"]["template"]["spec"]["affinity"]
+    (term,) = affinity["podAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
+    assert term["topologyKey"] == "nvidia.com/gpu.clique"
+    assert term["labelSelector"]["matchLabels"]["pdd.dev/instance"] == "0"
+    assert "nodeAffinity" in affinity  # the slice's domain, as before
+    unplanned = children(multinode())[("StatefulSet", "llama-decode-0")]
+    assert "podAffinity" not in unplanned["spec"]["template"]["spec"]["affinity"]
 
 
 def test_every_rank_gets_its_rank_the_node_count_and_the_leader_address() -> None:
@@ -232,8 +248,15 @@ def test_a_role_of_instances_counts_whole_instances() -> None:
 
 
 def test_a_reservation_counts_every_rank() -> None:
-    from pdd_operator.planning.placement import Placement, PlacementResult
-
     placed = PlacementResult(True, Placement("required", "rack", "r1"), "Placed", "")
     reservation = reservation_for(multinode().spec, placed)
     assert reservation is not None and reservation.needed == (2 * 2 + 1 * 2) * 8
+
+
+def test_the_prober_is_the_leader_of_the_first_prefill_instance() -> None:
+    sts = children(multinode())[("StatefulSet", "llama-decode-0")]
+    sidecar = next(
+        c for c in sts["spec"]["template"]["spec"]["containers"] if c["name"] == "nixl-sidecar"
+    )
+    env = {e["name"]: e.get("value") for e in sidecar["env"]}
+    assert env["PDD_PROBER_POD"] == "llama-prefill-0-0"

@@ -38,7 +38,11 @@ ANNOTATION_OWNER_NAME = "pdd.dev/deployment-name"
 ANNOTATION_APPLIED_HASH = "pdd.dev/applied-hash"
 
 
-def prober_pod_name(name: str) -> str:
+def prober_pod_name(name: str, prefill_nodes: int = 1) -> str:
+    """The pod whose sidecar runs the transfer probe: the first prefill pod, the leader of
+    the first instance where prefill instances span nodes."""
+    if prefill_nodes > 1:
+        return f"{instance_name(name, 'prefill', 0)}-0"
     return f"{role_name(name, 'prefill')}-0"
 
 

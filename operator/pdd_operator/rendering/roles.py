@@ -171,7 +171,7 @@ def render_pod_template(
         ]
     affinity = render_affinity(ctx.placement)
     if instance is not None:
-        affinity = {**affinity, **_one_rank_per_node(pdd, role, instance)}
+        affinity = {**affinity, **_ranks_together(pdd, role, instance, ctx.placement.level)}
     if affinity:
         pod_spec["affinity"] = affinity
     if rspec.nodeSelector:
@@ -231,19 +231,26 @@ def render_affinity(placement: Placement) -> dict[str, Any]:
     }
 
 
-def _one_rank_per_node(pdd: PDDeployment, role: str, instance: int) -> dict[str, Any]:
-    """The ranks of an instance on distinct nodes: each is one node's share of its GPUs."""
+def _ranks_together(pdd: PDDeployment, role: str, instance: int, level: str) -> dict[str, Any]:
+    """The ranks of an instance on distinct nodes (each is one node's share of its GPUs) and,
+    where the planner chose a domain level, all inside one domain of it: one NVLink clique or
+    rack per instance, whatever spec.topology.placement lets the slice as a whole do."""
     same_instance = {**names.selector_labels(pdd.name, role), names.LABEL_INSTANCE: str(instance)}
-    return {
+    selector = {"matchLabels": same_instance}
+    out: dict[str, Any] = {
         "podAntiAffinity": {
             "requiredDuringSchedulingIgnoredDuringExecution": [
-                {
-                    "labelSelector": {"matchLabels": same_instance},
-                    "topologyKey": "kubernetes.io/hostname",
-                }
+                {"labelSelector": selector, "topologyKey": "kubernetes.io/hostname"}
             ]
         }
     }
+    if level:
+        out["podAffinity"] = {
+            "requiredDuringSchedulingIgnoredDuringExecution": [
+                {"labelSelector": selector, "topologyKey": level}
+            ]
+        }
+    return out
 
 
 def gpu_resources(spec: PDDeploymentSpec, role: str) -> dict[str, Any]:
