@@ -720,7 +720,8 @@ class RoleSpec(Model):
             "per node, rank 0 the leader) one instance spans",
         ),
         description="Nodes one instance spans: that many pods (ranks; rank 0 leads and "
-        "serves HTTP), started and scheduled together (spec.scheduling.gang).",
+        "serves HTTP), started and scheduled together (spec.scheduling.gang); "
+        "docs/multinode.md.",
     )
     parallelism: Parallelism | None = Field(
         default=None,
