@@ -72,3 +72,10 @@ VLLM_NIXL_SIDE_CHANNEL_PORT = "VLLM_NIXL_SIDE_CHANNEL_PORT"
 HF_HOME = "HF_HOME"
 HF_TOKEN = "HF_TOKEN"
 HF_HUB_OFFLINE = "HF_HUB_OFFLINE"
+
+# An instance over several nodes (spec.<role>.nodesPerInstance > 1): every rank's pod gets its
+# rank (the StatefulSet ordinal; 0 leads), the instance's node count and the leader's
+# host:port where the ranks meet. A custom engine starts its multi-node launch from these.
+PDD_NODE_RANK = "PDD_NODE_RANK"
+PDD_NNODES = "PDD_NNODES"
+PDD_LEADER_ADDRESS = "PDD_LEADER_ADDRESS"

@@ -23,3 +23,8 @@ LABEL_TOPOLOGY_VERSION = "pdd.dev/topology-version"
 
 # The values of LABEL_GPUDIRECT: the GPUDirect RDMA flavour that works on the node.
 GpuDirectMode = Literal["dmabuf", "peermem", "none"]
+
+# The instance a pod belongs to when instances span nodes (its StatefulSet's index within
+# the role); the rank is the StatefulSet controller's own pod-index label.
+LABEL_INSTANCE = "pdd.dev/instance"
+LABEL_POD_INDEX = "apps.kubernetes.io/pod-index"

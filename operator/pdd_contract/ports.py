@@ -48,3 +48,8 @@ def default_side_channel_ports(channel: str, dp_size: int = 1) -> tuple[int, ...
     if channel == SGLANG_SIDE_CHANNEL:
         return (SGLANG_BOOTSTRAP_PORT,)
     return ()
+
+
+# Where the ranks of an instance over several nodes meet on its leader: vLLM's
+# --data-parallel-rpc-port, SGLang's --dist-init-addr port (torch.distributed's store).
+MULTINODE_RENDEZVOUS_PORT = 29550

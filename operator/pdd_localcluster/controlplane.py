@@ -131,6 +131,8 @@ class LocalControlPlane:
         users: Mapping[str, Sequence[str]] | None = None,
         extra_apiserver_args: Sequence[str] = (),
         extra_controller_manager_args: Sequence[str] = (),
+        feature_gates: Mapping[str, bool] | None = None,
+        runtime_config: Sequence[str] = (),
         controller_qps: int = 100,
         start_timeout: float = 90.0,
         reset: bool = True,
@@ -144,6 +146,10 @@ class LocalControlPlane:
         self._extra_users = dict(users or {})
         self._extra_apiserver_args = list(extra_apiserver_args)
         self._extra_kcm_args = list(extra_controller_manager_args)
+        # Alpha features for one test's own control plane (e.g. GenericWorkload and
+        # GangScheduling), given to every component; runtime_config serves alpha APIs.
+        self._feature_gates = dict(feature_gates or {})
+        self._runtime_config = tuple(runtime_config)
         self._controller_qps = controller_qps
         self.start_timeout = start_timeout
         self._reset = reset
@@ -400,8 +406,20 @@ class LocalControlPlane:
             f"--audit-log-path={self.audit_log}",
             "--audit-log-format=json",
             "--audit-log-mode=blocking",
+            *self._gate_argv(),
+            *(
+                [f"--runtime-config={','.join(self._runtime_config)}"]
+                if self._runtime_config
+                else []
+            ),
             *self._extra_apiserver_args,
         ]
+
+    def _gate_argv(self) -> list[str]:
+        if not self._feature_gates:
+            return []
+        gates = ",".join(f"{k}={str(v).lower()}" for k, v in sorted(self._feature_gates.items()))
+        return [f"--feature-gates={gates}"]
 
     @property
     def audit_log(self) -> Path:
@@ -481,12 +499,14 @@ class LocalControlPlane:
             f"--service-cluster-ip-range={SERVICE_CLUSTER_IP_RANGE}",
             "--use-service-account-credentials=false",
             *self._extra_kcm_args,
+            *self._gate_argv(),
         ]
 
     def _scheduler_argv(self, bin_dir: Path) -> list[str]:
         return [
             str(bin_dir / "kube-scheduler"),
             *self._component_common_argv("kube-scheduler", "system:kube-scheduler"),
+            *self._gate_argv(),
         ]
 
     def _write_kubeconfig(self, path: Path, user: str) -> None:

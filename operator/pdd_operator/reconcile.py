@@ -27,8 +27,9 @@ from pydantic import ValidationError
 from pdd_operator.api import names
 from pdd_operator.api.names import DeploymentKey
 from pdd_operator.api.v1alpha1 import Condition, PDDeployment, PDDeploymentStatus
+from pdd_operator.engines.base import role_spec
 from pdd_operator.kube.client import api_error_message, namespace_unavailable
-from pdd_operator.kube.resources import ROLE_SCALER, SECRET, Kind, kind_of
+from pdd_operator.kube.resources import POD, ROLE_SCALER, SECRET, Kind, kind_of
 from pdd_operator.metrics import OperatorMetrics
 from pdd_operator.planning.autoscaling import (
     ScalingPlan,
@@ -37,6 +38,8 @@ from pdd_operator.planning.autoscaling import (
     scale_target_roles,
     with_replicas,
 )
+from pdd_operator.planning.instance_restart import instances_to_restart
+from pdd_operator.planning.instance_rollout import next_instance_to_replace
 from pdd_operator.planning.placement import (
     Fleet,
     PlacementResult,
@@ -51,10 +54,17 @@ from pdd_operator.rendering.roles import engine_revision
 from pdd_operator.rendering.scalers import render_scaler, scaler_status
 from pdd_operator.rendering.sidecar import render_token_secret, sidecar_enabled
 from pdd_operator.status import ownership
-from pdd_operator.status.compute import Observed, WorkloadState, compute_status, is_ready
+from pdd_operator.status.compute import (
+    Observed,
+    WorkloadState,
+    compute_status,
+    instances_state,
+    is_ready,
+)
 from pdd_operator.status.conditions import transition_events
 from pdd_operator.status.corrections import Correction, CorrectionLog, drifted
 from pdd_operator.status.drift import live_fingerprint, rendered_fingerprint
+from pdd_operator.status.gang import GangReadiness, gang_api, gang_readiness, multinode_roles
 from pdd_operator.status.invalid import invalid_spec_conditions, invalid_spec_message
 from pdd_operator.status.model import (
     ModelFacts,
@@ -111,6 +121,9 @@ class ApiWriter(Protocol):
 
     # Why a workload short of pods has none: its controller's Events, by the workload's uid.
     def pod_creation_events(self, namespace: str, uid: str) -> list[dict[str, Any]]: ...
+
+    # Whether the gang scheduler's API is served (discovery), for instances over nodes.
+    def serves(self, api: str, plural: str = "") -> bool: ...
 
 
 EventSink = Callable[[Mapping[str, Any], str, str, str], None]  # body, type, reason, message
@@ -184,6 +197,9 @@ MODEL_RETRY_MAX_S = 60.0
 # The token Secret is not watched (no list/watch on Secrets): a pass looks at it (its metadata)
 # at most this often, so a deleted one is created again within a resync period.
 TOKEN_RECHECK_S = 300.0
+# How long a discovery answer about a gang scheduler's API holds (it changes when a cluster
+# admin enables a feature gate or installs Kueue/Volcano: rare, and worth a pass then).
+GANG_API_RECHECK_S = 30.0
 
 
 class Reconciler:
@@ -217,6 +233,8 @@ class Reconciler:
         self._model_retry = model_retry
         self._model_attempts: dict[DeploymentKey, int] = {}
         self.conflict_retry_seconds = CONFLICT_RETRY_SECONDS
+        # Discovery of the gang schedulers' APIs: (api, plural) -> (when, served).
+        self._served: dict[tuple[str, str], tuple[float, bool]] = {}
         # One delayed pass per deployment at most, while its model or a child's name waits.
         self._retries: dict[DeploymentKey, asyncio.Task[None]] = {}
 
@@ -304,6 +322,9 @@ class Reconciler:
         token = await self._token_secret(pdd)
         hold = engine_roles_held(model) or token.found.reason == ownership.TOKEN_REASON
         held = _engine_workloads(desired) if hold else frozenset()
+        gang = await self._check_gang(pdd)
+        if gang is not None and not gang.ready:
+            held |= _gang_children(pdd, desired)
         try:
             blocked = await self._sync_children(pdd, body, desired, observed, held)
         except _NamespaceGoingAway:
@@ -316,6 +337,8 @@ class Reconciler:
                 blocked = await self._sync_scalers(pdd, scaling)
             except _NamespaceGoingAway:
                 return
+        if not blocked.message:
+            await self._restart_broken_instances(pdd, body)
         refusals = await self._refusals(pdd)
         observed_now = self._observed(pdd, desired, placement, blocked)
         autoscaled = pdd.spec.autoscaling is not None
@@ -325,6 +348,7 @@ class Reconciler:
                 observed_now,
                 model=model,
                 refusals=refusals,
+                gang=gang,
                 scaled_to_zero=scaling.scaled_to_zero if autoscaled else None,
             ),
         )
@@ -373,6 +397,58 @@ class Reconciler:
             log.warning("checking the model of %s/%s failed: %s", pdd.namespace, pdd.name, err)
             return ModelFacts(error=api_error_message(err))
         return ModelFacts(secret_exists=secret, claims=claims)
+
+    async def _restart_broken_instances(self, pdd: PDDeployment, body: Mapping[str, Any]) -> None:
+        """Delete every rank pod of an instance over several nodes one of whose ranks failed
+        or restarted (planning.instance_restart): it comes back whole or not at all. With
+        none broken, replace the next instance of an older revision whole, one at a time
+        (planning.instance_rollout)."""
+        pods = self.view.pods(_key(pdd))
+        restarts = instances_to_restart(pods)
+        if not restarts:
+            nodes = {
+                role: role_spec(pdd.spec, role).nodesPerInstance for role in multinode_roles(pdd)
+            }
+            stale = next_instance_to_replace(engine_revision(pdd.spec), pods, nodes)
+            restarts = [stale] if stale is not None else []
+        for restart in restarts:
+            try:
+                await asyncio.gather(
+                    *(
+                        asyncio.to_thread(self.kube.delete, POD, pdd.namespace, name, uid)
+                        for name, uid in restart.pods
+                    )
+                )
+            except Exception as err:  # the next pass sees the same rank and tries again
+                log.warning("restarting instance %s failed: %s", restart.instance, err)
+                continue
+            for _ in restart.pods:
+                self._count_write("delete", "Pod")
+            message = (
+                f"{restart.cause}: {restart.role} instance {restart.instance} starts again "
+                f"whole ({len(restart.pods)} rank pods deleted; its ranks start together)"
+            )
+            self.emit_event(body, "Normal", restart.event, message)
+
+    async def _check_gang(self, pdd: PDDeployment) -> GangReadiness | None:
+        """Whether the gang scheduler of spec.scheduling.gang is served, where instances span
+        nodes (None: no gang needed). Discovery answers are kept a while; while the API is
+        missing another pass looks again, so enabling it later is noticed."""
+        api = gang_api(pdd)
+        if api is None:
+            return None
+        now = time.monotonic()
+        cached = self._served.get(api)
+        if cached is None or now - cached[0] > GANG_API_RECHECK_S:
+            try:
+                served = await asyncio.to_thread(self.kube.serves, *api)
+            except Exception as err:  # unknown this pass: hold nothing new, say nothing
+                log.warning("discovery of %s failed: %s", api[0], err)
+                return None
+            self._served[api] = cached = (now, served)
+        if not cached[1]:
+            self._retry_later(_key(pdd), GANG_API_RECHECK_S)
+        return gang_readiness(pdd, cached[1])
 
     def _retry_later(self, key: DeploymentKey, delay: float) -> None:
         """Another pass after `delay`, unless one is already scheduled (other than the one
@@ -438,9 +514,16 @@ class Reconciler:
         placement: PlacementResult,
         observed: Mapping[ChildKey, ChildSummary],
     ) -> RenderContext:
+        # Roles of single-node instances roll by StatefulSet partition; an instance over
+        # several nodes is a StatefulSet of its own and is not partitioned.
+        replicas = {
+            role: role_spec(pdd.spec, role).replicas
+            for role in names.ROLES
+            if role_spec(pdd.spec, role).nodesPerInstance == 1
+        }
         partitions = rollout_partitions(
             engine_revision(pdd.spec),
-            {"prefill": pdd.spec.prefill.replicas, "decode": pdd.spec.decode.replicas},
+            replicas,
             observed.values(),
             self.view.pods(_key(pdd)),
         )
@@ -777,13 +860,17 @@ class Reconciler:
     ) -> Observed:
         key = _key(pdd)
         children = self.view.children(key)
+        seen: dict[str, list[WorkloadState]] = {}
+        for k, summary in children.items():
+            if summary.workload is not None and summary.role:
+                state = _as_seen(summary.workload, summary.applied_hash, desired.hashes.get(k))
+                seen.setdefault(summary.role, []).append(state)
         workloads = {
-            summary.role: _as_seen(summary.workload, summary.applied_hash, desired.hashes.get(k))
-            for k, summary in children.items()
-            if summary.workload is not None and summary.role
+            role: states[0] if len(states) == 1 else instances_state(states)
+            for role, states in seen.items()
         }
         pods = self.view.pods(key)
-        outcome = transfer_outcome(pdd, prober(pods, pdd.name))
+        outcome = transfer_outcome(pdd, prober(pods, pdd.name, pdd.spec.prefill.nodesPerInstance))
         wanted = {
             "prefill": pdd.spec.prefill.replicas,
             "decode": pdd.spec.decode.replicas,
@@ -813,7 +900,7 @@ class Reconciler:
     async def _request_probe_if_due(self, pdd: PDDeployment, observed: Observed, now: str) -> str:
         """Stamp a probe request on the prober pod when one is due; the request time, or ""
         when none was made."""
-        probe_pod = prober(self.view.pods(_key(pdd)), pdd.name)
+        probe_pod = prober(self.view.pods(_key(pdd)), pdd.name, pdd.spec.prefill.nodesPerInstance)
         if probe_pod is None or not probe_due(pdd, is_ready(observed), probe_pod, now):
             return ""
         try:
@@ -904,6 +991,21 @@ def _changes(
     objects = [obj for obj in desired.objects() if child_key(obj) in changed] if changed else []
     stale = tuple(key for key in observed if key not in desired.hashes)
     return _Changes(objects, drift, stale)
+
+
+def _gang_children(pdd: PDDeployment, desired: _Desired) -> frozenset[ChildKey]:
+    """The instances over several nodes and their gang objects: what waits for the gang
+    scheduler (single-node roles go ahead)."""
+    wanted = set()
+    for role in multinode_roles(pdd):
+        wanted.add(names.role_name(pdd.name, role))  # its Workload
+        instances = range(role_spec(pdd.spec, role).replicas)
+        wanted.update(names.instance_name(pdd.name, role, i) for i in instances)
+    return frozenset(
+        key
+        for key in desired.hashes
+        if key[1] in ("StatefulSet", "Workload", "PodGroup") and key[2] in wanted
+    )
 
 
 def _engine_workloads(desired: _Desired) -> frozenset[ChildKey]:

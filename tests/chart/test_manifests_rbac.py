@@ -224,6 +224,8 @@ ACCESS = [
     (OPERATOR_USER, "patch", GROUP, PLURAL, "", APP_NS, False),  # spec belongs to GitOps
     (OPERATOR_USER, "delete", GROUP, PLURAL, "", APP_NS, False),
     (OPERATOR_USER, "create", "", "pods", "", APP_NS, False),
+    (OPERATOR_USER, "delete", "", "pods", "", APP_NS, True),  # an instance's ranks together
+    (OPERATOR_USER, "deletecollection", "", "pods", "", APP_NS, False),
     (OPERATOR_USER, "exec", "", "pods", "exec", APP_NS, False),
     (OPERATOR_USER, "patch", "", "nodes", "", "", False),
     (OPERATOR_USER, "list", "", "configmaps", "", APP_NS, False),

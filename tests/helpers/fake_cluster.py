@@ -120,6 +120,8 @@ class FakeCluster:
         self.read_error: Exception | None = None
         # Events the API server holds, by the uid of the object they are about.
         self.object_events: dict[str, list[dict[str, Any]]] = {}
+        # APIs the fake API server serves (discovery), as group/version or group.
+        self.served_apis: set[str] = {"scheduling.k8s.io/v1alpha1"}
         self._lock = threading.Lock()  # applies of one wave arrive from several threads
         for body in bodies:
             self.add(body)
@@ -290,6 +292,10 @@ class FakeCluster:
     def pod_creation_events(self, namespace: str, uid: str) -> list[dict[str, Any]]:
         self.reads.append(("Event", namespace, uid))
         return copy.deepcopy(self.object_events.get(uid, []))
+
+    def serves(self, api: str, plural: str = "") -> bool:
+        self.reads.append(("APIGroup", "", api))
+        return api in self.served_apis
 
     def read_pvc(self, namespace: str, name: str) -> dict[str, Any] | None:
         self.reads.append(("PersistentVolumeClaim", namespace, name))

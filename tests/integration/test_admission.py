@@ -45,6 +45,44 @@ INVALID: list[tuple[str, dict[str, Any], list[str]]] = [
         ["spec.prefill.gpusPerInstance", "between 1 and 8"],
     ),
     ("too many gpus", {"decode.gpusPerInstance": 16}, ["spec.decode.gpusPerInstance", "one node"]),
+    (
+        "vllm layout that does not cover the instance's GPUs",
+        {
+            "prefill.gpusPerInstance": 8,
+            "prefill.nodesPerInstance": 2,
+            "prefill.parallelism": {"tensor": 8, "data": 1},
+        },
+        ["spec.prefill.parallelism", "tensor x pipeline x data must equal"],
+    ),
+    (
+        "vllm data-parallel rank split over nodes",
+        {
+            "decode.gpusPerInstance": 4,
+            "decode.nodesPerInstance": 2,
+            "decode.parallelism": {"tensor": 8, "data": 1},
+        },
+        ["spec.decode.parallelism", "must fit on one node"],
+    ),
+    (
+        "sglang dp attention that does not divide tp",
+        {
+            "engine.type": "sglang",
+            "prefill.gpusPerInstance": 8,
+            "prefill.nodesPerInstance": 2,
+            "prefill.parallelism": {"tensor": 16, "data": 3},
+        },
+        ["spec.prefill.parallelism", "must each divide tensor"],
+    ),
+    (
+        "too many nodes per instance",
+        {"decode.nodesPerInstance": 17},
+        ["spec.decode.nodesPerInstance", "between 1 and 16"],
+    ),
+    (
+        "kueue without a queue",
+        {"scheduling": {"gang": "kueue"}},
+        ["spec.scheduling.gang is kueue", "queueName"],
+    ),
     ("unknown engine", {"engine.type": "trtllm"}, ["spec.engine.type", "vllm", "sglang", "custom"]),
     (
         "malformed image",
@@ -393,22 +431,28 @@ INVALID: list[tuple[str, dict[str, Any], list[str]]] = [
                 "engine.args",
                 "--tensor-parallel-size",
                 ["--tensor-parallel-size", "8"],
-                "gpusPerInstance",
+                "parallelism.tensor",
             ),
-            ("prefill.args", "-tp", ["-tp", "2"], "gpusPerInstance"),
+            ("prefill.args", "-tp", ["-tp", "2"], "parallelism.tensor"),
             (
                 "decode.args",
                 "--tensor-parallel-size=4",
                 ["--tensor-parallel-size=4"],
-                "gpusPerInstance",
+                "parallelism.tensor",
             ),
             (
                 "engine.args",
                 "--pipeline-parallel-size",
                 ["--pipeline-parallel-size", "2"],
-                "more GPUs",
+                "parallelism.pipeline",
             ),
-            ("engine.args", "--data-parallel-size", ["--data-parallel-size", "2"], "more GPUs"),
+            (
+                "engine.args",
+                "--data-parallel-size",
+                ["--data-parallel-size", "2"],
+                "parallelism.data",
+            ),
+            ("engine.args", "--headless", ["--headless"], "the pod's rank"),
             (
                 "engine.args",
                 "--kv-transfer-config",
@@ -432,8 +476,10 @@ INVALID: list[tuple[str, dict[str, Any], list[str]]] = [
             [flag, fix],
         )
         for flag, fix in [
-            ("--tp-size", "gpusPerInstance"),
-            ("--tp", "gpusPerInstance"),
+            ("--tp-size", "parallelism.tensor"),
+            ("--tp", "parallelism.tensor"),
+            ("--node-rank", "the pod's rank"),
+            ("--dist-init-addr", "the instance's leader"),
             ("--disaggregation-mode", "the role"),
             ("--disaggregation-bootstrap-port", "spec.kvTransfer.bootstrapPort"),
             ("--page-size", "spec.engine.kvBlockSize"),

@@ -126,3 +126,29 @@ def test_the_autoscaling_examples_target_the_scale_target_the_operator_creates()
         (autoscaler,) = yaml.safe_load_all((folder / name).read_text())
         ref = autoscaler["spec"]["scaleTargetRef"]
         assert {(ref["apiVersion"], ref["kind"], ref["name"])} == targets, name
+
+
+def test_the_multinode_example_renders_ranked_instances_in_one_domain() -> None:
+    # Two 2-node instances of 8 GPUs: rack b (four nodes) holds all four ranks, rack a
+    # (three nodes) does not; every rank is required into the chosen rack.
+    racks = [node(f"a-{i}", "a") for i in range(3)] + [node(f"b-{i}", "b") for i in range(4)]
+    nodes = [{"kind": "NodeList", "items": racks}]
+    documents = list(yaml.safe_load_all((EXAMPLES / "sglang-deepseek-multinode.yaml").read_text()))
+    (rendered,) = render_documents(documents, nodes)
+    assert "nvidia.com/gpu.clique=b" in rendered.placement
+    by_key = {(c["kind"], c["metadata"]["name"]): c for c in rendered.children}
+    for role in ("prefill", "decode"):
+        assert by_key[("Workload", f"deepseek-r1-{role}")]["spec"]["podGroups"][0]["policy"] == {
+            "gang": {"minCount": 2}
+        }
+        sts = by_key[("StatefulSet", f"deepseek-r1-{role}-0")]
+        assert sts["spec"]["replicas"] == 2
+        pod = sts["spec"]["template"]["spec"]
+        terms = pod["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
+        expression = terms["nodeSelectorTerms"][0]["matchExpressions"][0]
+        assert (expression["key"], expression["values"]) == ("nvidia.com/gpu.clique", ["b"])
+        engine = next(c for c in pod["containers"] if c["name"] == "engine")
+        assert "--nnodes" in engine["args"] and "--node-rank" in engine["command"][2]
+    (router,) = [c for c in rendered.children if c["kind"] == "Deployment"]
+    args = router["spec"]["template"]["spec"]["containers"][0]["args"]
+    assert "apps.kubernetes.io/pod-index=0" in args

@@ -23,6 +23,8 @@ import re
 from pdd_contract.labels import ANNOTATION_PROBE_REQUEST as ANNOTATION_PROBE_REQUEST
 from pdd_contract.labels import ANNOTATION_PROBE_RESULT as ANNOTATION_PROBE_RESULT
 from pdd_contract.labels import LABEL_DEPLOYMENT as LABEL_DEPLOYMENT
+from pdd_contract.labels import LABEL_INSTANCE as LABEL_INSTANCE
+from pdd_contract.labels import LABEL_POD_INDEX as LABEL_POD_INDEX
 from pdd_contract.labels import LABEL_REVISION as LABEL_REVISION
 from pdd_contract.labels import LABEL_ROLE as LABEL_ROLE
 
@@ -36,7 +38,11 @@ ANNOTATION_OWNER_NAME = "pdd.dev/deployment-name"
 ANNOTATION_APPLIED_HASH = "pdd.dev/applied-hash"
 
 
-def prober_pod_name(name: str) -> str:
+def prober_pod_name(name: str, prefill_nodes: int = 1) -> str:
+    """The pod whose sidecar runs the transfer probe: the first prefill pod, the leader of
+    the first instance where prefill instances span nodes."""
+    if prefill_nodes > 1:
+        return f"{instance_name(name, 'prefill', 0)}-0"
     return f"{role_name(name, 'prefill')}-0"
 
 
@@ -60,6 +66,12 @@ def instance_id(name: str) -> str:
 def role_name(name: str, role: str) -> str:
     """StatefulSet and headless Service of a role (and the router's Deployment/Service)."""
     return f"{instance_id(name)}-{role}"
+
+
+def instance_name(name: str, role: str, index: int) -> str:
+    """StatefulSet and headless Service of one instance that spans nodes: its pods are
+    `<this>-<rank>`, rank 0 the leader (`<id>-prefill-511` is 52 characters at most)."""
+    return f"{role_name(name, role)}-{index}"
 
 
 def token_secret_name(name: str, uid: str) -> str:

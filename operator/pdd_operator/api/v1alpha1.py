@@ -117,17 +117,24 @@ def _reserved_env_rule() -> tuple[str, str]:
 
 
 # Engine flags the adapter renders from spec fields: a user's copy in args either contradicts
-# the rendered one (the engine takes the last) or sizes the engine past its GPUs (the TP size
-# is the role's gpusPerInstance; pipeline or data parallelism would need more GPUs than the
-# pod has). Each engine's own spelling; `custom` engines get no flags from the operator.
+# the rendered one (the engine takes the last) or sizes the engine past its GPUs (the layout
+# is the role's parallelism over gpusPerInstance x nodesPerInstance GPUs; the multi-node
+# flags differ per rank and only the operator knows the rank). Each engine's own spelling;
+# `custom` engines get no flags from the operator.
 RESERVED_FLAGS: dict[str, dict[str, str]] = {
     "vllm": {
-        "--tensor-parallel-size": "spec.<role>.gpusPerInstance",
-        "-tp": "spec.<role>.gpusPerInstance",
-        "--pipeline-parallel-size": "more GPUs than gpusPerInstance",
-        "-pp": "more GPUs than gpusPerInstance",
-        "--data-parallel-size": "more GPUs than gpusPerInstance",
-        "-dp": "more GPUs than gpusPerInstance",
+        "--tensor-parallel-size": "spec.<role>.parallelism.tensor",
+        "-tp": "spec.<role>.parallelism.tensor",
+        "--pipeline-parallel-size": "spec.<role>.parallelism.pipeline",
+        "-pp": "spec.<role>.parallelism.pipeline",
+        "--data-parallel-size": "spec.<role>.parallelism.data",
+        "-dp": "spec.<role>.parallelism.data",
+        "--data-parallel-size-local": "spec.<role>.parallelism and gpusPerInstance",
+        "--data-parallel-address": "the instance's leader (nodesPerInstance)",
+        "--data-parallel-rpc-port": "the instance's leader (nodesPerInstance)",
+        "--data-parallel-start-rank": "the pod's rank (nodesPerInstance)",
+        "--headless": "the pod's rank (nodesPerInstance)",
+        "--enable-expert-parallel": "spec.<role>.parallelism.expert",
         "--kv-transfer-config": "spec.kvTransfer",
         "--host": "0.0.0.0",
         "--port": "spec.engine.port",
@@ -136,11 +143,19 @@ RESERVED_FLAGS: dict[str, dict[str, str]] = {
         "--model": "spec.model.name",
     },
     "sglang": {
-        "--tp-size": "spec.<role>.gpusPerInstance",
-        "--tp": "spec.<role>.gpusPerInstance",
-        "--tensor-parallel-size": "spec.<role>.gpusPerInstance",
-        "--pp-size": "more GPUs than gpusPerInstance",
-        "--pipeline-parallel-size": "more GPUs than gpusPerInstance",
+        "--tp-size": "spec.<role>.parallelism.tensor",
+        "--tp": "spec.<role>.parallelism.tensor",
+        "--tensor-parallel-size": "spec.<role>.parallelism.tensor",
+        "--pp-size": "spec.<role>.parallelism.pipeline",
+        "--pipeline-parallel-size": "spec.<role>.parallelism.pipeline",
+        "--dp-size": "spec.<role>.parallelism.data",
+        "--dp": "spec.<role>.parallelism.data",
+        "--enable-dp-attention": "spec.<role>.parallelism.data",
+        "--ep-size": "spec.<role>.parallelism.expert",
+        "--ep": "spec.<role>.parallelism.expert",
+        "--nnodes": "spec.<role>.nodesPerInstance",
+        "--node-rank": "the pod's rank (nodesPerInstance)",
+        "--dist-init-addr": "the instance's leader (nodesPerInstance)",
         "--disaggregation-mode": "the role",
         "--disaggregation-transfer-backend": "spec.kvTransfer.backend",
         "--disaggregation-bootstrap-port": "spec.kvTransfer.bootstrapPort",
@@ -639,6 +654,46 @@ class ResourceRequirements(Model):
     ] = Field(default_factory=dict)
 
 
+MAX_NODES_PER_INSTANCE = 16
+
+
+def _degree(field: str, description: str) -> Any:
+    return Field(
+        default=1,
+        json_schema_extra=cel(
+            "self >= 1 && self <= 1024",
+            f"spec.<role>.parallelism.{field} must be between 1 and 1024",
+        ),
+        description=description,
+    )
+
+
+class Parallelism(Model):
+    """How one instance's GPUs (gpusPerInstance x nodesPerInstance) are laid out, in the
+    engine's own terms (docs/multinode.md has the rules per engine).
+
+    vLLM: `tensor` x `pipeline` GPUs make one data-parallel rank and sit on one node;
+    `data` ranks fill the instance (tensor x pipeline x data = all its GPUs); `expert` > 1
+    turns on expert parallelism, whose size vLLM takes as tensor x data.
+    SGLang: `tensor` x `pipeline` = all the instance's GPUs (TP spans nodes); `data` > 1 is
+    DP attention inside the TP group (divides `tensor`); `expert` is the EP size (divides
+    `tensor`).
+    """
+
+    tensor: int = Field(
+        json_schema_extra=cel(
+            "self >= 1 && self <= 1024",
+            "spec.<role>.parallelism.tensor must be between 1 and 1024",
+        ),
+        description="Tensor-parallel size.",
+    )
+    pipeline: int = _degree("pipeline", "Pipeline-parallel size.")
+    data: int = _degree(
+        "data", "Data-parallel size (vLLM: DP ranks; SGLang: DP attention, --dp-size)."
+    )
+    expert: int = _degree("expert", "Expert-parallel size (1: off).")
+
+
 class RoleSpec(Model):
     """One role (prefill or decode): a group of identical engine instances, one per pod."""
 
@@ -658,10 +713,28 @@ class RoleSpec(Model):
         default=1,
         json_schema_extra=cel(
             "self >= 1 && self <= 8",
-            "gpusPerInstance (tensor-parallel size) must be between 1 and 8: one instance runs "
-            "in one pod on one node",
+            "gpusPerInstance (GPUs of one pod, on one node) must be between 1 and 8: an "
+            "instance larger than a node sets nodesPerInstance as well",
         ),
-        description="GPUs per instance; also the engine's tensor-parallel size.",
+        description="GPUs per pod of an instance (one node's share); without `parallelism`, "
+        "also the engine's tensor-parallel size on one node.",
+    )
+    nodesPerInstance: int = Field(
+        default=1,
+        json_schema_extra=cel(
+            f"self >= 1 && self <= {MAX_NODES_PER_INSTANCE}",
+            f"nodesPerInstance must be between 1 and {MAX_NODES_PER_INSTANCE}: the pods (one "
+            "per node, rank 0 the leader) one instance spans",
+        ),
+        description="Nodes one instance spans: that many pods (ranks; rank 0 leads and "
+        "serves HTTP), started and scheduled together (spec.scheduling.gang); "
+        "docs/multinode.md.",
+    )
+    parallelism: Parallelism | None = Field(
+        default=None,
+        description="The engine's parallelism layout over gpusPerInstance x nodesPerInstance "
+        "GPUs. Unset: vLLM tensor = gpusPerInstance, data = nodesPerInstance; SGLang tensor "
+        "= all the instance's GPUs.",
     )
     args: Args = Field(default_factory=list, description="Extra engine arguments for this role.")
     env: EnvList = Field(
@@ -1163,6 +1236,33 @@ AUTOSCALING_RULES = cel(
 )
 
 
+GANG_SCHEDULERS = ("native", "kueue", "volcano", "none")
+
+
+class SchedulingSpec(Model):
+    """How the pods of an instance that spans nodes are scheduled together (all or none)."""
+
+    gang: Literal["native", "kueue", "volcano", "none"] = Field(
+        default="native",
+        description="`native`: a scheduling.k8s.io/v1alpha1 Workload with a gang pod group per "
+        "instance (Kubernetes >= 1.35 with the GenericWorkload and GangScheduling feature "
+        "gates); `kueue`: a Kueue pod group per instance (queueName is the LocalQueue); "
+        "`volcano`: a Volcano PodGroup per instance and schedulerName volcano; `none`: no "
+        "gang (an instance may start half-placed). Only instances with nodesPerInstance > 1 "
+        "are gangs.",
+    )
+    queueName: str | None = Field(
+        default=None,
+        max_length=63,
+        json_schema_extra=cel(
+            "self.matches('^[a-z0-9]([-a-z0-9]*[a-z0-9])?$')",
+            "spec.scheduling.queueName must be a queue name: lowercase letters, digits and '-'",
+        ),
+        description="Kueue LocalQueue (required for kueue) or Volcano queue (default queue "
+        "when unset).",
+    )
+
+
 class PDDeploymentSpec(Model):
     model: ModelSpec
     engine: EngineSpec
@@ -1177,6 +1277,47 @@ class PDDeploymentSpec(Model):
         description="Per-role autoscaling through PDDRoleScaler scale targets "
         "(docs/autoscaling.md); absent: the replicas of spec.prefill and spec.decode.",
     )
+    scheduling: SchedulingSpec = Field(default_factory=SchedulingSpec)
+
+
+def _layout_rules(role: str) -> list[tuple[str, str]]:
+    """Per role: the parallelism layout must cover the instance's GPUs as the engine lays
+    them out (CEL: the API server refuses the object and the message names the field)."""
+    r = f"self.{role}"
+    p = f"{r}.parallelism"
+    gpus = f"{r}.gpusPerInstance * {r}.nodesPerInstance"
+    field = f"spec.{role}.parallelism"
+    return [
+        (
+            f"self.engine.type != 'vllm' || !has({p}) || "
+            f"{p}.tensor * {p}.pipeline * {p}.data == {gpus}",
+            f"{field}: for vLLM tensor x pipeline x data must equal the instance's GPUs "
+            f"(spec.{role}.gpusPerInstance x spec.{role}.nodesPerInstance)",
+        ),
+        (
+            f"self.engine.type != 'vllm' || !has({p}) || "
+            f"{r}.gpusPerInstance % ({p}.tensor * {p}.pipeline) == 0",
+            f"{field}: for vLLM one data-parallel rank (tensor x pipeline GPUs) must fit on "
+            f"one node, whole: tensor x pipeline must divide spec.{role}.gpusPerInstance",
+        ),
+        (
+            f"self.engine.type != 'vllm' || !has({p}) || {p}.expert == 1 || "
+            f"{p}.expert == {p}.tensor * {p}.data",
+            f"{field}.expert: vLLM's expert-parallel size is tensor x data; set expert to "
+            "that product (or 1: off)",
+        ),
+        (
+            f"self.engine.type != 'sglang' || !has({p}) || {p}.tensor * {p}.pipeline == {gpus}",
+            f"{field}: for SGLang tensor x pipeline must equal the instance's GPUs "
+            f"(spec.{role}.gpusPerInstance x spec.{role}.nodesPerInstance); data (DP "
+            "attention) and expert split the tensor group",
+        ),
+        (
+            f"self.engine.type != 'sglang' || !has({p}) || "
+            f"({p}.tensor % {p}.data == 0 && {p}.tensor % {p}.expert == 0)",
+            f"{field}: for SGLang data (DP attention) and expert must each divide tensor",
+        ),
+    ]
 
 
 SPEC_RULES = cel(
@@ -1252,6 +1393,13 @@ SPEC_RULES = cel(
         ),
         _reserved_flags_rule("vllm"),
         _reserved_flags_rule("sglang"),
+        *_layout_rules("prefill"),
+        *_layout_rules("decode"),
+        (
+            "self.scheduling.gang != 'kueue' || has(self.scheduling.queueName)",
+            "spec.scheduling.gang is kueue: set spec.scheduling.queueName to the LocalQueue "
+            "the instances are admitted through",
+        ),
     ]
 )
 

@@ -98,6 +98,50 @@ class KvLayout:
     packed: bool
 
 
+@dataclass(frozen=True)
+class Layout:
+    """A role's parallelism with the engine's defaults filled in (spec.<role>.parallelism
+    unset): what the adapter renders as the engine's parallelism flags."""
+
+    tensor: int
+    pipeline: int = 1
+    data: int = 1
+    expert: int = 1
+
+
+@dataclass(frozen=True)
+class Rendezvous:
+    """Where the ranks of one instance over several nodes meet: the leader's (rank 0's)
+    stable DNS name through the instance's headless Service, and the port it listens on."""
+
+    nodes: int
+    leader_host: str
+    port: int
+
+    @property
+    def address(self) -> str:
+        return f"{self.leader_host}:{self.port}"
+
+
+@dataclass(frozen=True)
+class RankFlag:
+    """A flag whose value is the pod's rank times ``per_rank``, computed in the pod at start
+    (every rank shares one pod template; the rank is its StatefulSet ordinal)."""
+
+    flag: str
+    per_rank: int = 1
+    workers_only: bool = False  # rendered on ranks > 0 only
+
+
+@dataclass(frozen=True)
+class MultiNodeLaunch:
+    """The engine's multi-node flags, after its own launch and the user's arguments."""
+
+    args: tuple[str, ...] = ()  # on every rank
+    rank_flags: tuple[RankFlag, ...] = ()
+    worker_args: tuple[str, ...] = ()  # on ranks > 0 only (e.g. vLLM's --headless)
+
+
 class EngineAdapter(ABC):
     """One engine. A subclass sets ``type`` (its value of ``spec.engine.type``) and
     ``kv_layout``, implements ``launch``, and overrides the rest where the engine has them."""
@@ -112,6 +156,17 @@ class EngineAdapter(ABC):
     @abstractmethod
     def launch(self, spec: PDDeploymentSpec, role: str) -> EngineLaunch:
         """Command, arguments and environment that tell the engine its role and KV wiring."""
+
+    def layout(self, spec: PDDeploymentSpec, role: str) -> Layout:
+        """The role's parallelism; unset: tensor parallelism over all the instance's GPUs."""
+        rspec = role_spec(spec, role)
+        return declared_layout(rspec) or Layout(rspec.gpusPerInstance * rspec.nodesPerInstance)
+
+    def multinode(self, spec: PDDeploymentSpec, role: str, meet: Rendezvous) -> MultiNodeLaunch:
+        """Flags that join one instance's ranks (nodesPerInstance > 1). The default adds none:
+        a custom engine reads PDD_NODE_RANK, PDD_NNODES and PDD_LEADER_ADDRESS."""
+        del spec, role, meet
+        return MultiNodeLaunch()
 
     def ports(self, spec: PDDeploymentSpec) -> tuple[EnginePort, ...]:
         """Ports besides HTTP that peers of the same deployment connect to."""
@@ -163,6 +218,11 @@ def model_flags(spec: PDDeploymentSpec) -> tuple[str, ...]:
 
 def role_spec(spec: PDDeploymentSpec, role: str) -> RoleSpec:
     return spec.prefill if role == "prefill" else spec.decode
+
+
+def declared_layout(rspec: RoleSpec) -> Layout | None:
+    p = rspec.parallelism
+    return None if p is None else Layout(p.tensor, p.pipeline, p.data, p.expert)
 
 
 def env_value(name: str, value: str) -> EnvEntry:

@@ -21,13 +21,16 @@ from pdd_operator.engines.base import (
     EngineLaunch,
     EnginePort,
     KvLayout,
+    Layout,
+    MultiNodeLaunch,
+    RankFlag,
+    Rendezvous,
     RouterDiscovery,
     RouterLaunch,
     SideChannel,
     model_flags,
     model_location,
     pd_router_args,
-    role_spec,
 )
 
 BOOTSTRAP_PORT_NAME = "bootstrap"
@@ -49,8 +52,7 @@ class SglangAdapter(EngineAdapter):
             "0.0.0.0",
             "--port",
             str(spec.engine.port),
-            "--tp",
-            str(role_spec(spec, role).gpusPerInstance),
+            *_layout_flags(self.layout(spec, role)),
             "--disaggregation-mode",
             role,
             "--disaggregation-transfer-backend",
@@ -61,6 +63,15 @@ class SglangAdapter(EngineAdapter):
         if spec.engine.kvBlockSize:
             args += ["--page-size", str(spec.engine.kvBlockSize)]
         return EngineLaunch(("python3",), tuple(args))
+
+    def multinode(self, spec: PDDeploymentSpec, role: str, meet: Rendezvous) -> MultiNodeLaunch:
+        """SGLang's own multi-node launch: the same command on every node with --nnodes,
+        --node-rank and --dist-init-addr (rank 0's torch.distributed store)."""
+        del spec, role
+        return MultiNodeLaunch(
+            args=("--nnodes", str(meet.nodes), "--dist-init-addr", meet.address),
+            rank_flags=(RankFlag("--node-rank"),),
+        )
 
     def ports(self, spec: PDDeploymentSpec) -> tuple[EnginePort, ...]:
         return (EnginePort(BOOTSTRAP_PORT_NAME, spec.kvTransfer.bootstrapPort),)
@@ -87,6 +98,17 @@ class SglangAdapter(EngineAdapter):
         if role != "prefill":
             return {}
         return {BOOTSTRAP_PORT_ANNOTATION: str(spec.kvTransfer.bootstrapPort)}
+
+
+def _layout_flags(layout: Layout) -> tuple[str, ...]:
+    flags = ["--tp", str(layout.tensor)]
+    if layout.pipeline > 1:
+        flags += ["--pp-size", str(layout.pipeline)]
+    if layout.data > 1:  # data-parallel attention inside the TP group (DeepSeek-style)
+        flags += ["--dp-size", str(layout.data), "--enable-dp-attention"]
+    if layout.expert > 1:
+        flags += ["--ep-size", str(layout.expert)]
+    return tuple(flags)
 
 
 ADAPTER = SglangAdapter()

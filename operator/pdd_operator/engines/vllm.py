@@ -24,9 +24,14 @@ from pdd_operator.engines.base import (
     EngineLaunch,
     EnginePort,
     KvLayout,
+    Layout,
+    MultiNodeLaunch,
+    RankFlag,
+    Rendezvous,
     RouterDiscovery,
     RouterLaunch,
     SideChannel,
+    declared_layout,
     env_pod_ip,
     env_value,
     model_flags,
@@ -62,8 +67,7 @@ class VllmAdapter(EngineAdapter):
             "0.0.0.0",
             "--port",
             str(spec.engine.port),
-            "--tensor-parallel-size",
-            str(role_spec(spec, role).gpusPerInstance),
+            *_layout_flags(self.layout(spec, role)),
             "--kv-transfer-config",
             json.dumps(kv_config, separators=(",", ":")),
         ]
@@ -74,6 +78,32 @@ class VllmAdapter(EngineAdapter):
             env_value(VLLM_NIXL_SIDE_CHANNEL_PORT, str(spec.kvTransfer.sideChannelPort)),
         )
         return EngineLaunch(("vllm", "serve"), tuple(args), env)
+
+    def layout(self, spec: PDDeploymentSpec, role: str) -> Layout:
+        """Unset: TP over one node's GPUs and one data-parallel rank per node (vLLM's
+        multi-node data parallelism, docs/multinode.md)."""
+        rspec = role_spec(spec, role)
+        return declared_layout(rspec) or Layout(rspec.gpusPerInstance, data=rspec.nodesPerInstance)
+
+    def multinode(self, spec: PDDeploymentSpec, role: str, meet: Rendezvous) -> MultiNodeLaunch:
+        """vLLM's multi-node data parallelism without Ray (v0.11.0 `vllm serve`): every node
+        runs its share of the DP ranks; rank 0 serves the API and coordinates over
+        --data-parallel-address/--data-parallel-rpc-port, the others run --headless from
+        their first DP rank (--data-parallel-start-rank)."""
+        layout = self.layout(spec, role)
+        local = layout.data // meet.nodes  # DP ranks per node (the layout rules make it whole)
+        return MultiNodeLaunch(
+            args=(
+                "--data-parallel-size-local",
+                str(local),
+                "--data-parallel-address",
+                meet.leader_host,
+                "--data-parallel-rpc-port",
+                str(meet.port),
+            ),
+            rank_flags=(RankFlag("--data-parallel-start-rank", local, workers_only=True),),
+            worker_args=("--headless",),
+        )
 
     def ports(self, spec: PDDeploymentSpec) -> tuple[EnginePort, ...]:
         return (EnginePort(SIDE_CHANNEL_PORT_NAME, spec.kvTransfer.sideChannelPort),)
@@ -94,6 +124,17 @@ class VllmAdapter(EngineAdapter):
     def pod_annotations(self, spec: PDDeploymentSpec, role: str) -> dict[str, str]:
         del role
         return {SMG_KV_CONNECTOR_ANNOTATION: spec.kvTransfer.connector}
+
+
+def _layout_flags(layout: Layout) -> tuple[str, ...]:
+    flags = ["--tensor-parallel-size", str(layout.tensor)]
+    if layout.pipeline > 1:
+        flags += ["--pipeline-parallel-size", str(layout.pipeline)]
+    if layout.data > 1:
+        flags += ["--data-parallel-size", str(layout.data)]
+    if layout.expert > 1:
+        flags.append("--enable-expert-parallel")  # its size is TP x DP (the layout rules)
+    return tuple(flags)
 
 
 ADAPTER = VllmAdapter()

@@ -186,6 +186,20 @@ class KubeApi:
                 return None
             raise
 
+    def serves(self, api: str, plural: str = "") -> bool:
+        """Whether the API server serves `api` (group/version, or a group: any version) and,
+        when given, the resource `plural` in it (discovery)."""
+        path = f"/apis/{api}"
+        try:
+            found = _retry(lambda: self._call("GET", path, None, [], ""))
+        except ApiException as err:
+            if err.status == 404:
+                return False
+            raise
+        if not plural:
+            return True
+        return any(r.get("name") == plural for r in found.get("resources") or [])
+
     def _exists(self, path: str, accept: str) -> bool:
         try:
             _retry(lambda: self._call("GET", path, None, [], JSON, False, accept))

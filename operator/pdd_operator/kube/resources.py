@@ -38,12 +38,17 @@ CHILD_KINDS: tuple[Kind, ...] = (
     Kind("rbac.authorization.k8s.io/v1", "RoleBinding", "rolebindings"),
     Kind("networking.k8s.io/v1", "NetworkPolicy", "networkpolicies"),
     Kind("resource.k8s.io/v1", "ResourceClaimTemplate", "resourceclaimtemplates"),
+    # Gang scheduling of instances over several nodes (rendering.gang); served only where the
+    # cluster has them (Kubernetes' Workload API behind its feature gate, Volcano).
+    Kind("scheduling.k8s.io/v1alpha1", "Workload", "workloads"),
+    Kind("scheduling.volcano.sh/v1beta1", "PodGroup", "podgroups"),
     Kind("apps/v1", "StatefulSet", "statefulsets"),
     Kind("v1", "Service", "services"),
     Kind("apps/v1", "Deployment", "deployments"),
     Kind("policy/v1", "PodDisruptionBudget", "poddisruptionbudgets"),
 )
 SECRET = Kind("v1", "Secret", "secrets")
+POD = Kind("v1", "Pod", "pods")
 PERSISTENT_VOLUME_CLAIM = Kind("v1", "PersistentVolumeClaim", "persistentvolumeclaims")
 PDDEPLOYMENT = Kind("pdd.dev/v1alpha1", "PDDeployment", "pddeployments")
 # Scale targets: created once and then written by the HPA/KEDA (spec) and the operator

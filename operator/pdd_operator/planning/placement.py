@@ -314,11 +314,13 @@ def _has_room(
 
 
 def _instance_groups(spec: PDDeploymentSpec) -> tuple[tuple[int, int], ...]:
-    """(GPUs per instance, instances), largest instances first: the first-fit-decreasing order."""
+    """(GPUs per pod, pods), largest pods first: the first-fit-decreasing order. An instance
+    over several nodes is that many pods, each on a node of its own (its GPUs per node)."""
     counts: dict[int, int] = {}
     for role in (spec.prefill, spec.decode):
-        if role.replicas > 0:
-            counts[role.gpusPerInstance] = counts.get(role.gpusPerInstance, 0) + role.replicas
+        pods = role.replicas * role.nodesPerInstance
+        if pods > 0:
+            counts[role.gpusPerInstance] = counts.get(role.gpusPerInstance, 0) + pods
     return tuple(sorted(counts.items(), reverse=True))
 
 

@@ -35,7 +35,10 @@ def reservation_for(spec: PDDeploymentSpec, result: PlacementResult) -> Reservat
     """What a placement reserves: nothing unless the slice was put into a domain."""
     if not result.placed or not result.placement.domain:
         return None
-    needed = sum(role.replicas * role.gpusPerInstance for role in (spec.prefill, spec.decode))
+    needed = sum(
+        role.replicas * role.nodesPerInstance * role.gpusPerInstance
+        for role in (spec.prefill, spec.decode)
+    )
     return Reservation(result.placement.level, result.placement.domain, needed)
 
 

@@ -11,6 +11,7 @@ from pdd_operator.api.v1alpha1 import API_VERSION, KIND, PDDeployment
 from pdd_operator.rendering.context import RenderContext
 from pdd_operator.rendering.disruption import render_disruption_budgets
 from pdd_operator.rendering.dra import render_claim_templates
+from pdd_operator.rendering.gang import render_gang_objects
 from pdd_operator.rendering.network_policy import render_network_policies
 from pdd_operator.rendering.roles import render_role
 from pdd_operator.rendering.router import render_router
@@ -25,6 +26,7 @@ def render_children(pdd: PDDeployment, ctx: RenderContext) -> list[dict[str, Any
         *render_sidecar_access(pdd),
         *render_network_policies(pdd, ctx),
         *render_claim_templates(pdd),
+        *render_gang_objects(pdd),
         *[obj for role in names.ROLES for obj in render_role(pdd, role, ctx)],
         *render_router(pdd, ctx),
         *render_disruption_budgets(pdd),

@@ -22,9 +22,13 @@ def engine_launch(adapter: EngineAdapter, spec: PDDeploymentSpec, role: str) -> 
 
 
 def wrap_with_env_file(
-    command: tuple[str, ...], args: tuple[str, ...]
+    command: tuple[str, ...], args: tuple[str, ...], rank_script: str = ""
 ) -> tuple[list[str], list[str]]:
-    """Run `command args` through a shell that first sources the preflight env file."""
+    """Run `command args` through a shell that first sources the preflight env file (and,
+    for a rank of a multi-node instance, appends the rank's flags: rendering.ranks)."""
     if not command:
         return list(command), list(args)
-    return ["/bin/sh", "-c", SOURCE_ENV_AND_EXEC], [*command, *args]
+    script = SOURCE_ENV_AND_EXEC
+    if rank_script:
+        script = script.replace('exec "$0" "$@"', rank_script + 'exec "$0" "$@"')
+    return ["/bin/sh", "-c", script], [*command, *args]

@@ -1,5 +1,6 @@
 """Render a prefill or decode role: a StatefulSet (stable pod identities) and its headless
-Service."""
+Service; where instances span nodes, a StatefulSet and a headless Service per instance
+(rendering.ranks, docs/multinode.md)."""
 
 from __future__ import annotations
 
@@ -18,12 +19,21 @@ from pdd_operator.api.v1alpha1 import (
     PDDeployment,
     PDDeploymentSpec,
 )
-from pdd_operator.engines.base import EnginePort, HealthCheck, role_spec
+from pdd_operator.engines.base import EngineLaunch, EnginePort, HealthCheck, role_spec
 from pdd_operator.planning.placement import Placement
 from pdd_operator.rendering import model, sidecar, transfer
 from pdd_operator.rendering.command import engine_launch, wrap_with_env_file
 from pdd_operator.rendering.context import RenderContext
+from pdd_operator.rendering.gang import gang_pod_fields
 from pdd_operator.rendering.merge import merge_pod_template
+from pdd_operator.rendering.meta import child_metadata as child_metadata
+from pdd_operator.rendering.ranks import (
+    is_multinode,
+    leader_only_probe,
+    rank_env,
+    rank_script,
+    rendezvous,
+)
 
 SHM_VOLUME = "dshm"
 ENV_VOLUME = "pdd-env"
@@ -47,7 +57,51 @@ def engine_revision(spec: PDDeploymentSpec) -> str:
 
 
 def render_role(pdd: PDDeployment, role: str, ctx: RenderContext) -> list[dict[str, Any]]:
-    return [render_role_statefulset(pdd, role, ctx), render_role_service(pdd, role, ctx)]
+    if not is_multinode(pdd, role):
+        return [render_role_statefulset(pdd, role, ctx), render_role_service(pdd, role, ctx)]
+    instances = range(role_spec(pdd.spec, role).replicas)
+    return [
+        render_role_service(pdd, role, ctx),
+        *[obj for i in instances for obj in render_instance(pdd, role, i, ctx)],
+    ]
+
+
+def render_instance(
+    pdd: PDDeployment, role: str, index: int, ctx: RenderContext
+) -> list[dict[str, Any]]:
+    """One instance over nodesPerInstance nodes: a StatefulSet whose ordinals are the ranks
+    (0 leads), started in parallel, and the headless Service that names the leader."""
+    name = names.instance_name(pdd.name, role, index)
+    selector = {**names.selector_labels(pdd.name, role), names.LABEL_INSTANCE: str(index)}
+    statefulset = {
+        "apiVersion": "apps/v1",
+        "kind": "StatefulSet",
+        "metadata": child_metadata(pdd, name, role),
+        "spec": {
+            "replicas": role_spec(pdd.spec, role).nodesPerInstance,
+            "serviceName": name,
+            # Every rank at once: the leader waits for the others at the rendezvous.
+            "podManagementPolicy": "Parallel",
+            # The operator replaces an instance's ranks together (planning.instance_rollout):
+            # a rank-by-rank update would mix two revisions in one engine.
+            "updateStrategy": {"type": "OnDelete"},
+            "selector": {"matchLabels": selector},
+            "template": render_pod_template(pdd, role, ctx, index),
+        },
+    }
+    service = {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": child_metadata(pdd, name, role),
+        "spec": {
+            "clusterIP": "None",
+            # The ranks resolve the leader before any of them is Ready.
+            "publishNotReadyAddresses": True,
+            "selector": selector,
+            "ports": [{"name": "rendezvous", "port": rendezvous(pdd, role, index).port}],
+        },
+    }
+    return [statefulset, service]
 
 
 def render_role_service(pdd: PDDeployment, role: str, ctx: RenderContext) -> dict[str, Any]:
@@ -85,16 +139,22 @@ def render_role_statefulset(pdd: PDDeployment, role: str, ctx: RenderContext) ->
     }
 
 
-def render_pod_template(pdd: PDDeployment, role: str, ctx: RenderContext) -> dict[str, Any]:
+def render_pod_template(
+    pdd: PDDeployment, role: str, ctx: RenderContext, instance: int | None = None
+) -> dict[str, Any]:
+    """A role's pod; with `instance`, a rank's pod of that multi-node instance."""
     spec = pdd.spec
     rspec = role_spec(spec, role)
     labels = {**names.common_labels(pdd.name, role), names.LABEL_REVISION: engine_revision(spec)}
+    gang = gang_pod_fields(pdd, role, instance) if instance is not None else None
+    if instance is not None:
+        labels[names.LABEL_INSTANCE] = str(instance)
     pod_spec: dict[str, Any] = {
         "enableServiceLinks": False,
         "terminationGracePeriodSeconds": 60,
         "initContainers": [_preflight_container(pdd, role, ctx)],
         "containers": [
-            _engine_container(pdd, role, ctx),
+            _engine_container(pdd, role, ctx, instance),
             *sidecar.sidecar_containers(pdd, role, ctx, engine_revision(spec)),
         ],
         "volumes": _volumes(spec) + sidecar.sidecar_volumes(pdd),
@@ -110,16 +170,22 @@ def render_pod_template(pdd: PDDeployment, role: str, ctx: RenderContext) -> dic
             }
         ]
     affinity = render_affinity(ctx.placement)
+    if instance is not None:
+        affinity = {**affinity, **_ranks_together(pdd, role, instance, ctx.placement.level)}
     if affinity:
         pod_spec["affinity"] = affinity
     if rspec.nodeSelector:
         pod_spec["nodeSelector"] = dict(rspec.nodeSelector)
     if rspec.tolerations:
         pod_spec["tolerations"] = [t.model_dump(exclude_none=True) for t in rspec.tolerations]
+    if gang is not None:
+        labels.update(gang.labels)
+        pod_spec.update(gang.spec)
     template: dict[str, Any] = {
         "metadata": {
             "labels": labels,
             "annotations": {
+                **(gang.annotations if gang is not None else {}),
                 "kubectl.kubernetes.io/default-container": "engine",
                 names.ANNOTATION_OWNER_NAME: pdd.name,
                 **transfer.network_annotations(spec),
@@ -169,6 +235,28 @@ def render_affinity(placement: Placement) -> dict[str, Any]:
     }
 
 
+def _ranks_together(pdd: PDDeployment, role: str, instance: int, level: str) -> dict[str, Any]:
+    """The ranks of an instance on distinct nodes (each is one node's share of its GPUs) and,
+    where the planner chose a domain level, all inside one domain of it: one NVLink clique or
+    rack per instance, whatever spec.topology.placement lets the slice as a whole do."""
+    same_instance = {**names.selector_labels(pdd.name, role), names.LABEL_INSTANCE: str(instance)}
+    selector = {"matchLabels": same_instance}
+    out: dict[str, Any] = {
+        "podAntiAffinity": {
+            "requiredDuringSchedulingIgnoredDuringExecution": [
+                {"labelSelector": selector, "topologyKey": "kubernetes.io/hostname"}
+            ]
+        }
+    }
+    if level:
+        out["podAffinity"] = {
+            "requiredDuringSchedulingIgnoredDuringExecution": [
+                {"labelSelector": selector, "topologyKey": level}
+            ]
+        }
+    return out
+
+
 def gpu_resources(spec: PDDeploymentSpec, role: str) -> dict[str, Any]:
     """GPUs (device plugin, unless DRA claims them), RDMA and the user's extra resources."""
     rspec = role_spec(spec, role)
@@ -186,17 +274,34 @@ def gpu_resources(spec: PDDeploymentSpec, role: str) -> dict[str, Any]:
     return out
 
 
-def _engine_container(pdd: PDDeployment, role: str, ctx: RenderContext) -> dict[str, Any]:
+def _engine_container(
+    pdd: PDDeployment, role: str, ctx: RenderContext, instance: int | None = None
+) -> dict[str, Any]:
     spec = pdd.spec
     rspec = role_spec(spec, role)
     adapter = ctx.engine(spec)
     engine = engine_launch(adapter, spec, role)
-    command, args = wrap_with_env_file(engine.command, engine.args)
     health = adapter.health_check(spec)
+    readiness = _http_probe(health, health.failure_threshold)
+    startup = _http_probe(health, model.startup_failure_threshold(spec, health))
+    ranks: list[dict[str, Any]] = []
+    script = ""
+    if instance is not None:
+        meet = rendezvous(pdd, role, instance)
+        multinode = adapter.multinode(spec, role, meet)
+        engine = EngineLaunch(engine.command, (*engine.args, *multinode.args), engine.env)
+        script = rank_script(multinode)
+        ranks = rank_env(meet)
+        readiness = leader_only_probe(health, spec.engine.port, health.failure_threshold)
+        startup = leader_only_probe(
+            health, spec.engine.port, model.startup_failure_threshold(spec, health)
+        )
+    command, args = wrap_with_env_file(engine.command, engine.args, script)
     env: list[dict[str, Any]] = [
         {"name": PDD_ROLE, "value": role},
         {"name": PDD_DEPLOYMENT, "value": names.instance_id(pdd.name)},
         {"name": POD_IP, "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}},
+        *ranks,
         *engine.env,
         *model.model_env(spec, adapter),
         *transfer.transfer_env(spec),
@@ -220,8 +325,8 @@ def _engine_container(pdd: PDDeployment, role: str, ctx: RenderContext) -> dict[
             *sidecar.engine_mounts(pdd),
             *model.model_mounts(spec, adapter),
         ],
-        "readinessProbe": _http_probe(health, health.failure_threshold),
-        "startupProbe": _http_probe(health, model.startup_failure_threshold(spec, health)),
+        "readinessProbe": readiness,
+        "startupProbe": startup,
         # Engine images decide their user (vLLM's runs as root), so no runAsNonRoot here; a
         # podTemplate can add it. Capabilities: none, except IPC_LOCK to pin RDMA memory.
         "securityContext": {
@@ -304,15 +409,6 @@ def _service_ports(spec: PDDeploymentSpec, ctx: RenderContext) -> list[dict[str,
     if sidecar.sidecar_enabled(spec):
         ports.append({"name": "sidecar", "port": ctx.settings.sidecar_port})
     return ports
-
-
-def child_metadata(pdd: PDDeployment, name: str, component: str) -> dict[str, Any]:
-    return {
-        "name": name,
-        "namespace": pdd.namespace,
-        "labels": names.common_labels(pdd.name, component),
-        "annotations": {names.ANNOTATION_OWNER_NAME: pdd.name},
-    }
 
 
 def _dedupe_env(env: list[dict[str, Any]]) -> list[dict[str, Any]]:

@@ -18,6 +18,7 @@ from pdd_operator.engines.base import RouterDiscovery, RouterLaunch
 from pdd_operator.rendering.access import render_account
 from pdd_operator.rendering.context import RenderContext
 from pdd_operator.rendering.merge import merge_template
+from pdd_operator.rendering.ranks import is_multinode
 from pdd_operator.rendering.roles import child_metadata, engine_revision
 
 HTTP_PORT_NAME = "http"
@@ -52,14 +53,19 @@ def router_discovery(pdd: PDDeployment) -> RouterDiscovery:
     would restart the router.
     """
     revision = {names.LABEL_REVISION: engine_revision(pdd.spec)}
-    prefill = {**names.selector_labels(pdd.name, "prefill"), **revision}
-    decode = {**names.selector_labels(pdd.name, "decode"), **revision}
+    prefill = {**names.selector_labels(pdd.name, "prefill"), **revision, **_leaders(pdd, "prefill")}
+    decode = {**names.selector_labels(pdd.name, "decode"), **revision, **_leaders(pdd, "decode")}
     return RouterDiscovery(
         namespace=pdd.namespace,
         prefill_selector=tuple(sorted(prefill.items())),
         decode_selector=tuple(sorted(decode.items())),
         engine_port=pdd.spec.engine.port,
     )
+
+
+def _leaders(pdd: PDDeployment, role: str) -> dict[str, str]:
+    """Where instances span nodes, only their leaders (rank 0) serve requests."""
+    return {names.LABEL_POD_INDEX: "0"} if is_multinode(pdd, role) else {}
 
 
 def engine_router(pdd: PDDeployment, ctx: RenderContext) -> RouterLaunch | None:

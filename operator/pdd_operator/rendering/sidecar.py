@@ -107,7 +107,7 @@ def sidecar_containers(
                 {"name": POD_NAME, "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
                 {"name": POD_UID, "valueFrom": {"fieldRef": {"fieldPath": "metadata.uid"}}},
                 {"name": POD_IP, "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}},
-                {"name": PDD_PROBER_POD, "value": names.prober_pod_name(pdd.name)},
+                {"name": PDD_PROBER_POD, "value": _prober(pdd)},
                 {"name": PDD_REVISION, "value": revision},
                 *side_channel_env(ctx.engine(spec), spec),
                 # The probe must take the engine's KV path: same UCX settings.
@@ -187,7 +187,7 @@ def render_sidecar_access(pdd: PDDeployment) -> list[dict[str, Any]]:
             "apiGroups": [""],
             "resources": ["pods"],
             "verbs": ["patch"],
-            "resourceNames": [names.prober_pod_name(pdd.name)],
+            "resourceNames": [_prober(pdd)],
         },
     ]
     return render_account(account, pdd.namespace, _meta(pdd, account), rules)
@@ -211,3 +211,7 @@ def _meta(pdd: PDDeployment, name: str) -> dict[str, Any]:
         "labels": names.common_labels(pdd.name, "sidecar"),
         "annotations": {names.ANNOTATION_OWNER_NAME: pdd.name},
     }
+
+
+def _prober(pdd: PDDeployment) -> str:
+    return names.prober_pod_name(pdd.name, pdd.spec.prefill.nodesPerInstance)

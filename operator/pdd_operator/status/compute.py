@@ -19,6 +19,7 @@ from pdd_operator.api.v1alpha1 import (
 )
 from pdd_operator.planning.placement import PlacementResult
 from pdd_operator.status.conditions import find, set_condition
+from pdd_operator.status.gang import GangReadiness
 from pdd_operator.status.model import ModelReadiness
 from pdd_operator.status.refusals import REASON as REFUSED
 from pdd_operator.status.refusals import Refusal
@@ -54,6 +55,20 @@ class WorkloadState:
         )
 
 
+def instances_state(states: Sequence[WorkloadState]) -> WorkloadState:
+    """A role whose instances span nodes, one StatefulSet each, counted in instances: an
+    instance is ready (updated) when all its ranks are, since it serves only whole."""
+    return WorkloadState(
+        exists=True,
+        desired=len(states),
+        ready=sum(1 for s in states if s.desired and s.ready >= s.desired),
+        updated=sum(1 for s in states if s.desired and s.updated >= s.desired),
+        pods=sum(1 for s in states if s.pods >= s.desired),
+        # Settled only when every instance's controller has seen its latest spec.
+        generation=0 if all(s.observed_generation >= s.generation for s in states) else 1,
+    )
+
+
 @dataclass(frozen=True)
 class PodProblem:
     """A pod that cannot serve, with the fix when one is known (from the preflight check)."""
@@ -84,6 +99,7 @@ class Observed:
     # Autoscaled deployments only (None otherwise): both roles are at 0 pods by their scale
     # targets' asks.
     scaled_to_zero: bool | None = None
+    gang: GangReadiness | None = None  # the gang scheduler, where instances span nodes
 
 
 def compute_status(pdd: PDDeployment, observed: Observed, now: str) -> PDDeploymentStatus:
@@ -102,6 +118,10 @@ def compute_status(pdd: PDDeployment, observed: Observed, now: str) -> PDDeploym
         assert observed.model is not None
         progressing, prog_reason, prog_msg = False, observed.model.reason, observed.model.message
         stalled, stall_reason, stall_msg = True, observed.model.reason, observed.model.message
+    if observed.gang is not None and not observed.gang.ready and not observed.apply_error:
+        # The instances wait, uncreated, for a gang scheduler the user enables or chooses.
+        progressing, prog_reason, prog_msg = False, observed.gang.reason, observed.gang.message
+        stalled, stall_reason, stall_msg = True, observed.gang.reason, observed.gang.message
     conditions = [
         set_condition(previous, "Ready", ready, ready_reason, ready_msg, gen, now),
         set_condition(previous, "Progressing", progressing, prog_reason, prog_msg, gen, now),
@@ -119,6 +139,7 @@ def compute_status(pdd: PDDeployment, observed: Observed, now: str) -> PDDeploym
             now,
         ),
         *_model_condition(previous, observed, gen, now),
+        *_gang_condition(previous, observed, gen, now),
         *_placement_condition(previous, observed, gen, now),
         *_transfer_condition(previous, observed, gen, now),
         *_scaled_to_zero_condition(previous, observed, gen, now),
@@ -226,6 +247,16 @@ def _model_condition(
     return [
         set_condition(previous, "ModelReady", model.ready, model.reason, model.message, gen, now)
     ]
+
+
+def _gang_condition(
+    previous: Sequence[Condition], observed: Observed, gen: int, now: str
+) -> list[Condition]:
+    gang = observed.gang
+    if gang is None:
+        return []
+    ready, reason, message = gang.ready, gang.reason, gang.message
+    return [set_condition(previous, "GangScheduling", ready, reason, message, gen, now)]
 
 
 def _placement_condition(

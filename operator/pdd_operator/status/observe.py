@@ -16,6 +16,7 @@ from pdd_operator.status.compute import PodProblem, WorkloadState
 from pdd_operator.status.drift import LiveDigests, live_fingerprint
 
 ChildKey = tuple[str, str, str]  # (apiVersion, kind, name)
+ENGINE_CONTAINER = "engine"
 
 
 @dataclass(frozen=True)
@@ -47,6 +48,10 @@ class PodSummary:
     probe_request: str = ""
     probe_result: Mapping[str, Any] | None = None
     owner_uid: str = ""  # of its controller (a StatefulSet or a ReplicaSet)
+    instance: str = ""  # pdd.dev/instance: the instance over several nodes it is a rank of
+    engine_restarts: int = 0  # restarts of its engine container
+    failed: bool = False  # phase Failed
+    terminating: bool = False  # deletion asked for (deletionTimestamp set)
 
 
 @dataclass(frozen=True)
@@ -187,7 +192,18 @@ def summarize_pod(body: Mapping[str, Any]) -> PodSummary:
         probe_request=annotations.get(names.ANNOTATION_PROBE_REQUEST, ""),
         probe_result=_json_object(annotations.get(names.ANNOTATION_PROBE_RESULT, "")),
         owner_uid=controller_uid(body),
+        instance=labels.get(names.LABEL_INSTANCE, ""),
+        engine_restarts=_engine_restarts(status),
+        failed=status.get("phase") == "Failed",
+        terminating=bool(meta.get("deletionTimestamp")),
     )
+
+
+def _engine_restarts(status: Mapping[str, Any]) -> int:
+    for container in status.get("containerStatuses") or []:
+        if container.get("name") == ENGINE_CONTAINER:
+            return int(container.get("restartCount") or 0)
+    return 0
 
 
 def _json_object(text: str) -> Mapping[str, Any] | None:

@@ -127,8 +127,8 @@ def expected_gbps(result: Mapping[str, Any]) -> float:
     return DEFAULT_EXPECTED_GBPS.get(str(result.get("transport", "")), DEFAULT_RDMA_GBPS)
 
 
-def prober(pods: Sequence[PodSummary], pdd_name: str) -> PodSummary | None:
-    wanted = names.prober_pod_name(pdd_name)
+def prober(pods: Sequence[PodSummary], pdd_name: str, prefill_nodes: int = 1) -> PodSummary | None:
+    wanted = names.prober_pod_name(pdd_name, prefill_nodes)
     return next((p for p in pods if p.name == wanted), None)
 
 
