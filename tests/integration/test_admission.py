@@ -35,7 +35,10 @@ INVALID: list[tuple[str, dict[str, Any], list[str]]] = [
     (
         "vllm tp sizes that do not divide",
         {"prefill.gpusPerInstance": 3, "decode.gpusPerInstance": 4},
-        ["spec.prefill.gpusPerInstance and spec.decode.gpusPerInstance", "not 3 and 4"],
+        [
+            "spec.prefill and spec.decode TP sizes (parallelism.tensor, else gpusPerInstance)",
+            "not 3 and 4",
+        ],
     ),
     ("negative replicas", {"prefill.replicas": -1}, ["spec.prefill.replicas", "between 0 and 512"]),
     ("absurd replicas", {"decode.replicas": 100000}, ["spec.decode.replicas", "between 0 and 512"]),
@@ -420,6 +423,16 @@ INVALID: list[tuple[str, dict[str, Any], list[str]]] = [
         ["decode TP to be a multiple of the prefill TP", "not 4 and 2"],
     ),
     (
+        "vllm prefill tp larger than decode tp by parallelism",
+        {
+            "prefill.gpusPerInstance": 4,
+            "prefill.parallelism": {"tensor": 4},
+            "decode.gpusPerInstance": 4,
+            "decode.parallelism": {"tensor": 2, "data": 2},
+        },
+        ["decode TP to be a multiple of the prefill TP", "parallelism.tensor"],
+    ),
+    (
         "vllm prefill tp 8 decode tp 1",
         {"prefill.gpusPerInstance": 8, "decode.gpusPerInstance": 1},
         ["decode TP to be a multiple"],
@@ -497,6 +510,15 @@ ACCEPTED: list[tuple[str, dict[str, Any]]] = [
     ("explicit transports", {"kvTransfer.ucx.transports": ["rc_x", "ud_x", "cuda_copy"]}),
     ("all", {"kvTransfer.ucx.transports": ["all"]}),
     ("vllm decode tp a multiple", {"prefill.gpusPerInstance": 2, "decode.gpusPerInstance": 8}),
+    (
+        # The TP sizes are 2 and 2: prefill's other two GPUs are a second data-parallel rank.
+        "vllm decode tp a multiple by parallelism",
+        {
+            "prefill.gpusPerInstance": 4,
+            "prefill.parallelism": {"tensor": 2, "data": 2},
+            "decode.gpusPerInstance": 2,
+        },
+    ),
     (
         "sglang prefill tp larger",
         {"engine.type": "sglang", "prefill.gpusPerInstance": 4, "decode.gpusPerInstance": 2},

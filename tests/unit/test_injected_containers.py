@@ -189,3 +189,35 @@ def test_the_renderer_keeps_injected_volumes_whatever_the_template() -> None:
     before = {v["name"]: v for v in rendered["spec"]["volumes"]}
     after = {v["name"]: v for v in merged["spec"]["volumes"]}
     assert after == {**before, "mine": {"name": "mine", "emptyDir": {}}}
+
+
+def test_a_user_container_mounting_the_sidecars_api_token_is_named() -> None:
+    template = fragment(
+        "containers",
+        "engine",
+        volumeMounts=[{"name": "pdd-kube-api-access", "mountPath": "/var/run/secrets/k"}],
+    )
+    assert api.pod_template_problems(template) == [
+        "spec.containers[engine].volumeMounts[pdd-kube-api-access] mounts the sidecar's "
+        "ServiceAccount token, which only the sidecar holds; remove the mount"
+    ]
+
+
+def test_the_renderer_keeps_the_api_token_in_the_sidecar_only() -> None:
+    """With the model check bypassed, an engine mount of the sidecar's token is dropped."""
+    pdd = make_pdd({"prefill": {"replicas": 1, "gpusPerInstance": 2}})
+    mount = {"name": "pdd-kube-api-access", "mountPath": "/var/run/secrets/k"}
+    bypassed = pdd.spec.prefill.model_construct(
+        **{
+            **dict(pdd.spec.prefill),
+            "podTemplate": fragment("containers", "engine", volumeMounts=[mount]),
+        }
+    )
+    spec = pdd.spec.model_copy(update={"prefill": bypassed})
+    merged = render_pod_template(pdd.model_copy(update={"spec": spec}), "prefill", RenderContext())
+    mounts = {
+        c["name"]: {m["name"] for m in c.get("volumeMounts", [])}
+        for c in merged["spec"]["containers"]
+    }
+    assert "pdd-kube-api-access" not in mounts["engine"]
+    assert "pdd-kube-api-access" in mounts["nixl-sidecar"]

@@ -206,6 +206,9 @@ INJECTED_CONTAINER_SETTABLE = ("name", "resources")
 # them; a unit test keeps this list equal to a render's). A podTemplate volume of the same name
 # would swap what they read: the token the sidecar checks peers with, the env file the engine
 # sources, the scratch space.
+# Of those, what only the sidecar may mount: its ServiceAccount token (the engine runs model
+# code and gets no API credential).
+SIDECAR_ONLY_VOLUMES = ("pdd-kube-api-access",)
 INJECTED_VOLUMES = (
     "dshm",
     "pdd-env",
@@ -248,6 +251,13 @@ def pod_template_problems(template: dict[str, Any] | None) -> list[str]:
                 # Its env is refused as a whole, reserved names or not.
                 problems += _injected_container_problems(list_name, container)
                 continue
+            for mount in _dicts(container.get("volumeMounts")):
+                if mount.get("name") in SIDECAR_ONLY_VOLUMES:
+                    problems.append(
+                        f"spec.{list_name}[{container.get('name', '?')}].volumeMounts"
+                        f"[{mount['name']}] mounts the sidecar's ServiceAccount token, which "
+                        "only the sidecar holds; remove the mount"
+                    )
             for env in _dicts(container.get("env")):
                 name = str(env.get("name", ""))
                 if env_name_reserved(name):
@@ -1280,6 +1290,12 @@ class PDDeploymentSpec(Model):
     scheduling: SchedulingSpec = Field(default_factory=SchedulingSpec)
 
 
+def _tensor_size(role: str) -> str:
+    """CEL: the role's TP size."""
+    r = f"self.{role}"
+    return f"(has({r}.parallelism) ? {r}.parallelism.tensor : {r}.gpusPerInstance)"
+
+
 def _layout_rules(role: str) -> list[tuple[str, str]]:
     """Per role: the parallelism layout must cover the instance's GPUs as the engine lays
     them out (CEL: the API server refuses the object and the message names the field)."""
@@ -1384,9 +1400,10 @@ SPEC_RULES = cel(
             # vLLM's NixlConnector (v0.11.0, nixl_connector.py add_remote_agent): tp_ratio =
             # divide(decode TP, prefill TP), asserted > 0 ("Decode TP cannot be smaller than
             # prefill TP"); divide() asserts that it divides.
+            # The TP size is parallelism.tensor where a layout is given, else the pod's GPUs.
             "self.engine.type != 'vllm' || "
-            "self.decode.gpusPerInstance % self.prefill.gpusPerInstance == 0",
-            "spec.prefill.gpusPerInstance and spec.decode.gpusPerInstance (the TP sizes): "
+            f"{_tensor_size('decode')} % {_tensor_size('prefill')} == 0",
+            "spec.prefill and spec.decode TP sizes (parallelism.tensor, else gpusPerInstance): "
             "vLLM's NIXL connector needs the decode TP to be a multiple of the prefill TP "
             "(each decode rank reads from one prefill rank): e.g. 2 and 4 or 4 and 4, not 4 "
             "and 2, not 3 and 4",

@@ -16,6 +16,8 @@ from pdd_operator.api.v1alpha1 import (
     INJECTED_CONTAINER_SETTABLE,
     INJECTED_CONTAINERS,
     PREFLIGHT_CONTAINER,
+    SIDECAR_CONTAINER,
+    SIDECAR_ONLY_VOLUMES,
     PDDeployment,
     PDDeploymentSpec,
 )
@@ -203,7 +205,20 @@ def render_pod_template(
     # the sidecar mounts the one it needs itself (sidecar.sidecar_volumes). Set after the
     # podTemplate, as the injected containers are: the account is the sidecar's.
     template["spec"]["automountServiceAccountToken"] = False
+    _keep_api_access_in_the_sidecar(template["spec"])
     return template
+
+
+def _keep_api_access_in_the_sidecar(pod_spec: dict[str, Any]) -> None:
+    """Drop a mount of the sidecar's token from every other container, where a podTemplate
+    that skipped validation added one."""
+    for list_name in ("initContainers", "containers"):
+        for container in pod_spec.get(list_name, []):
+            if container.get("name") == SIDECAR_CONTAINER or "volumeMounts" not in container:
+                continue
+            container["volumeMounts"] = [
+                m for m in container["volumeMounts"] if m.get("name") not in SIDECAR_ONLY_VOLUMES
+            ]
 
 
 def render_affinity(placement: Placement) -> dict[str, Any]:
