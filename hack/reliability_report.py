@@ -37,6 +37,7 @@ FAULT_TESTS = [
     "tests/chart/test_manifests_rbac.py",
     "tests/chart/test_podtemplate_policy.py",
     "tests/chart/test_user_roles.py",
+    "tests/chart/test_least_privilege.py",
 ]
 
 
@@ -145,7 +146,9 @@ def render(
         "(NameConflict, nothing adopted or deleted); podTemplates overriding injected settings",
         "(InvalidSpec) or asking for node access (the chart's admission policy refuses them);",
         "forged status and look-alike pods (put back, not counted); who may create, read and",
-        "write PDDeployments (SubjectAccessReview and impersonation). docs/security.md has the",
+        "write PDDeployments, and what the operator, agent, sidecar and router may do",
+        "(SubjectAccessReview, impersonation and the components' own tokens against the chart's",
+        "access policies). docs/security.md has the",
         "threat model these tests stand for.",
         "",
         "## Bad input",
