@@ -240,11 +240,26 @@ def test_operator_may_change_only_the_probe_request_on_its_pod(
     assert POD_FIELDS_RULE in message, f"{case}: {message}"
 
 
-def test_operator_may_not_delete_or_evict_its_pods(operator_api: Api) -> None:
+def test_operator_may_not_evict_its_pods(operator_api: Api) -> None:
     core = client.CoreV1Api(operator_api)
-    assert refusal(lambda: core.delete_namespaced_pod(PROBER_POD, APP_NS))
     eviction = {"metadata": {"name": PROBER_POD, "namespace": APP_NS}}
     assert refusal(lambda: core.create_namespaced_pod_eviction(PROBER_POD, APP_NS, eviction))
+
+
+@pytest.mark.parametrize(("namespace", "pod"), [(APP_NS, "stranger"), ("kube-system", "coredns-x")])
+def test_operator_may_not_delete_a_pod_it_does_not_manage(
+    operator_api: Api, namespace: str, pod: str
+) -> None:
+    """RBAC lets it delete pods (an instance's ranks go together); the policy keeps that to
+    a PDDeployment's pods. The server-side dry run deletes nothing either way."""
+    core = client.CoreV1Api(operator_api)
+    message = refusal(lambda: core.delete_namespaced_pod(pod, namespace, dry_run="All"))
+    assert POD_RULE in message and f"{namespace}/{pod} is not one of them" in message, message
+
+
+def test_operator_may_delete_a_deployments_pod(operator_api: Api) -> None:
+    core = client.CoreV1Api(operator_api)
+    assert refusal(lambda: core.delete_namespaced_pod(PROBER_POD, APP_NS, dry_run="All")) == ""
 
 
 def test_the_policy_binds_the_operator_only(api_client: Api, cluster: None) -> None:
@@ -381,7 +396,8 @@ REVIEWS: list[tuple[str, str, str, str, str, str, str, bool]] = [
     # The operator: pods read and patched (narrowed by the policy), nothing more on pods.
     (OPERATOR_USER, "patch", "pods", "", APP_NS, "", "", True),
     (OPERATOR_USER, "update", "pods", "status", APP_NS, "", "", False),
-    (OPERATOR_USER, "delete", "pods", "", APP_NS, "", "", False),
+    (OPERATOR_USER, "delete", "pods", "", APP_NS, "", "", True),
+    (OPERATOR_USER, "deletecollection", "pods", "", APP_NS, "", "", False),
     (OPERATOR_USER, "create", "pods", "eviction", APP_NS, "", "", False),
     (OPERATOR_USER, "create", "pods", "exec", APP_NS, "", "", False),
     (OPERATOR_USER, "list", "secrets", "", APP_NS, "", "", False),
