@@ -155,6 +155,14 @@ def engine_pod_uids(api: client.ApiClient, ns: str) -> dict[str, str]:
     }
 
 
+def _hpa_at_target(api: client.ApiClient, ns: str, name: str) -> Any:
+    """The HPA once its last pass read the target average (10 waiting requests per pod)."""
+    hpa = client.AutoscalingV2Api(api).read_namespaced_horizontal_pod_autoscaler(name, ns)
+    metrics = hpa.status.current_metrics or []
+    at_target = metrics and metrics[0].pods.current.average_value in ("10", "10000m")
+    return hpa if at_target else None
+
+
 def test_the_stock_hpa_scales_decode_on_a_load_metric_and_prefill_follows(
     hpa_cluster: tuple[LocalControlPlane, client.ApiClient, Load],
     hpa_operator: OperatorProcess,
@@ -182,11 +190,10 @@ def test_the_stock_hpa_scales_decode_on_a_load_metric_and_prefill_follows(
     client.AutoscalingV2Api(api).create_namespaced_horizontal_pod_autoscaler(ns, decode_hpa(name))
     wait_for(lambda: replicas(api, ns, name) == {"prefill": 3, "decode": 5}, 90, what="3P/5D")
     wait_for(lambda: ready_counts(api, ns, name) == ("3/3", "5/5"), 120, what="3P/5D ready")
-    hpa = client.AutoscalingV2Api(api).read_namespaced_horizontal_pod_autoscaler(
-        f"{name}-decode", ns
-    )
+    # The HPA's status shows the average of its last pass (every 15 s): 50 over the 2 pods
+    # it saw first, then over 5 once it sees them all, where it stays at 5.
+    hpa = wait_for(lambda: _hpa_at_target(api, ns, f"{name}-decode"), 60, what="HPA at 10/pod")
     assert hpa.status.desired_replicas == 5
-    assert hpa.status.current_metrics[0].pods.current.average_value in ("10", "10000m")
     after = engine_pod_uids(api, ns)
     assert {pod: after.get(pod) for pod in before} == before  # no running pod replaced
 
