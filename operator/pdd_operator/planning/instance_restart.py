@@ -34,6 +34,10 @@ class RankPod(Protocol):
     def failed(self) -> bool: ...
     @property
     def terminating(self) -> bool: ...
+    @property
+    def revision(self) -> str: ...  # read by instance_rollout
+    @property
+    def ready(self) -> bool: ...
 
 
 @dataclass(frozen=True)

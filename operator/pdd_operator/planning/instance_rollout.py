@@ -11,27 +11,9 @@ smaller share of its instances, as the single-node rollout does (planning.rollou
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from typing import Protocol
 
-from pdd_operator.planning.instance_restart import InstanceRestart
+from pdd_operator.planning.instance_restart import InstanceRestart, RankPod
 from pdd_operator.planning.rollout import ROLE_ORDER
-
-
-class RankPod(Protocol):
-    @property
-    def name(self) -> str: ...
-    @property
-    def uid(self) -> str: ...
-    @property
-    def role(self) -> str: ...
-    @property
-    def instance(self) -> str: ...
-    @property
-    def revision(self) -> str: ...
-    @property
-    def ready(self) -> bool: ...
-    @property
-    def terminating(self) -> bool: ...
 
 
 def next_instance_to_replace(
