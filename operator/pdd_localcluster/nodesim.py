@@ -178,6 +178,20 @@ class NodeSimulator:
         # list() drains map(), which re-raises the first registration error.
         list(self._pool.map(self._register_node, specs))
 
+    @contextlib.contextmanager
+    def nodes_for_a_while(self, nodes: Iterable[SimNode]) -> Iterator[list[str]]:
+        """Adds `nodes` for the block and deletes those still there after it, so a test
+        can add, drain or delete nodes of its own without changing the fleet other tests
+        count."""
+        specs = list(nodes)
+        self.add_nodes(specs)
+        try:
+            yield [n.name for n in specs]
+        finally:
+            for node in specs:
+                if node.name in self.node_names:
+                    self.delete_node(node.name)
+
     def delete_node(self, name: str, *, delete_pods: bool = True) -> None:
         """Deletes the Node. With `delete_pods` its pods go too, as the pod garbage collector
         would do a little later for pods bound to a node that no longer exists."""

@@ -190,11 +190,8 @@ def own_nodes(node_sim: Any, namespace: str) -> Iterator[list[str]]:
         )
         for i in range(3)
     ]
-    node_sim.add_nodes(nodes)
-    yield [n.name for n in nodes]
-    for node in nodes:
-        if node.name in node_sim.node_names:
-            node_sim.delete_node(node.name)
+    with node_sim.nodes_for_a_while(nodes) as names:
+        yield names
 
 
 def test_a_node_deleted_under_a_bound_pod_is_reported_and_placement_follows(

@@ -153,11 +153,8 @@ def fault_nodes(node_sim: Any) -> Iterator[list[str]]:
         )
         for i in range(3)
     ]
-    node_sim.add_nodes(nodes)
-    yield [n.name for n in nodes]
-    for node in nodes:
-        if node.name in node_sim.node_names:
-            node_sim.delete_node(node.name)
+    with node_sim.nodes_for_a_while(nodes) as names:
+        yield names
 
 
 def test_node_not_ready_then_deleted_degrades_and_recovers_within_the_domain(

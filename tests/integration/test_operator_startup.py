@@ -30,10 +30,8 @@ def crowded_cluster(node_sim: NodeSimulator) -> Iterator[int]:
     missing = max(OLD_WORKER_LIMIT + 6 - len(node_sim.node_names), 1)
     cpu_only = {"cpu": "64", "memory": "256Gi", "pods": "110"}
     extra = [SimNode(f"cpu-{i:03d}", labels={}, capacity=cpu_only) for i in range(missing)]
-    node_sim.add_nodes(extra)
-    yield len(node_sim.node_names)
-    for node in extra:
-        node_sim.delete_node(node.name)
+    with node_sim.nodes_for_a_while(extra):
+        yield len(node_sim.node_names)
 
 
 def test_operator_with_default_settings_reconciles_on_more_than_64_nodes(

@@ -56,10 +56,8 @@ def topo_nodes(node_sim: Any) -> Iterator[list[str]]:
                 capacity={**gpu_node_capacity(8), RDMA: "64"},
             )
         )
-    node_sim.add_nodes(nodes)
-    yield [n.name for n in nodes]
-    for node in nodes:
-        node_sim.delete_node(node.name)
+    with node_sim.nodes_for_a_while(nodes) as names:
+        yield names
 
 
 def spec(prefill: int, decode: int, tp: int = 2, **kv: Any) -> dict[str, Any]:
