@@ -23,64 +23,66 @@ def generate_crd() -> dict[str, Any]:
     spec_schema.setdefault("x-kubernetes-validations", []).extend(
         api.SPEC_RULES["x-kubernetes-validations"]
     )
-    status_schema = _without_defaults(model_schema(api.PDDeploymentStatus))
-    return {
-        "apiVersion": "apiextensions.k8s.io/v1",
-        "kind": "CustomResourceDefinition",
-        "metadata": {
-            "name": f"{api.PLURAL}.{api.GROUP}",
-            "labels": {
-                "app.kubernetes.io/name": "pdd-operator",
-                "app.kubernetes.io/part-of": "pdd",
-            },
-        },
-        "spec": {
-            "group": api.GROUP,
-            "scope": "Namespaced",
-            "names": {
-                "kind": api.KIND,
-                "listKind": f"{api.KIND}List",
-                "plural": api.PLURAL,
-                "singular": api.SINGULAR,
-                "shortNames": api.SHORT_NAMES,
-                "categories": ["all", "pdd"],
-            },
-            "versions": [
-                {
-                    "name": api.VERSION,
-                    "served": True,
-                    "storage": True,
-                    "subresources": {"status": {}},
-                    "additionalPrinterColumns": api.PRINTER_COLUMNS,
-                    "schema": {
-                        "openAPIV3Schema": {
-                            "type": "object",
-                            "description": "PDDeployment runs one model as prefill and decode "
-                            "pod groups with a verified KV-transfer path between them.",
-                            "required": ["spec"],
-                            "properties": {
-                                "apiVersion": {"type": "string"},
-                                "kind": {"type": "string"},
-                                "metadata": {"type": "object"},
-                                "spec": spec_schema,
-                                "status": status_schema,
-                            },
-                        }
-                    },
-                }
-            ],
-        },
-    }
+    return _namespaced_crd(
+        kind=api.KIND,
+        plural=api.PLURAL,
+        singular=api.SINGULAR,
+        short_names=api.SHORT_NAMES,
+        categories=["all", "pdd"],
+        description="PDDeployment runs one model as prefill and decode pod groups with a "
+        "verified KV-transfer path between them.",
+        spec=spec_schema,
+        status=_without_defaults(model_schema(api.PDDeploymentStatus)),
+        subresources={"status": {}},
+        printer_columns=api.PRINTER_COLUMNS,
+    )
 
 
 def generate_scaler_crd() -> dict[str, Any]:
     """PDDRoleScaler: one per autoscaled role, the target an HPA or KEDA scales through
     /scale; `labelSelectorPath` gives the HPA the role's pods for pod metrics."""
+    return _namespaced_crd(
+        kind=api.SCALER_KIND,
+        plural=api.SCALER_PLURAL,
+        singular=api.SCALER_SINGULAR,
+        short_names=api.SCALER_SHORT_NAMES,
+        categories=["pdd"],
+        description="PDDRoleScaler is the scale target of one role of a PDDeployment "
+        "(created by the operator when spec.autoscaling lists the role): point an HPA or a "
+        "KEDA ScaledObject at it.",
+        spec=model_schema(api.PDDRoleScalerSpec),
+        status=_without_defaults(model_schema(api.PDDRoleScalerStatus)),
+        subresources={
+            "status": {},
+            "scale": {
+                "specReplicasPath": ".spec.replicas",
+                "statusReplicasPath": ".status.replicas",
+                "labelSelectorPath": ".status.selector",
+            },
+        },
+        printer_columns=api.SCALER_PRINTER_COLUMNS,
+    )
+
+
+def _namespaced_crd(
+    *,
+    kind: str,
+    plural: str,
+    singular: str,
+    short_names: list[str],
+    categories: list[str],
+    description: str,
+    spec: dict[str, Any],
+    status: dict[str, Any],
+    subresources: dict[str, Any],
+    printer_columns: list[dict[str, Any]],
+) -> dict[str, Any]:
+    """One served and stored version of a namespaced kind of ours."""
     return {
         "apiVersion": "apiextensions.k8s.io/v1",
         "kind": "CustomResourceDefinition",
         "metadata": {
-            "name": f"{api.SCALER_PLURAL}.{api.GROUP}",
+            "name": f"{plural}.{api.GROUP}",
             "labels": {
                 "app.kubernetes.io/name": "pdd-operator",
                 "app.kubernetes.io/part-of": "pdd",
@@ -90,40 +92,31 @@ def generate_scaler_crd() -> dict[str, Any]:
             "group": api.GROUP,
             "scope": "Namespaced",
             "names": {
-                "kind": api.SCALER_KIND,
-                "listKind": f"{api.SCALER_KIND}List",
-                "plural": api.SCALER_PLURAL,
-                "singular": api.SCALER_SINGULAR,
-                "shortNames": api.SCALER_SHORT_NAMES,
-                "categories": ["pdd"],
+                "kind": kind,
+                "listKind": f"{kind}List",
+                "plural": plural,
+                "singular": singular,
+                "shortNames": short_names,
+                "categories": categories,
             },
             "versions": [
                 {
                     "name": api.VERSION,
                     "served": True,
                     "storage": True,
-                    "subresources": {
-                        "status": {},
-                        "scale": {
-                            "specReplicasPath": ".spec.replicas",
-                            "statusReplicasPath": ".status.replicas",
-                            "labelSelectorPath": ".status.selector",
-                        },
-                    },
-                    "additionalPrinterColumns": api.SCALER_PRINTER_COLUMNS,
+                    "subresources": subresources,
+                    "additionalPrinterColumns": printer_columns,
                     "schema": {
                         "openAPIV3Schema": {
                             "type": "object",
-                            "description": "PDDRoleScaler is the scale target of one role of a "
-                            "PDDeployment (created by the operator when spec.autoscaling "
-                            "lists the role): point an HPA or a KEDA ScaledObject at it.",
+                            "description": description,
                             "required": ["spec"],
                             "properties": {
                                 "apiVersion": {"type": "string"},
                                 "kind": {"type": "string"},
                                 "metadata": {"type": "object"},
-                                "spec": model_schema(api.PDDRoleScalerSpec),
-                                "status": _without_defaults(model_schema(api.PDDRoleScalerStatus)),
+                                "spec": spec,
+                                "status": status,
                             },
                         }
                     },

@@ -1491,7 +1491,7 @@ class PDDeploymentStatus(Model):
     conditions: list[Condition] = Field(default_factory=list)
 
 
-PRINTER_COLUMNS = [
+PRINTER_COLUMNS: list[dict[str, Any]] = [
     {"name": "Model", "type": "string", "jsonPath": ".spec.model.name", "priority": 1},
     {
         "name": "Prefill",
