@@ -30,6 +30,35 @@ ENGINE_SCRIPT = Path(__file__).with_name("engine_proc.py")
 TOKEN = "test-token-7f3a9c"
 
 
+def ok(answer: dict[str, Any]) -> dict[str, Any]:
+    """A stand-in engine's answer, asserted successful."""
+    assert answer["ok"], answer
+    return answer
+
+
+def sync_until(engine: Any, done: Any, what: str, timeout_s: float = 30) -> list[dict[str, Any]]:
+    """Run PeerSync.sync (long-poll) until ``done(reports)``; returns every report seen."""
+    reports: list[dict[str, Any]] = []
+
+    def step() -> bool:
+        reports.append(ok(engine.call("sync", wait_s=2)))
+        return bool(done(reports))
+
+    wait_until(step, timeout_s, what)
+    return reports
+
+
+def write_and_verify(
+    writer: Any, target: Any, target_info: dict[str, Any], *, peer: str, nbytes: int, seed: int
+) -> None:
+    """`writer` writes `nbytes` into `target`'s registered memory through NIXL; the bytes
+    arrived when the target's digest matches the writer's."""
+    written = ok(writer.call("write", peer=peer, remote_addr=target_info["addr"],
+                             nbytes=nbytes, seed=seed))  # fmt: skip
+    assert written["state"] == "DONE", written
+    assert ok(target.call("digest", nbytes=nbytes))["digest"] == written["digest"]
+
+
 def child_env(**extra: str) -> dict[str, str]:
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(

@@ -12,7 +12,16 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from nixl_harness import EtcdServer, Processes, child_env, free_port, wait_until
+from nixl_harness import (
+    EtcdServer,
+    Processes,
+    child_env,
+    free_port,
+    ok,
+    sync_until,
+    wait_until,
+    write_and_verify,
+)
 
 pytestmark = pytest.mark.nixl
 
@@ -49,13 +58,13 @@ class Cluster:
     def engine(self, name: str, sidecar: Any, register: bool = True) -> tuple[Any, dict[str, Any]]:
         engine = self.procs.engine(name, self.env)
         token_file = str(self.procs.token_file)
-        info = _ok(engine.call("init", name=name, nbytes=NBYTES, mode="etcd",
+        info = ok(engine.call("init", name=name, nbytes=NBYTES, mode="etcd",
                                sidecar_url=sidecar.url, token_file=token_file))  # fmt: skip
         # NIXL writes to etcd from a worker thread: register once the key exists, so the
         # sidecar's first revision read already sees it.
         wait_until(lambda: self.metadata_revision(name), 15, f"{name}'s metadata in etcd")
         if register:
-            _ok(engine.call("register"))
+            ok(engine.call("register"))
         return engine, info
 
     def remove_pod(self, pod: str) -> None:
@@ -68,29 +77,6 @@ class Cluster:
     def metadata_revision(self, agent: str) -> int | None:
         entry = self.keys(agent).get(f"{NAMESPACE}/{agent}/metadata")
         return entry[1] if entry else None
-
-
-def _ok(answer: dict[str, Any]) -> dict[str, Any]:
-    assert answer["ok"], answer
-    return answer
-
-
-def _sync_until(engine: Any, done: Any, what: str, timeout_s: float = 30) -> dict[str, Any]:
-    last: dict[str, Any] = {}
-
-    def step() -> bool:
-        last.update(_ok(engine.call("sync", wait_s=2)))
-        return bool(done(last))
-
-    wait_until(step, timeout_s, what)
-    return last
-
-
-def _write_and_verify(writer: Any, target: Any, target_info: dict[str, Any], seed: int) -> None:
-    written = _ok(writer.call("write", peer=AGENT_A, remote_addr=target_info["addr"],
-                              nbytes=NBYTES, seed=seed))  # fmt: skip
-    assert written["state"] == "DONE", written
-    assert _ok(target.call("digest", nbytes=NBYTES))["digest"] == written["digest"]
 
 
 def _reported_revision(sidecar: Any, agent: str) -> int | None:
@@ -115,8 +101,8 @@ def test_etcd_mode_cleanup_and_successor(
     }
 
     # B learns A's name from its sidecar, loads A's metadata through NIXL's etcd client, writes.
-    _sync_until(engine_b, lambda r: AGENT_A in r["loaded"], "B to load A from etcd")
-    _write_and_verify(engine_b, engine_a, info_a, seed=1)
+    sync_until(engine_b, lambda r: AGENT_A in r[-1]["loaded"], "B to load A from etcd")
+    write_and_verify(engine_b, engine_a, info_a, peer=AGENT_A, nbytes=NBYTES, seed=1)
     revision_a1 = cluster.metadata_revision(AGENT_A)
     wait_until(lambda: _reported_revision(sidecar_b, AGENT_A) == revision_a1, 15,
                "A's sidecar to report A's etcd revision")  # fmt: skip
@@ -128,23 +114,23 @@ def test_etcd_mode_cleanup_and_successor(
     cluster.remove_pod("demo-prefill-0")
     wait_until(lambda: not cluster.keys(AGENT_A), 20, "B's sidecar to delete A's etcd keys")
     # NIXL in engine B watches the key: the deletion makes it drop A by itself.
-    wait_until(lambda: not _ok(engine_b.call("check", peer=AGENT_A))["loaded"], 20,
+    wait_until(lambda: not ok(engine_b.call("check", peer=AGENT_A))["loaded"], 20,
                "engine B's NIXL to drop A after the delete")  # fmt: skip
-    report = _sync_until(engine_b, lambda r: AGENT_A not in r["loaded"], "B to see A removed")
-    assert AGENT_A not in report["loaded"]
+    reports = sync_until(engine_b, lambda r: AGENT_A not in r[-1]["loaded"], "B to see A removed")
+    assert AGENT_A not in reports[-1]["loaded"]
     assert (sidecar_b.metric("pdd_sidecar_etcd_stale_agent_deletions_total") or 0) >= 1
     assert (sidecar_b.metric("pdd_sidecar_stale_peer_drops_total", reason="pod_gone") or 0) >= 1
 
     # A replacement pod re-uses the agent name; B loads it through etcd and writes to it.
     sidecar_a2 = cluster.sidecar(PREFILL_HOST, pa, "prefill", "demo-prefill-0", "uid-a2", "600")
     engine_a2, info_a2 = cluster.engine(AGENT_A, sidecar_a2)
-    loaded = _sync_until(
+    loaded = sync_until(
         engine_b,
-        lambda r: r["loaded"].get(AGENT_A, [None, None])[1] == "uid-a2",
+        lambda r: r[-1]["loaded"].get(AGENT_A, [None, None])[1] == "uid-a2",
         "B to load A2 from etcd",
-    )
+    )[-1]
     assert loaded["loaded"][AGENT_A][1] == "uid-a2"
-    _write_and_verify(engine_b, engine_a2, info_a2, seed=2)
+    write_and_verify(engine_b, engine_a2, info_a2, peer=AGENT_A, nbytes=NBYTES, seed=2)
     revision_a2 = cluster.metadata_revision(AGENT_A)
     wait_until(lambda: _reported_revision(sidecar_b, AGENT_A) == revision_a2, 15,
                "A2's sidecar to report A2's etcd revision")  # fmt: skip

@@ -10,7 +10,17 @@ import socket
 from typing import Any
 
 import pytest
-from nixl_harness import TOKEN, Processes, SidecarProcess, free_port, http, wait_until
+from nixl_harness import (
+    TOKEN,
+    Processes,
+    SidecarProcess,
+    free_port,
+    http,
+    ok,
+    sync_until,
+    wait_until,
+    write_and_verify,
+)
 
 pytestmark = pytest.mark.nixl
 
@@ -29,7 +39,7 @@ def _start_prefill(procs: Processes, port: int, source: str, uid: str) -> tuple[
         peer_source=source, extra_args=("--peer-grace-seconds", "2"),
     )  # fmt: skip
     engine = procs.engine(f"{AGENT_A}-{uid}")
-    info = _ok(engine.call("init", name=AGENT_A, nbytes=NBYTES, mode="sidecar",
+    info = ok(engine.call("init", name=AGENT_A, nbytes=NBYTES, mode="sidecar",
                            sidecar_url=sidecar.url, token_file=str(procs.token_file)))  # fmt: skip
     return sidecar, engine, info
 
@@ -40,33 +50,9 @@ def _start_decode(procs: Processes, port: int, source: str, grace_s: float) -> t
         peer_source=source, extra_args=("--peer-grace-seconds", str(grace_s)),
     )  # fmt: skip
     engine = procs.engine("demo-decode-0")
-    _ok(engine.call("init", name="demo-decode-0", nbytes=NBYTES, mode="sidecar",
+    ok(engine.call("init", name="demo-decode-0", nbytes=NBYTES, mode="sidecar",
                     sidecar_url=sidecar.url, token_file=str(procs.token_file)))  # fmt: skip
     return sidecar, engine
-
-
-def _ok(answer: dict[str, Any]) -> dict[str, Any]:
-    assert answer["ok"], answer
-    return answer
-
-
-def _sync_until(engine: Any, done: Any, what: str, timeout_s: float = 30) -> list[dict[str, Any]]:
-    """Run PeerSync.sync (long-poll) until ``done(reports)``; returns every report seen."""
-    reports: list[dict[str, Any]] = []
-
-    def step() -> bool:
-        reports.append(_ok(engine.call("sync", wait_s=2)))
-        return bool(done(reports))
-
-    wait_until(step, timeout_s, what)
-    return reports
-
-
-def _write_and_verify(decode: Any, prefill: Any, prefill_info: dict[str, Any], seed: int) -> None:
-    written = _ok(decode.call("write", peer=AGENT_A, remote_addr=prefill_info["addr"],
-                              nbytes=NBYTES, seed=seed))  # fmt: skip
-    assert written["state"] == "DONE", written
-    assert _ok(prefill.call("digest", nbytes=NBYTES))["digest"] == written["digest"]
 
 
 def _served_sha(sidecar: SidecarProcess, agent: str) -> str | None:
@@ -85,9 +71,9 @@ def test_exchange_write_and_replacement(procs: Processes) -> None:
     sidecar_b, engine_b = _start_decode(procs, pb, source, grace_s=2)
 
     # B looks A up through its own sidecar and writes into A's registered DRAM.
-    _sync_until(engine_b, lambda r: AGENT_A in r[-1]["loaded"], "B to load A's metadata")
+    sync_until(engine_b, lambda r: AGENT_A in r[-1]["loaded"], "B to load A's metadata")
     assert _served_sha(sidecar_b, AGENT_A) == info_a1["sha256"]
-    _write_and_verify(engine_b, engine_a, info_a1, seed=1)
+    write_and_verify(engine_b, engine_a, info_a1, peer=AGENT_A, nbytes=NBYTES, seed=1)
     peers = sidecar_b.get_json("/v1/peers?role=prefill")
     assert [(a["name"], a["pod"], a["pod_uid"]) for a in peers["agents"]] == [
         (AGENT_A, "demo-prefill-0", "uid-a1")
@@ -96,7 +82,7 @@ def test_exchange_write_and_replacement(procs: Processes) -> None:
     # The prefill pod dies (engine and sidecar killed, nothing cleaned up).
     engine_a.kill()
     sidecar_a.kill()
-    reports = _sync_until(engine_b, lambda r: r[-1]["removed"], "B to see A removed")
+    reports = sync_until(engine_b, lambda r: r[-1]["removed"], "B to see A removed")
     assert reports[-1]["removed"] == [AGENT_A] and AGENT_A not in reports[-1]["loaded"]
     assert _served_sha(sidecar_b, AGENT_A) is None, "a dead pod's metadata is still served"
     assert (sidecar_b.metric("pdd_sidecar_stale_peer_drops_total", reason="unreachable") or 0) >= 1
@@ -104,10 +90,10 @@ def test_exchange_write_and_replacement(procs: Processes) -> None:
     # Its replacement: same pod name, same agent name, new pod UID and new agent metadata.
     _, engine_a2, info_a2 = _start_prefill(procs, pa, source, "uid-a2")
     assert info_a2["sha256"] != info_a1["sha256"]
-    _sync_until(engine_b, lambda r: AGENT_A in r[-1]["loaded"], "B to load A2's metadata")
-    assert _ok(engine_b.call("sync"))["loaded"][AGENT_A][1] == "uid-a2"
+    sync_until(engine_b, lambda r: AGENT_A in r[-1]["loaded"], "B to load A2's metadata")
+    assert ok(engine_b.call("sync"))["loaded"][AGENT_A][1] == "uid-a2"
     assert _served_sha(sidecar_b, AGENT_A) == info_a2["sha256"]
-    _write_and_verify(engine_b, engine_a2, info_a2, seed=2)
+    write_and_verify(engine_b, engine_a2, info_a2, peer=AGENT_A, nbytes=NBYTES, seed=2)
 
 
 def test_replacement_within_grace_reports_old_identity_removed(procs: Processes) -> None:
@@ -118,7 +104,7 @@ def test_replacement_within_grace_reports_old_identity_removed(procs: Processes)
     sidecar_a, engine_a, _ = _start_prefill(procs, pa, source, "uid-a1")
     # A long grace: the replacement must be seen as a UID change, not as a pod going away.
     sidecar_b, engine_b = _start_decode(procs, pb, source, grace_s=60)
-    first = _sync_until(engine_b, lambda r: AGENT_A in r[-1]["loaded"], "B to load A")
+    first = sync_until(engine_b, lambda r: AGENT_A in r[-1]["loaded"], "B to load A")
     version = first[-1]["version"]
 
     engine_a.kill()
@@ -130,10 +116,10 @@ def test_replacement_within_grace_reports_old_identity_removed(procs: Processes)
     removed, added = _watch_until_added(sidecar_b, version)
     assert removed == [(AGENT_A, "uid-a1")]
     assert added == [(AGENT_A, "uid-a2")]
-    report = _sync_until(engine_b, lambda r: r[-1]["added"], "B to reload A")[-1]
+    report = sync_until(engine_b, lambda r: r[-1]["added"], "B to reload A")[-1]
     assert report["removed"] == [AGENT_A] and report["added"] == [AGENT_A]
     assert report["loaded"][AGENT_A][1] == "uid-a2"
-    _write_and_verify(engine_b, engine_a2, info_a2, seed=3)
+    write_and_verify(engine_b, engine_a2, info_a2, peer=AGENT_A, nbytes=NBYTES, seed=3)
     assert (sidecar_b.metric("pdd_sidecar_stale_peer_drops_total", reason="uid_changed") or 0) >= 1
 
 
