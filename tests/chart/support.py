@@ -138,6 +138,43 @@ def service_account_kubeconfig(
     return path
 
 
+def access(
+    api: client.ApiClient,
+    verb: str,
+    resource: str,
+    namespace: str = "",
+    *,
+    user: str,
+    group: str = "",
+    subresource: str = "",
+    name: str = "",
+) -> bool:
+    """The SubjectAccessReview's answer: what `kubectl auth can-i --as=USER` prints."""
+    reviewer = client.AuthorizationV1Api(api)
+    namespace_of_user = user.split(":")[2]
+    review = reviewer.create_subject_access_review(
+        {
+            "spec": {
+                "user": user,
+                "groups": [
+                    "system:serviceaccounts",
+                    f"system:serviceaccounts:{namespace_of_user}",
+                    "system:authenticated",
+                ],
+                "resourceAttributes": {
+                    "verb": verb,
+                    "group": group,
+                    "resource": resource,
+                    "subresource": subresource,
+                    "namespace": namespace,
+                    "name": name,
+                },
+            }
+        }
+    )
+    return bool(review.status.allowed)
+
+
 def manifest_documents(kustomization_dir: Path = MANIFESTS) -> list[dict[str, Any]]:
     """Every object `kubectl apply -k manifests/` would send: the kustomization lists plain
     resource files only (no patches or generators), so reading them in order is the same."""

@@ -34,7 +34,7 @@ from pdd_operator.rendering.roles import render_pod_template
 from pdd_operator.rendering.router import render_router_access
 from pdd_operator.rendering.sidecar import render_sidecar_access
 
-from .support import apply, ensure_namespace, manifest_documents, wait_crd_established
+from .support import access, apply, ensure_namespace, manifest_documents, wait_crd_established
 
 OPERATOR_NS, OPERATOR_SA, AGENT_SA = "pdd-system", "pdd-operator", "pdd-operator-topology-agent"
 OPERATOR_USER = f"system:serviceaccount:{OPERATOR_NS}:{OPERATOR_SA}"
@@ -351,43 +351,6 @@ def test_a_server_dry_run_as_the_operator_shows_the_policy(
         (after.metadata.annotations or {}).get(ANNOTATION_PROBE_REQUEST)
     )
     assert after.metadata.resource_version == before.metadata.resource_version
-
-
-def access(
-    api: Api,
-    verb: str,
-    resource: str,
-    namespace: str = "",
-    *,
-    user: str,
-    group: str = "",
-    subresource: str = "",
-    name: str = "",
-) -> bool:
-    """The SubjectAccessReview's answer: what `kubectl auth can-i --as=USER` prints."""
-    reviewer = client.AuthorizationV1Api(api)
-    namespace_of_user = user.split(":")[2]
-    review = reviewer.create_subject_access_review(
-        {
-            "spec": {
-                "user": user,
-                "groups": [
-                    "system:serviceaccounts",
-                    f"system:serviceaccounts:{namespace_of_user}",
-                    "system:authenticated",
-                ],
-                "resourceAttributes": {
-                    "verb": verb,
-                    "group": group,
-                    "resource": resource,
-                    "subresource": subresource,
-                    "namespace": namespace,
-                    "name": name,
-                },
-            }
-        }
-    )
-    return bool(review.status.allowed)
 
 
 AUTH = "authentication.k8s.io"

@@ -28,6 +28,7 @@ from helpers.waits import wait_for
 from pdd_localcluster import LocalControlPlane
 
 from .support import (
+    access,
     apply,
     ensure_namespace,
     exists,
@@ -261,26 +262,10 @@ def test_access_review(
     namespace: str,
     allowed: bool,
 ) -> None:
-    review = client.AuthorizationV1Api(api_client).create_subject_access_review(
-        {
-            "spec": {
-                "user": user,
-                "groups": [
-                    "system:serviceaccounts",
-                    f"system:serviceaccounts:{OPERATOR_NS}",
-                    "system:authenticated",
-                ],
-                "resourceAttributes": {
-                    "verb": verb,
-                    "group": group,
-                    "resource": resource,
-                    "subresource": subresource,
-                    "namespace": namespace,
-                },
-            }
-        }
+    answer = access(
+        api_client, verb, resource, namespace, user=user, group=group, subresource=subresource
     )
-    assert review.status.allowed is allowed, review.status.reason
+    assert answer is allowed
 
 
 def small_pddeployment(name: str) -> dict[str, Any]:
