@@ -20,16 +20,30 @@ BASE_BODY: dict[str, Any] = {
 }
 
 
+# The smallest deployment the simulated fleet runs anywhere: one 1-GPU instance per role, no
+# router, no topology placement.
+SMALL_PATCH: dict[str, Any] = {
+    "router": {"enabled": False},
+    "prefill": {"replicas": 1, "gpusPerInstance": 1},
+    "decode": {"replicas": 1, "gpusPerInstance": 1},
+    "topology": {"placement": "none"},
+}
+
+
 def sample_spec(spec_patch: dict[str, Any] | None = None) -> dict[str, Any]:
     """A copy of the sample spec with `spec_patch` applied: a dict value is merged into the
     sample's dict of that name (one level deep), anything else replaces the field."""
-    spec: dict[str, Any] = copy.deepcopy(BASE_BODY["spec"])
-    for key, value in copy.deepcopy(spec_patch or {}).items():
-        if isinstance(value, dict) and isinstance(spec.get(key), dict):
-            spec[key] = {**spec[key], **value}
+    return _patched(BASE_BODY["spec"], spec_patch or {})
+
+
+def _patched(spec: dict[str, Any], patch: dict[str, Any]) -> dict[str, Any]:
+    merged: dict[str, Any] = copy.deepcopy(spec)
+    for key, value in copy.deepcopy(patch).items():
+        if isinstance(value, dict) and isinstance(merged.get(key), dict):
+            merged[key] = {**merged[key], **value}
         else:
-            spec[key] = value
-    return spec
+            merged[key] = value
+    return merged
 
 
 def make_pdd(spec_patch: dict[str, Any] | None = None, **meta: Any) -> PDDeployment:
@@ -48,3 +62,9 @@ def pdd_body(name: str, namespace: str, **spec_patch: Any) -> dict[str, Any]:
         "metadata": {"name": name, "namespace": namespace},
         "spec": sample_spec(spec_patch),
     }
+
+
+def small_pdd_body(name: str, namespace: str, **spec_patch: Any) -> dict[str, Any]:
+    """`pdd_body` of the small deployment (SMALL_PATCH), with `spec_patch` merged into it the
+    same way."""
+    return pdd_body(name, namespace, **_patched(SMALL_PATCH, spec_patch))

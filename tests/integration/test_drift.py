@@ -15,7 +15,7 @@ import pytest
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
-from helpers.factories import pdd_body
+from helpers.factories import small_pdd_body
 from helpers.operator_proc import OPERATOR_USER, OperatorProcess, install_crd
 from helpers.waits import wait_for
 
@@ -47,13 +47,10 @@ def deployment(
     operator: OperatorProcess, api_client: client.ApiClient, namespace: str
 ) -> dict[str, Any]:
     """A Ready PDDeployment with UCX_RNDV_THRESH in its spec."""
-    body = pdd_body(
+    body = small_pdd_body(
         NAME,
         namespace,
-        router={"enabled": False},
-        prefill={"replicas": 1, "gpusPerInstance": 1},
-        decode={"replicas": 2, "gpusPerInstance": 1},
-        topology={"placement": "none"},
+        decode={"replicas": 2},
         kvTransfer={"ucx": {"extraEnv": [{"name": "UCX_RNDV_THRESH", "value": RNDV_THRESH}]}},
     )
     custom = client.CustomObjectsApi(api_client)

@@ -13,7 +13,7 @@ import pytest
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
-from helpers.factories import pdd_body
+from helpers.factories import small_pdd_body
 from helpers.operator_proc import OperatorProcess, install_crd
 from helpers.waits import wait_for
 from pdd_localcluster.nodes import SimNode, gpu_node_capacity, gpu_node_labels
@@ -21,18 +21,6 @@ from pdd_operator.api import names
 from pdd_operator.rendering.sidecar import TOKEN_KEY
 
 GROUP, VERSION, PLURAL = "pdd.dev", "v1alpha1", "pddeployments"
-
-
-def body(name: str, namespace: str, **spec: Any) -> dict[str, Any]:
-    return pdd_body(
-        name,
-        namespace,
-        router={"enabled": False},
-        prefill={"replicas": 1, "gpusPerInstance": 1},
-        decode={"replicas": 1, "gpusPerInstance": 1},
-        topology={"placement": "none"},
-        **spec,
-    )
 
 
 def create(api: client.ApiClient, obj: dict[str, Any]) -> dict[str, Any]:
@@ -91,7 +79,7 @@ def test_a_planted_token_secret_is_refused_and_left_unchanged(
     namespace: str,
 ) -> None:
     core = client.CoreV1Api(api_client)
-    uid = create(api_client, body("plant", namespace))["metadata"]["uid"]
+    uid = create(api_client, small_pdd_body("plant", namespace))["metadata"]["uid"]
     name = names.token_secret_name("plant", uid)
     planted = core.create_namespaced_secret(
         namespace,
@@ -138,7 +126,7 @@ def test_pods_refused_by_a_resource_quota_are_reported_with_the_quota_message(
         30,
         what="the quota's usage",
     )
-    create(api_client, body("quota", namespace))
+    create(api_client, small_pdd_body("quota", namespace))
 
     degraded = wait_for(
         condition_is(api_client, namespace, "quota", "Degraded", "True", "PodsRefused"),
@@ -167,7 +155,7 @@ def test_pods_refused_by_pod_security_admission_are_reported_with_its_message(
     core = client.CoreV1Api(api_client)
     enforce = {"pod-security.kubernetes.io/enforce": "restricted"}
     core.patch_namespace(namespace, {"metadata": {"labels": enforce}})
-    create(api_client, body("psa", namespace))
+    create(api_client, small_pdd_body("psa", namespace))
 
     degraded = wait_for(
         condition_is(api_client, namespace, "psa", "Degraded", "True", "PodsRefused"),
@@ -199,7 +187,7 @@ def test_a_node_deleted_under_a_bound_pod_is_reported_and_placement_follows(
     own_nodes: list[str],
 ) -> None:  # fmt: skip
     core = client.CoreV1Api(api_client)
-    spec = body("lost", namespace)
+    spec = small_pdd_body("lost", namespace)
     for role in ("prefill", "decode"):
         spec["spec"][role]["gpusPerInstance"] = 8  # one pod fills one node
         spec["spec"][role]["nodeSelector"] = {"pdd-test": "failures"}
@@ -245,7 +233,7 @@ def test_a_deleted_token_secret_is_created_again(
     operator: Any, api_client: client.ApiClient, namespace: str
 ) -> None:
     core = client.CoreV1Api(api_client)
-    uid = create(api_client, body("tok", namespace))["metadata"]["uid"]
+    uid = create(api_client, small_pdd_body("tok", namespace))["metadata"]["uid"]
     secret = names.token_secret_name("tok", uid)
     first = wait_for(lambda: core.read_namespaced_secret(secret, namespace), 30, what=secret)
 

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 from kubernetes import client
 
-from helpers.factories import pdd_body
+from helpers.factories import small_pdd_body
 from helpers.operator_proc import OperatorProcess, install_crd
 from helpers.waits import wait_for
 from pdd_localcluster.nodes import SimNode, gpu_node_capacity, gpu_node_labels
@@ -36,13 +36,11 @@ def operator_factory(
 
 
 def body(name: str, namespace: str, prefill: int = 1, decode: int = 2) -> dict[str, Any]:
-    return pdd_body(
+    return small_pdd_body(
         name,
         namespace,
-        router={"enabled": False},
-        prefill={"replicas": prefill, "gpusPerInstance": 1},
-        decode={"replicas": decode, "gpusPerInstance": 1},
-        topology={"placement": "none"},
+        prefill={"replicas": prefill},
+        decode={"replicas": decode},
     )
 
 

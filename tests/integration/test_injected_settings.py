@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 from kubernetes import client
 
-from helpers.factories import pdd_body
+from helpers.factories import small_pdd_body
 from helpers.operator_proc import OperatorProcess
 from helpers.waits import wait_for
 
@@ -56,13 +56,9 @@ def test_a_pod_template_overriding_injected_settings_is_stalled(
     fragment: str,
 ) -> None:
     custom = client.CustomObjectsApi(api_client)
-    body = pdd_body(
+    body = small_pdd_body(
         "kv",
         namespace,
-        router={"enabled": False},
-        prefill={"replicas": 1, "gpusPerInstance": 1},
-        decode={"replicas": 1, "gpusPerInstance": 1},
-        topology={"placement": "none"},
     )
     body["spec"][role]["podTemplate"] = template
     custom.create_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, body)

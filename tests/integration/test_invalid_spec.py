@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 from kubernetes import client
 
-from helpers.factories import pdd_body
+from helpers.factories import small_pdd_body
 from helpers.operator_proc import OPERATOR_USER, OperatorProcess, install_crd, load_crd
 from helpers.waits import wait_for, wait_namespaces_gone
 
@@ -24,13 +24,9 @@ NAME = "from-the-future"
 
 
 def body(namespace: str) -> dict[str, Any]:
-    return pdd_body(
+    return small_pdd_body(
         NAME,
         namespace,
-        router={"enabled": False},
-        prefill={"replicas": 1, "gpusPerInstance": 1},
-        decode={"replicas": 1, "gpusPerInstance": 1},
-        topology={"placement": "none"},
         futureField="on",
     )
 

@@ -13,7 +13,7 @@ import pytest
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
-from helpers.factories import pdd_body
+from helpers.factories import small_pdd_body
 from helpers.operator_proc import OperatorProcess
 from helpers.waits import wait_for
 from pdd_operator.api import names
@@ -23,13 +23,9 @@ FOREIGN_LABELS = {"app": "someone-else"}
 
 
 def create_pdd(api: client.ApiClient, ns: str, name: str = "kv") -> dict[str, Any]:
-    body = pdd_body(
+    body = small_pdd_body(
         name,
         ns,
-        router={"enabled": False},
-        prefill={"replicas": 1, "gpusPerInstance": 1},
-        decode={"replicas": 1, "gpusPerInstance": 1},
-        topology={"placement": "none"},
     )
     return client.CustomObjectsApi(api).create_namespaced_custom_object(
         GROUP, VERSION, ns, PLURAL, body

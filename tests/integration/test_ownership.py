@@ -9,7 +9,7 @@ from typing import Any
 
 from kubernetes import client
 
-from helpers.factories import pdd_body
+from helpers.factories import small_pdd_body
 from helpers.operator_proc import OperatorProcess
 from helpers.waits import wait_for
 
@@ -17,13 +17,9 @@ GROUP, VERSION, PLURAL = "pdd.dev", "v1alpha1", "pddeployments"
 
 
 def create(api: client.ApiClient, ns: str) -> None:
-    body = pdd_body(
+    body = small_pdd_body(
         "kv",
         ns,
-        router={"enabled": False},
-        prefill={"replicas": 1, "gpusPerInstance": 1},
-        decode={"replicas": 1, "gpusPerInstance": 1},
-        topology={"placement": "none"},
     )
     client.CustomObjectsApi(api).create_namespaced_custom_object(GROUP, VERSION, ns, PLURAL, body)
 

@@ -8,7 +8,7 @@ from typing import Any
 
 from kubernetes import client
 
-from helpers.factories import pdd_body
+from helpers.factories import small_pdd_body
 from helpers.operator_proc import OperatorProcess
 from helpers.waits import wait_for
 
@@ -50,14 +50,12 @@ def test_engine_upgrade_rolls_prefill_and_decode_in_lockstep(
     operator: OperatorProcess, api_client: client.ApiClient, namespace: str
 ) -> None:
     objects = client.CustomObjectsApi(api_client)
-    body = pdd_body(
+    body = small_pdd_body(
         "roll",
         namespace,
         engine={"image": "vllm/vllm-openai:v0.11.0"},
-        router={"enabled": False},
-        prefill={"replicas": PREFILL, "gpusPerInstance": 1},
-        decode={"replicas": DECODE, "gpusPerInstance": 1},
-        topology={"placement": "none"},
+        prefill={"replicas": PREFILL},
+        decode={"replicas": DECODE},
     )
     objects.create_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, body)
     wait_for(

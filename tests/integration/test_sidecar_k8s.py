@@ -35,7 +35,7 @@ import yaml
 from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
 
-from helpers.factories import pdd_body
+from helpers.factories import small_pdd_body
 from helpers.operator_proc import ROOT, OperatorProcess
 from helpers.waits import wait_for
 
@@ -164,14 +164,11 @@ def sidecars() -> Iterator[list[Sidecar]]:
 
 
 def create(api: client.ApiClient, ns: str) -> None:
-    body = pdd_body(
+    body = small_pdd_body(
         NAME,
         ns,
         engine={"type": "vllm"},
-        router={"enabled": False},
-        prefill={"replicas": 1, "gpusPerInstance": 1},
-        decode={"replicas": 2, "gpusPerInstance": 1},
-        topology={"placement": "none"},
+        decode={"replicas": 2},
     )
     client.CustomObjectsApi(api).create_namespaced_custom_object(GROUP, VERSION, ns, PLURAL, body)
 
