@@ -5,7 +5,12 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 
-from prometheus_client import CollectorRegistry, Counter, Histogram, start_http_server
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
+
+from pdd_operator.api.names import DeploymentKey
+
+# The labels of a deployment's KV-transfer series: namespace, deployment, path, domain.
+TransferLabels = tuple[str, str, str, str]
 
 
 class OperatorMetrics:
@@ -37,6 +42,42 @@ class OperatorMetrics:
             ["kind"],
             registry=self.registry,
         )
+        self.kv_transfer_gbps = Gauge(
+            "pdd_kv_transfer_gbps",
+            "KV transfer bandwidth of the deployment's verified path, in GB/s (1e9 bytes/s, "
+            "as status.transfer.measuredGBps), from the latest answered probe.",
+            ["namespace", "deployment", "path", "domain"],
+            registry=self.registry,
+        )
+        self.kv_transfer_verified = Gauge(
+            "pdd_kv_transfer_verified",
+            "1 while the latest probe verified the deployment's KV path (KVTransferVerified="
+            "True), 0 while it found it degraded.",
+            ["namespace", "deployment", "path", "domain"],
+            registry=self.registry,
+        )
+        # One series per deployment: the labels it was last exported with, so a new path or
+        # domain replaces the old series instead of adding one (bounded cardinality).
+        self._transfer_labels: dict[DeploymentKey, TransferLabels] = {}
+
+    def set_kv_transfer(
+        self, key: DeploymentKey, path: str, domain: str, gbps: float, verified: bool
+    ) -> None:
+        """Export the deployment's latest KV-transfer measurement."""
+        labels = (key[0], key[1], path, domain)
+        if self._transfer_labels.get(key) not in (None, labels):
+            self.forget_kv_transfer(key)
+        self._transfer_labels[key] = labels
+        self.kv_transfer_gbps.labels(*labels).set(gbps)
+        self.kv_transfer_verified.labels(*labels).set(1 if verified else 0)
+
+    def forget_kv_transfer(self, key: DeploymentKey) -> None:
+        """No measurement to export (none yet, or the deployment is gone): no series, rather
+        than a stale one that a guard would go on trusting."""
+        labels = self._transfer_labels.pop(key, None)
+        if labels is not None:
+            self.kv_transfer_gbps.remove(*labels)
+            self.kv_transfer_verified.remove(*labels)
 
     def reconcile_timer(self) -> Callable[[], None]:
         start = time.perf_counter()

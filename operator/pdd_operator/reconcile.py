@@ -281,6 +281,8 @@ class Reconciler:
         self._model_attempts.pop(key, None)
         self._tokens.pop(key, None)
         self._short_attempts.pop(key, None)
+        if self.metrics:
+            self.metrics.forget_kv_transfer(key)
         if (retry := self._retries.pop(key, None)) is not None:
             retry.cancel()
 
@@ -353,6 +355,22 @@ class Reconciler:
             ),
         )
         await self._write_status(pdd, body, status)
+        self._export_transfer(_key(pdd), observed_now.transfer_ok, status)
+
+    def _export_transfer(
+        self, key: DeploymentKey, ok: bool | None, status: PDDeploymentStatus
+    ) -> None:
+        """pdd_kv_transfer_gbps and pdd_kv_transfer_verified from the measurement this pass's
+        status shows; no series while no probe has answered."""
+        if self.metrics is None:
+            return
+        if ok is None:
+            self.metrics.forget_kv_transfer(key)
+            return
+        transfer = status.transfer
+        self.metrics.set_kv_transfer(
+            key, transfer.path, status.placement.domain, transfer.measuredGBps, ok
+        )
 
     def _retry_while_conflicting(self, key: DeploymentKey, blocked: _Blocked) -> None:
         """Schedule the next look at a name conflict, backing off while it lasts."""

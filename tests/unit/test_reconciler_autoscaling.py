@@ -5,12 +5,17 @@ that a scaling step changes no pod template and never the PDDeployment's spec.""
 from __future__ import annotations
 
 import copy
+from dataclasses import replace
 from typing import Any
+
+from prometheus_client import CollectorRegistry
 
 from helpers.factories import BASE_BODY
 from helpers.fake_cluster import FakeCluster, reconciler_for
 from pdd_operator.api.v1alpha1 import API_VERSION, SCALER_KIND
+from pdd_operator.metrics import OperatorMetrics
 from pdd_operator.reconcile import Reconciler
+from pdd_operator.status.observe import PodSummary
 
 NS = "team-a"
 KEY = (NS, "llama")
@@ -165,3 +170,52 @@ async def test_a_scale_target_name_held_by_another_object_is_reported_and_left_a
     assert "the name of the decode scale target is taken" in message
     assert cluster.objects[(NS, API_VERSION, SCALER_KIND, "llama-decode")] == foreign
     assert replicas(cluster) == {"prefill": 2, "decode": 4}  # its starting counts, not 9
+
+
+# The prober pod's sidecar answers (status.transfer): a verified RDMA path, and the same path
+# fallen back to TCP. Not ready: the pass asks it for no new probe.
+PROBER = PodSummary(
+    name="llama-prefill-0", uid="u0", role="prefill", node="gpu-a-00", ip="198.18.0.2",
+    ready=False, revision="r1", problem=None,
+)  # fmt: skip
+VERIFIED = {"path": "VRAM->VRAM", "transport": "rdma", "gbps": 46.2, "expected_gbps": 50.0,
+            "verified": True, "started_at": "2026-11-29T09:00:00Z"}  # fmt: skip
+FELL_BACK = {**VERIFIED, "transport": "tcp", "gbps": 0.5}
+
+
+def probe_answers(cluster: FakeCluster, result: dict[str, Any]) -> None:
+    cluster.pods_of[KEY] = [replace(PROBER, probe_result=result)]
+
+
+async def test_the_transfer_gauges_follow_the_latest_probe_and_go_with_the_deployment() -> None:
+    cluster = FakeCluster(body(autoscaling=DECODE_LEADS))
+    metrics = OperatorMetrics(CollectorRegistry())
+    rec = reconciler_for(cluster, metrics)
+    await settle(cluster, rec)
+
+    def series() -> dict[tuple[str, str], float]:
+        return {
+            (sample.name, sample.labels["path"]): sample.value
+            for family in metrics.registry.collect()
+            if family.name.startswith("pdd_kv_transfer")
+            for sample in family.samples
+            if sample.labels["deployment"] == "llama" and sample.labels["namespace"] == NS
+        }
+
+    assert series() == {}  # no probe answered yet: nothing to trust
+    probe_answers(cluster, VERIFIED)
+    await settle(cluster, rec)
+    assert series() == {
+        ("pdd_kv_transfer_gbps", "VRAM->VRAM"): 46.2,
+        ("pdd_kv_transfer_verified", "VRAM->VRAM"): 1.0,
+    }
+    probe_answers(cluster, {**FELL_BACK, "path": "DRAM->DRAM"})  # one series, not two
+    await settle(cluster, rec)
+    assert series() == {
+        ("pdd_kv_transfer_gbps", "DRAM->DRAM"): 0.5,
+        ("pdd_kv_transfer_verified", "DRAM->DRAM"): 0.0,
+    }
+
+    cluster.delete_deployment(KEY)
+    await rec.reconcile(KEY)
+    assert series() == {}
