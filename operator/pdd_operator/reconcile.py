@@ -34,8 +34,10 @@ from pdd_operator.metrics import OperatorMetrics
 from pdd_operator.planning.autoscaling import (
     ScalingPlan,
     fit_to_room,
+    hold_decode_growth,
     plan_scaling,
     scale_target_roles,
+    with_hold,
     with_replicas,
 )
 from pdd_operator.planning.instance_restart import instances_to_restart
@@ -352,6 +354,7 @@ class Reconciler:
                 refusals=refusals,
                 gang=gang,
                 scaled_to_zero=scaling.scaled_to_zero if autoscaled else None,
+                scaling_held=scaling.held if autoscaled else None,
             ),
         )
         await self._write_status(pdd, body, status)
@@ -484,16 +487,18 @@ class Reconciler:
             return plan_scaling(pdd.spec, {})
         key = _key(pdd)
         asked = {role: s.replicas for role, s in self.view.scalers(key).items()}
-        plan = plan_scaling(pdd.spec, asked)
         running = {
             s.role: s.workload.desired
             for s in self.view.children(key).values()
             if s.key[1] == "StatefulSet" and s.workload is not None and s.role
         }
+        hold = hold_decode_growth(pdd.spec, asked, running, self._kv_path_problem(pdd))
+        plan = plan_scaling(pdd.spec, hold.asks)
         domain = self._placed_domain(pdd)
         grows = any(plan.replicas[role] > running.get(role, 0) for role in names.ROLES)
         if domain is None or len(running) < len(names.ROLES) or not grows:
-            return plan  # nothing placed yet (the planner's first job), or no growth
+            # nothing placed yet (the planner's first job), or no growth
+            return with_hold(plan, hold, asked)
         fleet = self.view.fleet()
         reserved = self._reservations.reserved_elsewhere(key, fleet)
         own = fleet.held.get(key, {})
@@ -502,7 +507,21 @@ class Reconciler:
             spec = with_replicas(pdd.spec, counts)
             return fits_domain(spec, fleet, domain[0], domain[1], reserved, own)
 
-        return fit_to_room(pdd.spec, asked, running, fits, f"{domain[0]}={domain[1]}")
+        where = f"{domain[0]}={domain[1]}"
+        return with_hold(fit_to_room(pdd.spec, hold.asks, running, fits, where), hold, asked)
+
+    def _kv_path_problem(self, pdd: PDDeployment) -> str:
+        """How the KV path is degraded, from the prober pod's latest answer (the source of
+        KVTransferVerified); "" while it is verified or not measured yet."""
+        pods = self.view.pods(_key(pdd))
+        outcome = transfer_outcome(pdd, prober(pods, pdd.name, pdd.spec.prefill.nodesPerInstance))
+        if outcome is None or outcome.ok is not False:
+            return ""
+        measured = outcome.status
+        return (
+            f"KVTransferVerified=False, {outcome.reason}: {measured.measuredGBps:g} GB/s "
+            f"measured, {measured.expectedGBps:g} GB/s expected"
+        )
 
     def _placed_domain(self, pdd: PDDeployment) -> tuple[str, str] | None:
         """(level, domain) the slice runs in; None when it is not placed in one."""

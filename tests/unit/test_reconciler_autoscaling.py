@@ -187,6 +187,58 @@ def probe_answers(cluster: FakeCluster, result: dict[str, Any]) -> None:
     cluster.pods_of[KEY] = [replace(PROBER, probe_result=result)]
 
 
+def held(cluster: FakeCluster) -> tuple[str, str, str]:
+    conditions = cluster.stored[KEY]["status"]["conditions"]
+    found = next(c for c in conditions if c["type"] == "ScalingHeld")
+    return found["status"], found["reason"], found["message"]
+
+
+async def test_a_degraded_kv_path_holds_decode_scale_ups_until_a_probe_verifies_it() -> None:
+    cluster = FakeCluster(body(autoscaling=DECODE_LEADS))
+    rec = reconciler_for(cluster)
+    probe_answers(cluster, VERIFIED)
+    await settle(cluster, rec)
+    assert held(cluster) == ("False", "NotHeld", "")
+
+    probe_answers(cluster, FELL_BACK)
+    cluster.scale(NS, "llama-decode", 8)
+    await settle(cluster, rec)
+    assert replicas(cluster) == {"prefill": 2, "decode": 4}  # what ran before the ask
+    status, reason, message = held(cluster)
+    assert (status, reason) == ("True", "KVPathDegraded")
+    assert message.startswith(
+        "decode scale-up from 4 to 8 held: the KV transfer path is degraded "
+        "(KVTransferVerified=False, TCPFallback: 0.5 GB/s measured, 50 GB/s expected)"
+    )
+    assert scaler(cluster, "decode")["status"]["message"].startswith("asked for 8, runs 4: ")
+    assert ("Warning", "KVPathDegraded") in {(t, r) for t, r, _ in cluster.events}
+
+    cluster.scale(NS, "llama-decode", 2)  # scaling down is never held
+    await settle(cluster, rec)
+    assert replicas(cluster) == {"prefill": 1, "decode": 2}
+    assert held(cluster)[:2] == ("False", "NotHeld")
+
+    cluster.scale(NS, "llama-decode", 8)
+    await settle(cluster, rec)
+    assert replicas(cluster) == {"prefill": 1, "decode": 2}
+    probe_answers(cluster, VERIFIED)  # the path is fixed: the held ask goes through
+    await settle(cluster, rec)
+    assert replicas(cluster) == {"prefill": 4, "decode": 8}
+    assert held(cluster)[:2] == ("False", "NotHeld")
+    assert scaler(cluster, "decode")["status"]["message"] == ""
+
+
+async def test_the_guard_switched_off_scales_over_a_degraded_path() -> None:
+    cluster = FakeCluster(body(autoscaling={**DECODE_LEADS, "kvTransferGuard": False}))
+    rec = reconciler_for(cluster)
+    probe_answers(cluster, FELL_BACK)
+    await settle(cluster, rec)
+    cluster.scale(NS, "llama-decode", 8)
+    await settle(cluster, rec)
+    assert replicas(cluster) == {"prefill": 4, "decode": 8}
+    assert held(cluster)[:2] == ("False", "NotHeld")
+
+
 async def test_the_transfer_gauges_follow_the_latest_probe_and_go_with_the_deployment() -> None:
     cluster = FakeCluster(body(autoscaling=DECODE_LEADS))
     metrics = OperatorMetrics(CollectorRegistry())

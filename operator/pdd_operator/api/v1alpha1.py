@@ -1209,6 +1209,14 @@ class AutoscalingSpec(Model):
         "that is short (or, at its maxReplicas, lowers the other) so that prefill per decode "
         "stays within these bounds.",
     )
+    kvTransferGuard: bool = Field(
+        default=True,
+        description="Hold decode scale-ups while the KV path is degraded "
+        "(KVTransferVerified=False): decodes added behind a transfer that fell back to TCP "
+        "do not lower time to first token. The decode count stays, ScalingHeld=True "
+        "(reason KVPathDegraded) says why and what to fix, and scaling resumes once a probe "
+        "verifies the path again. Scaling down is never held. `false`: scale regardless.",
+    )
 
 
 AUTOSCALING_RULES = cel(

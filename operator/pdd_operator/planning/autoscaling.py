@@ -14,6 +14,10 @@ turns the asks into counts:
 
 The result is applied in one pass, so the ratio is outside its bounds at most between a
 target's write and the operator's next pass: one scaling step.
+
+Two rules only cut growth, never what runs: `fit_to_room` (the slice's domain has no room
+for more) and `hold_decode_growth` (the KV path is degraded: more decodes behind a transfer
+that fell back to TCP do not lower time to first token).
 """
 
 from __future__ import annotations
@@ -36,6 +40,7 @@ class ScalingPlan:
 
     replicas: Mapping[str, int]
     notes: Mapping[str, str] = field(default_factory=dict)
+    held: str = ""  # why decode's growth is held (hold_decode_growth); "" when it is not
 
     @property
     def scaled_to_zero(self) -> bool:
@@ -194,3 +199,69 @@ def fit_to_room(
             "are not supported yet: raise capacity there or lower the ask)"
         )
     return ScalingPlan(plan.replicas, notes)
+
+
+@dataclass(frozen=True)
+class GrowthHold:
+    """The asks to plan with once decode's growth is held, and why ("" when nothing is)."""
+
+    asks: Mapping[str, int]
+    cut: frozenset[str] = frozenset()  # the targets whose ask was lowered
+    why: str = ""
+
+
+def hold_decode_growth(
+    spec: PDDeploymentSpec,
+    asked: Mapping[str, int],
+    running: Mapping[str, int],
+    path_problem: str,
+) -> GrowthHold:
+    """The asks lowered so that decode runs no more than it runs now, while the KV path is
+    degraded (`path_problem` says how; "" while it is verified or not measured yet) and
+    spec.autoscaling.kvTransferGuard is on.
+
+    Decode's own ask is lowered first, then the other target's (a decode that follows
+    prefill, or ratioBounds raising decode after prefill grew), never below what runs:
+    scaling down is not held. With nothing running yet there is no scale-up to hold."""
+    targets = scale_target_roles(spec)
+    asks = {role: asked.get(role, initial_replicas(spec, role)) for role in targets}
+    auto = spec.autoscaling
+    limit = running.get("decode")
+    if auto is None or not auto.kvTransferGuard or not path_problem or limit is None:
+        return GrowthHold(asks)
+    wanted = plan_scaling(spec, asks).replicas["decode"]
+    if wanted <= limit:
+        return GrowthHold(asks)
+    asks = {role: _clamp(n, _bounds(spec, role)) for role, n in asks.items()}
+    cut: set[str] = set()
+    for role in sorted(targets, key=lambda r: r != "decode"):
+        while plan_scaling(spec, asks).replicas["decode"] > limit and asks[role] > running.get(
+            role, 0
+        ):
+            asks[role] -= 1
+            cut.add(role)
+    if not cut:
+        return GrowthHold(asks)
+    why = (
+        f"decode scale-up from {limit} to {wanted} held: the KV transfer path is degraded "
+        f"({path_problem}), and decodes added behind it do not lower time to first token. "
+        "Fix the path (status.transfer and the KVTransferVerified condition say what was "
+        "measured and what to change); scaling resumes once a probe verifies it. To scale "
+        "regardless, set spec.autoscaling.kvTransferGuard: false"
+    )
+    return GrowthHold(asks, frozenset(cut), why)
+
+
+def with_hold(plan: ScalingPlan, hold: GrowthHold, asked: Mapping[str, int]) -> ScalingPlan:
+    """The plan made from a hold's asks, saying on each cut target why it runs less than it
+    asked for."""
+    if not hold.cut:
+        return plan
+    notes = dict(plan.notes)
+    for role in hold.cut:
+        notes[role] = (
+            f"asked for {asked.get(role, hold.asks[role])}, runs {plan.replicas[role]}: "
+            "decode does not scale up while the KV transfer path is degraded "
+            "(the PDDeployment's ScalingHeld condition says why)"
+        )
+    return ScalingPlan(plan.replicas, notes, held=hold.why)

@@ -99,6 +99,9 @@ class Observed:
     # Autoscaled deployments only (None otherwise): both roles are at 0 pods by their scale
     # targets' asks.
     scaled_to_zero: bool | None = None
+    # Autoscaled deployments only (None otherwise): why decode's scale-up is held ("" when
+    # it is not), planning.autoscaling.hold_decode_growth.
+    scaling_held: str | None = None
     gang: GangReadiness | None = None  # the gang scheduler, where instances span nodes
 
 
@@ -143,6 +146,7 @@ def compute_status(pdd: PDDeployment, observed: Observed, now: str) -> PDDeploym
         *_placement_condition(previous, observed, gen, now),
         *_transfer_condition(previous, observed, gen, now),
         *_scaled_to_zero_condition(previous, observed, gen, now),
+        *_scaling_held_condition(previous, observed, gen, now),
     ]
     return PDDeploymentStatus(
         observedGeneration=gen,
@@ -368,3 +372,19 @@ def _scaled_to_zero_condition(
             )
         ]
     return [set_condition(previous, "ScaledToZero", False, "Serving", "", gen, now)]
+
+
+def _scaling_held_condition(
+    previous: Sequence[Condition], observed: Observed, gen: int, now: str
+) -> list[Condition]:
+    """ScalingHeld, for autoscaled deployments: True (reason KVPathDegraded) while a decode
+    scale-up waits for the KV path to be verified again."""
+    if observed.scaling_held is None:
+        return []
+    if observed.scaling_held:
+        return [
+            set_condition(
+                previous, "ScalingHeld", True, "KVPathDegraded", observed.scaling_held, gen, now
+            )
+        ]
+    return [set_condition(previous, "ScalingHeld", False, "NotHeld", "", gen, now)]

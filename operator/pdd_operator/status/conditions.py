@@ -74,6 +74,8 @@ def event_for(cond: Condition) -> Event | None:
         return Event("Warning", cond.reason, cond.message) if cond.status == "True" else None
     if cond.type == "ScaledToZero":  # scaling up again is told by Ready's own events
         return Event("Normal", cond.reason, cond.message) if cond.status == "True" else None
+    if cond.type == "ScalingHeld":  # resuming is told by the scale step itself
+        return Event("Warning", cond.reason, cond.message) if cond.status == "True" else None
     if cond.type in ("Placed", "KVTransferVerified", "ModelReady"):
         return Event("Normal" if cond.status == "True" else "Warning", cond.reason, cond.message)
     return None

@@ -11,9 +11,11 @@ from helpers.factories import make_pdd
 from pdd_operator.api.v1alpha1 import PDDeploymentSpec
 from pdd_operator.planning.autoscaling import (
     fit_to_room,
+    hold_decode_growth,
     initial_replicas,
     plan_scaling,
     scale_target_roles,
+    with_hold,
     with_replicas,
 )
 from pdd_operator.planning.placement import Fleet, NodeFacts, fits_domain
@@ -199,3 +201,87 @@ def test_fits_domain_counts_reservations_and_own_pods(
     fleet = Fleet([_node("a-0", "a", 4), _node("a-1", "a", 0), _node("b-0", "b", 0)])
     s = with_replicas(spec(DECODE_LEADS), {"prefill": 2, "decode": 4})  # 6 x 2 GPUs
     assert fits_domain(s, fleet, "nvidia.com/gpu.clique", "a", reserved, own) is fits
+
+
+DEGRADED = "KVTransferVerified=False, TCPFallback: 0.5 GB/s measured, 50 GB/s expected"
+PREFILL_LEADS = {
+    "prefill": {"minReplicas": 1, "maxReplicas": 8},
+    "decode": {"minReplicas": 0, "maxReplicas": 16},
+    "follower": "decode",
+    "ratio": {"prefill": 1, "decode": 2},
+}
+
+
+@pytest.mark.parametrize(
+    ("autoscaling", "asked", "running", "problem", "counts", "cut"),
+    [
+        # decode leads: its growth is held at what runs, prefill follows the held count
+        (DECODE_LEADS, {"decode": 8}, {"prefill": 2, "decode": 4}, DEGRADED, (2, 4), {"decode"}),
+        # scaling down is never held, nor is growth while the path is verified or unmeasured
+        (DECODE_LEADS, {"decode": 2}, {"prefill": 2, "decode": 4}, DEGRADED, (1, 2), set()),
+        (DECODE_LEADS, {"decode": 8}, {"prefill": 2, "decode": 4}, "", (4, 8), set()),
+        # nothing runs yet: the first counts are not a scale-up
+        (DECODE_LEADS, {"decode": 8}, {}, DEGRADED, (4, 8), set()),
+        # switched off
+        (
+            {**DECODE_LEADS, "kvTransferGuard": False},
+            {"decode": 8},
+            {"prefill": 2, "decode": 4},
+            DEGRADED,
+            (4, 8),
+            set(),
+        ),
+        # decode follows prefill: prefill's growth is held where it would grow decode
+        (PREFILL_LEADS, {"prefill": 4}, {"prefill": 2, "decode": 4}, DEGRADED, (2, 4), {"prefill"}),
+        # independent: prefill may grow as far as ratioBounds allow at the decodes that run
+        (INDEPENDENT, {"prefill": 4, "decode": 2}, {"prefill": 1, "decode": 2}, DEGRADED,
+         (2, 2), {"prefill"}),
+        (INDEPENDENT, {"prefill": 4, "decode": 4}, {"prefill": 2, "decode": 2}, DEGRADED,
+         (2, 2), {"prefill", "decode"}),
+    ],
+)  # fmt: skip
+def test_a_degraded_kv_path_holds_decode_growth_only(
+    autoscaling: dict[str, Any],
+    asked: dict[str, int],
+    running: dict[str, int],
+    problem: str,
+    counts: tuple[int, int],
+    cut: set[str],
+) -> None:
+    s = spec(autoscaling)
+    hold = hold_decode_growth(s, asked, running, problem)
+    plan = with_hold(plan_scaling(s, hold.asks), hold, asked)
+    assert (plan.replicas["prefill"], plan.replicas["decode"]) == counts
+    assert hold.cut == cut
+    assert bool(plan.held) == bool(cut)
+
+
+def test_a_held_scale_up_says_why_and_what_to_fix() -> None:
+    s = spec(DECODE_LEADS)
+    hold = hold_decode_growth(s, {"decode": 8}, {"prefill": 2, "decode": 4}, DEGRADED)
+    plan = with_hold(plan_scaling(s, hold.asks), hold, {"decode": 8})
+    assert plan.held.startswith(f"decode scale-up from 4 to 8 held: the KV transfer path is "
+                                f"degraded ({DEGRADED})")  # fmt: skip
+    assert "spec.autoscaling.kvTransferGuard: false" in plan.held
+    assert plan.notes["decode"].startswith("asked for 8, runs 4: decode does not scale up")
+    assert "prefill" not in plan.notes  # it follows: nothing was asked of it
+
+
+def test_a_hold_stops_decode_growth_and_never_goes_below_standing_still() -> None:
+    """Every ask and running count: the held plan runs no more decodes than run now (or than
+    the roles' bounds and ratio make of the running counts), and no role fewer than the
+    unheld plan or than standing still (each target asking for what its role runs) would."""
+    for autoscaling in (DECODE_LEADS, PREFILL_LEADS, INDEPENDENT):
+        s = spec(autoscaling)
+        targets = scale_target_roles(s)
+        for ask in range(0, 9):
+            for run_p in range(0, 5):
+                for run_d in range(0, 5):
+                    asked = {role: ask for role in targets}
+                    running = {"prefill": run_p, "decode": run_d}
+                    free = plan_scaling(s, asked).replicas
+                    still = plan_scaling(s, {r: running[r] for r in targets}).replicas
+                    held = plan_scaling(s, hold_decode_growth(s, asked, running, DEGRADED).asks)
+                    assert held.replicas["decode"] <= max(run_d, still["decode"])
+                    for role in ("prefill", "decode"):
+                        assert held.replicas[role] >= min(free[role], still[role])
