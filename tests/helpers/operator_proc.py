@@ -131,6 +131,23 @@ class OperatorProcess:
         except OSError:
             return ""
 
+    def samples(self, name: str) -> list[tuple[dict[str, str], float]]:
+        """Every series of the metric `name` the operator serves now: (labels, value)."""
+        import urllib.request
+
+        from prometheus_client.parser import text_string_to_metric_families
+
+        with urllib.request.urlopen(
+            f"http://127.0.0.1:{self.metrics_port}/metrics", timeout=5
+        ) as r:
+            text = r.read().decode()
+        return [
+            (dict(sample.labels), float(sample.value))
+            for family in text_string_to_metric_families(text)
+            for sample in family.samples
+            if sample.name == name
+        ]
+
     def metric(self, name: str) -> float:
         import urllib.request
 
