@@ -1139,7 +1139,7 @@ class RoleAutoscaling(Model):
             "self >= 0 && self <= 512", "minReplicas must be between 0 and 512 (pods of this role)"
         ),
         description="The fewest pods of this role. 0 allows scale to zero (both roles at 0: "
-        "condition ScaledToZero, the router answers 503).",
+        "condition ScaledToZero, the router answers at once: vllm-router 503, smg 404).",
     )
     maxReplicas: int = Field(
         default=1,

@@ -353,8 +353,9 @@ def _summary(roles: dict[str, RoleStatus]) -> str:
 
 SCALED_TO_ZERO_MESSAGE = (
     "both roles are scaled to 0 by their scale targets (PDDRoleScaler); the router answers "
-    "503 until one asks for pods again (kubectl scale pddrs/<name>-decode --replicas=1, or "
-    "the HPA/KEDA that drives it)"
+    "at once that no worker is available (vllm-router 503, smg 404 model_not_found) until "
+    "one asks for pods again (kubectl scale pddrs/<name>-decode --replicas=1, or the "
+    "HPA/KEDA that drives it)"
 )
 
 
