@@ -19,17 +19,14 @@ import pytest
 from kubernetes import client
 
 from helpers.operator_proc import OperatorProcess
+from helpers.running_pods import OwnNodes, refengine_pdd, running_nodes
 from helpers.traffic import complete
 from helpers.waits import wait_for
-from pdd_localcluster import LocalControlPlane, NodeSimulator, SimNode, gpu_node_labels
-from pdd_localcluster.runtime import PodRuntime, RuntimeOptions
+from pdd_localcluster import LocalControlPlane
+from pdd_localcluster.runtime import PodRuntime
 
 GROUP, VERSION, PLURAL, SCALERS = "pdd.dev", "v1alpha1", "pddeployments", "pddrolescalers"
-IMAGE = "ghcr.io/pdd-dev/pdd-refengine:0.1.0"
-NODES = ("as-rp-0",)
-TAINT = {"key": "pdd.test/autoscaling-path", "value": "true", "effect": "NoSchedule"}
-TOLERATION = {"key": TAINT["key"], "operator": "Equal", "value": "true", "effect": "NoSchedule"}
-PLACE = {"nodeSelector": {"pdd.test/autoscaling-path": "true"}, "tolerations": [TOLERATION]}
+NODES = OwnNodes("pdd.test/autoscaling-path", ("as-rp-0",))
 TIMEOUT_S = 20.0
 READY_S = 240.0
 # engine -> what its router answers at zero: status and the message in its body.
@@ -44,41 +41,13 @@ def runtime(
     control_plane: LocalControlPlane, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[PodRuntime]:
     state = tmp_path_factory.mktemp("autoscaling-path")
-    options = RuntimeOptions(
-        backoff_base_s=1.0, backoff_max_s=5.0, max_grace_s=10.0, max_probe_period_s=1.0
-    )
-    rt = PodRuntime(control_plane.kubeconfig, state, options=options)
-    addresses = iter(f"127.88.{i // 250}.{i % 250 + 1}" for i in range(5000))
-    labels = {**gpu_node_labels(clique="autoscaling-path"), "pdd.test/autoscaling-path": "true"}
-    nodes = [SimNode(name, labels=labels, taints=(TAINT,)) for name in NODES]
-    sim = NodeSimulator(control_plane.kubeconfig, nodes, pod_ips=addresses, runtime=rt).start()
-    try:
+    with running_nodes(control_plane, state, NODES, "127.88") as rt:
         yield rt
-    finally:
-        for name in NODES:
-            sim.delete_node(name)
-        sim.stop()
 
 
 def body(name: str, engine: str) -> dict[str, Any]:
-    return {
-        "apiVersion": f"{GROUP}/{VERSION}",
-        "kind": "PDDeployment",
-        "metadata": {"name": name},
-        "spec": {
-            "model": {"name": "test-org/tiny-model", "servedName": "tiny"},
-            "engine": {"type": engine, "image": IMAGE},
-            "prefill": {"replicas": 1, "gpusPerInstance": 1, **PLACE},
-            "decode": {"replicas": 1, "gpusPerInstance": 1, **PLACE},
-            "router": {"replicas": 1, "podTemplate": {"spec": PLACE}},
-            "kvTransfer": {"gpuDirect": "off", "ucx": {"transports": ["tcp", "cuda_copy"]}},
-            "topology": {"placement": "none"},
-            "autoscaling": {
-                "decode": {"minReplicas": 0, "maxReplicas": 2},
-                "follower": "prefill",
-            },
-        },
-    }
+    autoscaling = {"decode": {"minReplicas": 0, "maxReplicas": 2}, "follower": "prefill"}
+    return refengine_pdd(name, engine, NODES, replicas=1, autoscaling=autoscaling)
 
 
 def pdd(api: client.ApiClient, ns: str, name: str) -> dict[str, Any]:

@@ -31,17 +31,14 @@ import pytest
 from kubernetes import client
 
 from helpers.operator_proc import OperatorProcess
+from helpers.running_pods import REFENGINE_IMAGE, OwnNodes, refengine_pdd, running_nodes
 from helpers.traffic import Outcome, Tally, complete, steady_traffic
 from helpers.waits import wait_for
-from pdd_localcluster import LocalControlPlane, NodeSimulator, SimNode, gpu_node_labels
-from pdd_localcluster.runtime import PodRuntime, RuntimeOptions
+from pdd_localcluster import LocalControlPlane
+from pdd_localcluster.runtime import PodRuntime
 
 GROUP, VERSION, PLURAL = "pdd.dev", "v1alpha1", "pddeployments"
-IMAGE = "ghcr.io/pdd-dev/pdd-refengine"
-NODES = ("rp-0", "rp-1")
-TAINT = {"key": "pdd.test/request-path", "value": "true", "effect": "NoSchedule"}
-TOLERATION = {"key": TAINT["key"], "operator": "Equal", "value": "true", "effect": "NoSchedule"}
-PLACE = {"nodeSelector": {"pdd.test/request-path": "true"}, "tolerations": [TOLERATION]}
+NODES = OwnNodes("pdd.test/request-path", ("rp-0", "rp-1"))
 # engine -> the router's wheel (its console script runs in the router pod)
 ROUTER = {"vllm": "vllm-router", "sglang": "smg"}
 TIMEOUT_S = 20.0  # each request's own timeout: nothing may take longer than this
@@ -55,40 +52,12 @@ def runtime(
     control_plane: LocalControlPlane, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[PodRuntime]:
     state = tmp_path_factory.mktemp("request-path")
-    # Probe periods capped at 1 s (the rendered 10 s would only make the test slow); a
-    # container that exits restarts after 1 s.
-    options = RuntimeOptions(
-        backoff_base_s=1.0, backoff_max_s=5.0, max_grace_s=10.0, max_probe_period_s=1.0
-    )
-    rt = PodRuntime(control_plane.kubeconfig, state, options=options)
-    addresses = iter(f"127.87.{i // 250}.{i % 250 + 1}" for i in range(5000))
-    labels = {**gpu_node_labels(clique="request-path"), "pdd.test/request-path": "true"}
-    nodes = [SimNode(name, labels=labels, taints=(TAINT,)) for name in NODES]
-    sim = NodeSimulator(control_plane.kubeconfig, nodes, pod_ips=addresses, runtime=rt).start()
-    try:
+    with running_nodes(control_plane, state, NODES, "127.87") as rt:
         yield rt
-    finally:
-        for name in NODES:
-            sim.delete_node(name)
-        sim.stop()
 
 
 def pdd_body(name: str, engine: str) -> dict[str, Any]:
-    return {
-        "apiVersion": f"{GROUP}/{VERSION}",
-        "kind": "PDDeployment",
-        "metadata": {"name": name},
-        "spec": {
-            "model": {"name": "test-org/tiny-model", "servedName": "tiny"},
-            "engine": {"type": engine, "image": f"{IMAGE}:0.1.0"},
-            "prefill": {"replicas": 2, "gpusPerInstance": 1, **PLACE},
-            "decode": {"replicas": 2, "gpusPerInstance": 1, **PLACE},
-            "router": {"replicas": 1, "podTemplate": {"spec": PLACE}},
-            # No GPU and no RDMA here: UCX moves the KV over TCP on loopback.
-            "kvTransfer": {"gpuDirect": "off", "ucx": {"transports": ["tcp", "cuda_copy"]}},
-            "topology": {"placement": "none"},
-        },
-    }
+    return refengine_pdd(name, engine, NODES, replicas=2)
 
 
 @dataclass
@@ -287,7 +256,7 @@ def run_disruptions(
 
     with steady_traffic(url, "tiny", workers=2, timeout=TIMEOUT_S) as traffic:
         settle(2)
-        patch_spec(api, ns, name, {"engine": {"image": f"{IMAGE}:0.1.1"}})
+        patch_spec(api, ns, name, {"engine": {"image": f"{REFENGINE_IMAGE}:0.1.1"}})
         wait_serving(api, ns, name, runtime)
         settle(5)
     results["roll the engine image"] = traffic.outcomes

@@ -1,0 +1,85 @@
+"""Nodes whose pods really run (the local cluster's PodRuntime) for the request-path tests,
+and the reference-engine PDDeployment those tests create on them.
+
+The nodes are tainted and labelled with the test's own key, so only the test's pods land there
+and the session's simulated fleet is left as it was."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from pdd_localcluster import LocalControlPlane, NodeSimulator, SimNode, gpu_node_labels
+from pdd_localcluster.runtime import PodRuntime, RuntimeOptions
+
+REFENGINE_IMAGE = "ghcr.io/pdd-dev/pdd-refengine"
+# Probe periods capped at 1 s (the rendered 10 s would only make the tests slow); a container
+# that exits restarts after 1 s.
+QUICK = RuntimeOptions(
+    backoff_base_s=1.0, backoff_max_s=5.0, max_grace_s=10.0, max_probe_period_s=1.0
+)
+
+
+@dataclass(frozen=True)
+class OwnNodes:
+    """Node names and the label/taint key that keeps them to one test."""
+
+    key: str  # e.g. "pdd.test/request-path"
+    names: tuple[str, ...]
+
+    @property
+    def taint(self) -> dict[str, str]:
+        return {"key": self.key, "value": "true", "effect": "NoSchedule"}
+
+    @property
+    def placement(self) -> dict[str, Any]:
+        """The nodeSelector and toleration that put a pod on these nodes."""
+        toleration = {**self.taint, "operator": "Equal"}
+        return {"nodeSelector": {self.key: "true"}, "tolerations": [toleration]}
+
+
+@contextlib.contextmanager
+def running_nodes(
+    control_plane: LocalControlPlane, state: Path, nodes: OwnNodes, address_block: str
+) -> Iterator[PodRuntime]:
+    """`nodes` registered, their pods run as local processes at addresses of `address_block`
+    ("127.87": 127.87.0.1 and on); deleted and stopped after the block."""
+    runtime = PodRuntime(control_plane.kubeconfig, state, options=QUICK)
+    addresses = iter(f"{address_block}.{i // 250}.{i % 250 + 1}" for i in range(5000))
+    labels = {**gpu_node_labels(clique=nodes.key.rsplit("/", 1)[-1]), nodes.key: "true"}
+    specs = [SimNode(name, labels=labels, taints=(nodes.taint,)) for name in nodes.names]
+    sim = NodeSimulator(control_plane.kubeconfig, specs, pod_ips=addresses, runtime=runtime).start()
+    try:
+        yield runtime
+    finally:
+        for name in nodes.names:
+            sim.delete_node(name)
+        sim.stop()
+
+
+def refengine_pdd(
+    name: str, engine: str, nodes: OwnNodes, *, replicas: int, **spec: Any
+) -> dict[str, Any]:
+    """A PDDeployment of the reference engine (the one test double: no GPU here) behind the
+    upstream router of `engine`, `replicas` instances per role, all on `nodes`; `spec` adds
+    fields."""
+    place = nodes.placement
+    return {
+        "apiVersion": "pdd.dev/v1alpha1",
+        "kind": "PDDeployment",
+        "metadata": {"name": name},
+        "spec": {
+            "model": {"name": "test-org/tiny-model", "servedName": "tiny"},
+            "engine": {"type": engine, "image": f"{REFENGINE_IMAGE}:0.1.0"},
+            "prefill": {"replicas": replicas, "gpusPerInstance": 1, **place},
+            "decode": {"replicas": replicas, "gpusPerInstance": 1, **place},
+            "router": {"replicas": 1, "podTemplate": {"spec": place}},
+            # No GPU and no RDMA here: UCX moves the KV over TCP on loopback.
+            "kvTransfer": {"gpuDirect": "off", "ucx": {"transports": ["tcp", "cuda_copy"]}},
+            "topology": {"placement": "none"},
+            **spec,
+        },
+    }
