@@ -288,16 +288,27 @@ class PodPeerSource:
 def endpoints_from_pods(
     pods: list[Any], workloads: Mapping[str, str], port: int
 ) -> list[PeerEndpoint]:
-    """The pods that run with an address, of the role StatefulSets, one entry per pod."""
+    """The pods that run with an address, of the role StatefulSets, one entry per pod.
+
+    A role whose instances span nodes has one StatefulSet per instance, `<role's>-<i>`
+    (pdd_operator.api.names.instance_name): its ranks are peers of that role too."""
     found: list[PeerEndpoint] = []
     for pod in pods:
-        role = workloads.get(_controller_statefulset(pod) or "")
+        role = _role_of(_controller_statefulset(pod) or "", workloads)
         ip = pod.status.pod_ip if pod.status else None
         if role is None or not ip or pod.status.phase in ("Succeeded", "Failed"):
             continue
         terminating = pod.metadata.deletion_timestamp is not None
         found.append(PeerEndpoint(role, ip, port, pod.metadata.name, pod.metadata.uid, terminating))
     return found
+
+
+def _role_of(statefulset: str, workloads: Mapping[str, str]) -> str | None:
+    """The role of a role StatefulSet or of one of its instances (`<name>-<digits>`)."""
+    if statefulset in workloads:
+        return workloads[statefulset]
+    base, _, index = statefulset.rpartition("-")
+    return workloads.get(base) if index.isdigit() else None
 
 
 def _controller_statefulset(pod: Any) -> str | None:

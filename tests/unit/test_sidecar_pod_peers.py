@@ -44,6 +44,20 @@ def test_pods_of_the_role_statefulsets_are_peers_ready_or_not() -> None:
     ]
 
 
+def test_ranks_of_instances_that_span_nodes_are_peers_of_their_role() -> None:
+    # Multi-node instances are StatefulSets <role's>-<i>; their pods are <that>-<rank>.
+    pods = [
+        pod("kv-prefill-1-1", "kv-prefill-1"),
+        pod("kv-decode-0-0", "kv-decode-0", ip="10.0.0.2"),
+        pod("kv-decode-x-0", "kv-decode-x"),  # not an instance: no number
+        pod("kv-router-0-0", "kv-router-0"),  # not a role's
+    ]
+    assert [(e.role, e.pod) for e in endpoints_from_pods(pods, WORKLOADS, 1)] == [
+        ("prefill", "kv-prefill-1-1"),
+        ("decode", "kv-decode-0-0"),
+    ]
+
+
 def test_a_deleting_pod_is_listed_as_terminating() -> None:
     (peer,) = endpoints_from_pods([pod("kv-decode-0", "kv-decode", deleting=True)], WORKLOADS, 1)
     assert peer.terminating
