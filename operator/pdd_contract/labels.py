@@ -14,6 +14,9 @@ LABEL_REVISION = "pdd.dev/revision"
 # `probe_result.ProbeResult` as JSON, plus `request_id`, on the same pod.
 ANNOTATION_PROBE_REQUEST = "pdd.dev/probe-request"
 ANNOTATION_PROBE_RESULT = "pdd.dev/probe-result"
+# Where instances span nodes every prefill rank is asked, each with the decode pod it must
+# measure against (its pair: same rank modulo the decode instance's ranks); absent: any peer.
+ANNOTATION_PROBE_PEER = "pdd.dev/probe-peer"
 
 # The node agent publishes these labels on its own Node; the operator's placement reads the
 # GPUDirect label, node selectors and `kubectl get nodes -L` the others.

@@ -5,6 +5,10 @@ The operator never talks to pods. When it wants the KV path verified it stamps
 sidecar notices, runs the transfer probe from its pod to a decode peer, and writes the result,
 with ``request_id``, as JSON into ``pdd.dev/probe-result`` on the same pod, where the operator's
 pod watch reads it (``pdd_operator.status.transfer``). RBAC: get and patch on that one pod.
+
+Where instances span nodes every prefill rank is a prober (``PDD_PROBER_POD`` is the pod's own
+name), and the request comes with ``pdd.dev/probe-peer``: the decode pod that rank measures
+against, so that every rank's own GPUs and NICs are on a measured path.
 """
 
 from __future__ import annotations
@@ -17,7 +21,11 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from pdd_contract.labels import ANNOTATION_PROBE_REQUEST, ANNOTATION_PROBE_RESULT
+from pdd_contract.labels import (
+    ANNOTATION_PROBE_PEER,
+    ANNOTATION_PROBE_REQUEST,
+    ANNOTATION_PROBE_RESULT,
+)
 from pdd_contract.probe_result import ProbeResult
 
 log = logging.getLogger(__name__)
@@ -100,12 +108,14 @@ class PodAnnotations:
 
 
 class ProbeRequests:
-    """Polls the pod for a new request id; runs one probe per id and writes its result."""
+    """Polls the pod for a new request id; runs one probe per id and writes its result.
+    ``run_probe`` is given the peer pod the request names ("" for any peer of the other
+    role)."""
 
     def __init__(
         self,
         pod: PodAnnotations,
-        run_probe: Callable[[], Awaitable[ProbeResult]],
+        run_probe: Callable[[str], Awaitable[ProbeResult]],
         poll_s: float = 5.0,
     ) -> None:
         self._pod = pod
@@ -114,14 +124,16 @@ class ProbeRequests:
         self._attempted: str | None = None
 
     async def check_once(self) -> str | None:
-        request = pending_request(await self._pod.read(), self._attempted)
+        annotations = await self._pod.read()
+        request = pending_request(annotations, self._attempted)
         if request is None:
             return None
         # Mark before running: a probe that crashes the worker must not be retried in a loop;
         # the operator stamps a new id when it wants another attempt.
         self._attempted = request
-        log.info("running the transfer probe requested at %s", request)
-        result = await self._run_probe()
+        peer = annotations.get(ANNOTATION_PROBE_PEER, "")
+        log.info("running the transfer probe requested at %s (peer: %s)", request, peer or "any")
+        result = await self._run_probe(peer)
         await self._pod.patch(result_annotation(result, request))
         return request
 

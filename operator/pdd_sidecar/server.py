@@ -334,8 +334,9 @@ class Sidecar:
         self._record_probe(result, peer.endpoint.role, peer.pod_name)
         return result
 
-    async def probe_other_role(self) -> ProbeResult:
-        """The operator's probe: to the first live peer of the other role, default spec.
+    async def probe_other_role(self, peer_pod: str = "") -> ProbeResult:
+        """The operator's probe: to ``peer_pod`` where the request names one (this rank's
+        pair), else to the first live peer of the other role; default spec.
 
         A request can be seen before discovery has found the peers (a sidecar that just
         started): wait for one up to ``probe_peer_wait_s`` before answering with an error."""
@@ -343,7 +344,11 @@ class Sidecar:
         deadline = time.monotonic() + self.config.probe_peer_wait_s
         while True:
             peers = sorted(
-                (p for p in self.tracker.live_peers() if p.endpoint.role == role),
+                (
+                    p
+                    for p in self.tracker.live_peers()
+                    if p.endpoint.role == role and peer_pod in ("", p.pod_name)
+                ),
                 key=lambda p: p.pod_name,
             )
             if peers or time.monotonic() >= deadline:
@@ -351,7 +356,15 @@ class Sidecar:
             await asyncio.sleep(0.25)
         if not peers:
             error = f"no {role} pod with a reachable sidecar to probe"
-            return ProbeResult(src_role=self.identity.role, dst_role=role, error=error)
+            if peer_pod:
+                error = (
+                    f"{role} pod {peer_pod}, this rank's pair, has no reachable sidecar: check "
+                    "that it runs, that its nixl-sidecar container is Ready and that the "
+                    "NetworkPolicy admits this pod"
+                )
+            return ProbeResult(
+                src_role=self.identity.role, dst_role=role, peer=peer_pod, error=error
+            )
         peer = await self.probe_peer(peers[0], ProbeSpec())
         return operator_answer(peer, read_kv_path_check(Path(self.config.kv_path_file)))
 
