@@ -48,6 +48,7 @@ from pdd_operator.planning.placement import (
     fits_domain,
     plan_placement,
 )
+from pdd_operator.planning.probe_pairs import per_rank_probes
 from pdd_operator.planning.reservations import ReservationLedger
 from pdd_operator.planning.rollout import rollout_partitions
 from pdd_operator.rendering.children import child_key, owner_reference, render_children
@@ -86,7 +87,15 @@ from pdd_operator.status.observe import (
 )
 from pdd_operator.status.own_writes import OwnStatusWrites
 from pdd_operator.status.refusals import Refusal, creation_refusal
-from pdd_operator.status.transfer import probe_due, prober, transfer_outcome
+from pdd_operator.status.transfer import (
+    TransferOutcome,
+    probe_due,
+    prober,
+    rank_probe_requests,
+    rank_probers,
+    rank_transfer_outcome,
+    transfer_outcome,
+)
 
 log = logging.getLogger(__name__)
 
@@ -907,7 +916,7 @@ class Reconciler:
             for role, states in seen.items()
         }
         pods = self.view.pods(key)
-        outcome = transfer_outcome(pdd, prober(pods, pdd.name, pdd.spec.prefill.nodesPerInstance))
+        outcome = _transfer_outcome(pdd, pods)
         wanted = {
             "prefill": pdd.spec.prefill.replicas,
             "decode": pdd.spec.decode.replicas,
@@ -937,6 +946,8 @@ class Reconciler:
     async def _request_probe_if_due(self, pdd: PDDeployment, observed: Observed, now: str) -> str:
         """Stamp a probe request on the prober pod when one is due; the request time, or ""
         when none was made."""
+        if per_rank_probes(pdd):
+            return await self._request_rank_probes_if_due(pdd, observed, now)
         probe_pod = prober(self.view.pods(_key(pdd)), pdd.name, pdd.spec.prefill.nodesPerInstance)
         if probe_pod is None or not probe_due(pdd, is_ready(observed), probe_pod, now):
             return ""
@@ -950,6 +961,24 @@ class Reconciler:
             return ""
         self._count_write("probe-request", "Pod")
         return now
+
+    async def _request_rank_probes_if_due(
+        self, pdd: PDDeployment, observed: Observed, now: str
+    ) -> str:
+        """Instances over several nodes: stamp one request id on every ready prefill rank,
+        each with the decode pod it measures against; the request time, or "" when none
+        was made."""
+        probers = rank_probers(pdd, self.view.pods(_key(pdd)))
+        asked = ""
+        for pod, request in rank_probe_requests(pdd, is_ready(observed), probers, now):
+            try:
+                await asyncio.to_thread(self.kube.annotate_pod, pdd.namespace, pod, request)
+            except Exception as err:  # that rank is asked again at the next round
+                log.warning("could not request a transfer probe from %s: %s", pod, err)
+                continue
+            self._count_write("probe-request", "Pod")
+            asked = now
+        return asked
 
     async def _write_status(
         self, pdd: PDDeployment, body: Mapping[str, Any], status: PDDeploymentStatus
@@ -1049,6 +1078,13 @@ def _engine_workloads(desired: _Desired) -> frozenset[ChildKey]:
     """The prefill and decode StatefulSets: what waits while the model is not available.
     Existing ones keep running as they are (their pods loaded the model already)."""
     return frozenset(key for key in desired.hashes if key[1] == "StatefulSet")
+
+
+def _transfer_outcome(pdd: PDDeployment, pods: Sequence[PodSummary]) -> TransferOutcome | None:
+    """The one prober's verdict, or every prefill rank's where instances span nodes."""
+    if per_rank_probes(pdd):
+        return rank_transfer_outcome(pdd, rank_probers(pdd, pods))
+    return transfer_outcome(pdd, prober(pods, pdd.name, pdd.spec.prefill.nodesPerInstance))
 
 
 def _key(pdd: PDDeployment) -> DeploymentKey:

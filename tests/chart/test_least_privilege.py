@@ -25,7 +25,7 @@ from kubernetes.dynamic import DynamicClient
 
 from helpers.factories import make_pdd
 from helpers.waits import wait_for
-from pdd_contract.labels import ANNOTATION_PROBE_REQUEST, LABEL_GPUDIRECT
+from pdd_contract.labels import ANNOTATION_PROBE_PEER, ANNOTATION_PROBE_REQUEST, LABEL_GPUDIRECT
 from pdd_localcluster import LocalControlPlane
 from pdd_operator.api import names
 from pdd_operator.rendering.access import SERVICE_ACCOUNT_DIR
@@ -43,7 +43,7 @@ APP_NS = "lp-app"
 NODE_A, NODE_B = "lp-node-a", "lp-node-b"
 NODE_CLAIM = "authentication.kubernetes.io/node-name"
 POD_RULE = "pdd-operator-operator-pods: the operator may write only pods labelled"
-POD_FIELDS_RULE = "may change only the pdd.dev/probe-request annotation"
+POD_FIELDS_RULE = "may change only the pdd.dev/probe-request and pdd.dev/probe-peer annotations"
 OWN_NODE_RULE = "may write only its own Node"
 NO_CLAIM_RULE = "topology agent names no node"
 NODE_FIELDS_RULE = "may change only pdd.dev/ labels and annotations"
@@ -213,6 +213,16 @@ def test_operator_stamps_the_probe_request_on_a_deployments_pod(
     value = stamped.metadata.annotations[ANNOTATION_PROBE_REQUEST]
     live = client.CoreV1Api(api_client).read_namespaced_pod(PROBER_POD, APP_NS)
     assert live.metadata.annotations[ANNOTATION_PROBE_REQUEST] == value
+
+
+def test_operator_names_a_ranks_probe_peer_on_a_deployments_pod(
+    operator_api: Api, api_client: Api
+) -> None:
+    # Where instances span nodes each prefill rank is asked with the decode pod to measure.
+    stamped = annotate(operator_api, APP_NS, PROBER_POD, key=ANNOTATION_PROBE_PEER)
+    value = stamped.metadata.annotations[ANNOTATION_PROBE_PEER]
+    live = client.CoreV1Api(api_client).read_namespaced_pod(PROBER_POD, APP_NS)
+    assert live.metadata.annotations[ANNOTATION_PROBE_PEER] == value
 
 
 @pytest.mark.parametrize(("namespace", "pod"), [(APP_NS, "stranger"), ("kube-system", "coredns-x")])

@@ -253,10 +253,32 @@ def test_a_reservation_counts_every_rank() -> None:
     assert reservation is not None and reservation.needed == (2 * 2 + 1 * 2) * 8
 
 
-def test_the_prober_is_the_leader_of_the_first_prefill_instance() -> None:
-    sts = children(multinode())[("StatefulSet", "llama-decode-0")]
-    sidecar = next(
-        c for c in sts["spec"]["template"]["spec"]["containers"] if c["name"] == "nixl-sidecar"
+def sidecar_env(sts: dict[str, Any]) -> dict[str, Any]:
+    containers = sts["spec"]["template"]["spec"]["containers"]
+    sidecar = next(c for c in containers if c["name"] == "nixl-sidecar")
+    return {e["name"]: e.get("value", e.get("valueFrom")) for e in sidecar["env"]}
+
+
+def test_every_prefill_rank_answers_probe_requests_on_itself_only() -> None:
+    objs = children(multinode())
+    # Each prefill rank's sidecar answers requests on its own pod (all ranks share a
+    # template, so its own name comes from the downward API); decode pods never do.
+    for name in ("llama-prefill-0", "llama-prefill-1"):
+        prober = sidecar_env(objs[("StatefulSet", name)])["PDD_PROBER_POD"]
+        assert prober == {"fieldRef": {"fieldPath": "metadata.name"}}
+    assert sidecar_env(objs[("StatefulSet", "llama-decode-0")])["PDD_PROBER_POD"] == (
+        "llama-prefill-0-0"
     )
-    env = {e["name"]: e.get("value") for e in sidecar["env"]}
-    assert env["PDD_PROBER_POD"] == "llama-prefill-0-0"
+    # The Role lets exactly the asked ranks patch (their results on) themselves.
+    role = objs[("Role", "llama-sidecar")]
+    patch = next(r for r in role["rules"] if r["verbs"] == ["patch"])
+    assert patch["resourceNames"] == [
+        "llama-prefill-0-0", "llama-prefill-0-1", "llama-prefill-1-0", "llama-prefill-1-1"
+    ]  # fmt: skip
+
+
+def test_without_a_decode_instance_the_role_still_names_one_pod() -> None:
+    # An empty resourceNames would let the sidecar patch every pod of the namespace.
+    objs = children(multinode(decode={"replicas": 0, "gpusPerInstance": 8, "nodesPerInstance": 2}))
+    patch = next(r for r in objs[("Role", "llama-sidecar")]["rules"] if r["verbs"] == ["patch"])
+    assert patch["resourceNames"] == ["llama-prefill-0-0"]

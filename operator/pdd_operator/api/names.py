@@ -20,6 +20,7 @@ import re
 
 # The pod labels and probe annotations are shared with the sidecar: their keys live in the
 # contract, re-exported here with the operator's own keys so its modules find all in one place.
+from pdd_contract.labels import ANNOTATION_PROBE_PEER as ANNOTATION_PROBE_PEER
 from pdd_contract.labels import ANNOTATION_PROBE_REQUEST as ANNOTATION_PROBE_REQUEST
 from pdd_contract.labels import ANNOTATION_PROBE_RESULT as ANNOTATION_PROBE_RESULT
 from pdd_contract.labels import LABEL_DEPLOYMENT as LABEL_DEPLOYMENT
@@ -44,6 +45,14 @@ def prober_pod_name(name: str, prefill_nodes: int = 1) -> str:
     if prefill_nodes > 1:
         return f"{instance_name(name, 'prefill', 0)}-0"
     return f"{role_name(name, 'prefill')}-0"
+
+
+def rank_pod_name(name: str, role: str, nodes: int, instance: int, rank: int) -> str:
+    """A role's pod by instance and rank: `<id>-<role>-<i>-<rank>` where instances span
+    nodes, else the role StatefulSet's `<id>-<role>-<i>` (rank 0)."""
+    if nodes > 1:
+        return f"{instance_name(name, role, instance)}-{rank}"
+    return f"{role_name(name, role)}-{instance}"
 
 
 ROLES = ("prefill", "decode")

@@ -1460,6 +1460,31 @@ class PlacementStatus(Model):
     message: str = ""
 
 
+# status.transfer.ranks lists at most this many prefill ranks, the ones asked to probe.
+MAX_TRANSFER_RANKS = 32
+
+
+class RankTransferStatus(Model):
+    """One prefill rank's own measurement, where instances span nodes."""
+
+    model_config = ConfigDict(extra="ignore", frozen=True)
+
+    pod: str = Field(default="", description="The prefill rank pod that ran the probe.")
+    role: str = Field(default="prefill", description="The role of `pod`.")
+    instance: int = Field(default=0, description="The instance `pod` is a rank of.")
+    rank: int = Field(default=0, description="Its rank in that instance (0: the leader).")
+    peer: str = Field(default="", description="The decode pod it measured against.")
+    path: str = ""
+    transport: str = ""
+    measuredGBps: float = 0.0
+    expectedGBps: float = 0.0
+    verified: bool = Field(default=False, description="This rank's path reached the floor.")
+    reason: str = Field(
+        default="", description="The verdict, as KVTransferVerified's reasons for one path."
+    )
+    message: str = Field(default="", description="Measured vs expected, and what to check.")
+
+
 class TransferStatus(Model):
     model_config = ConfigDict(extra="ignore", frozen=True)
 
@@ -1482,6 +1507,12 @@ class TransferStatus(Model):
     )
     engineGBps: float = Field(
         default=0.0, description="What the path moved at the engine's descriptor size."
+    )
+    ranks: list[RankTransferStatus] = Field(
+        default_factory=list,
+        max_length=MAX_TRANSFER_RANKS,
+        description="Where instances span nodes: every prefill rank's own measurement (the "
+        f"first {MAX_TRANSFER_RANKS} ranks); the fields above are the worst rank's.",
     )
 
 

@@ -30,6 +30,7 @@ from pdd_contract.ports import NO_SIDE_CHANNEL, SIDE_CHANNEL_SERVED_BY
 from pdd_operator.api import names
 from pdd_operator.api.v1alpha1 import SIDECAR_CONTAINER, PDDeployment, PDDeploymentSpec
 from pdd_operator.engines.base import EngineAdapter
+from pdd_operator.planning.probe_pairs import per_rank_probes, probe_pairs
 from pdd_operator.rendering.access import api_access_mount, api_access_volume, render_account
 from pdd_operator.rendering.context import RenderContext
 from pdd_operator.rendering.transfer import transfer_env
@@ -107,7 +108,7 @@ def sidecar_containers(
                 {"name": POD_NAME, "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
                 {"name": POD_UID, "valueFrom": {"fieldRef": {"fieldPath": "metadata.uid"}}},
                 {"name": POD_IP, "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}},
-                {"name": PDD_PROBER_POD, "value": _prober(pdd)},
+                _prober_env(pdd, role),
                 {"name": PDD_REVISION, "value": revision},
                 *side_channel_env(ctx.engine(spec), spec),
                 # The probe must take the engine's KV path: same UCX settings.
@@ -182,12 +183,13 @@ def render_sidecar_access(pdd: PDDeployment) -> list[dict[str, Any]]:
     rules = [
         # Peers are the deployment's pods (the routers discover the same way).
         {"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list", "watch"]},
-        # The prober pod writes its probe results on itself only.
+        # The prober pods (one, or every prefill rank asked) write their results on
+        # themselves only.
         {
             "apiGroups": [""],
             "resources": ["pods"],
             "verbs": ["patch"],
-            "resourceNames": [_prober(pdd)],
+            "resourceNames": _probers(pdd),
         },
     ]
     return render_account(account, pdd.namespace, _meta(pdd, account), rules)
@@ -215,3 +217,18 @@ def _meta(pdd: PDDeployment, name: str) -> dict[str, Any]:
 
 def _prober(pdd: PDDeployment) -> str:
     return names.prober_pod_name(pdd.name, pdd.spec.prefill.nodesPerInstance)
+
+
+def _probers(pdd: PDDeployment) -> list[str]:
+    if per_rank_probes(pdd):
+        return [pair.pod for pair in probe_pairs(pdd)] or [_prober(pdd)]
+    return [_prober(pdd)]
+
+
+def _prober_env(pdd: PDDeployment, role: str) -> dict[str, Any]:
+    """Which pod answers probe requests. Where instances span nodes every prefill rank may be
+    asked, and all ranks share one template: the pod's own name says "this one" (the
+    operator asks only the ranks probe_pairs lists, the ones the Role lets patch themselves)."""
+    if role == "prefill" and per_rank_probes(pdd):
+        return {"name": PDD_PROBER_POD, "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}}
+    return {"name": PDD_PROBER_POD, "value": _prober(pdd)}

@@ -26,8 +26,8 @@ from pdd_operator.status.refusals import Refusal
 
 ROLES_WITH_ROUTER = ("prefill", "decode", "router")
 NOT_VERIFIED_YET = (
-    "not verified yet: the prober pod (prefill ordinal 0) is asked for a probe once the "
-    "deployment is Ready"
+    "not verified yet: the prober pod (prefill ordinal 0; every prefill rank where instances "
+    "span nodes) is asked for a probe once the deployment is Ready"
 )
 
 

@@ -4,6 +4,10 @@ The operator never talks to pods. It stamps a request id on the prober pod (pref
 when the deployment has just become Ready and again every `verification.intervalSeconds`; that
 pod's sidecar runs the NIXL probe against a decode peer and writes the result back onto its own
 pod, where the operator's pod watch picks it up.
+
+Where instances span nodes every prefill rank is a prober (planning.probe_pairs), asked with
+the same request id and the decode pod to measure against; each rank's answer is a line of
+status.transfer.ranks, and the worst rank's is status.transfer itself.
 """
 
 from __future__ import annotations
@@ -13,9 +17,10 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from pdd_contract.probe_result import classify_probe
+from pdd_contract.probe_result import REASON_VERIFIED, classify_probe
 from pdd_operator.api import names
-from pdd_operator.api.v1alpha1 import PDDeployment, TransferStatus
+from pdd_operator.api.v1alpha1 import PDDeployment, RankTransferStatus, TransferStatus
+from pdd_operator.planning.probe_pairs import ProbePair, probe_pairs
 from pdd_operator.status.observe import PodSummary
 
 # What the KV path should reach when the result does not say (GB/s, DESIGN.md's table):
@@ -25,6 +30,8 @@ DEFAULT_RDMA_GBPS = 50.0
 # Below this share of the link at the engine's own descriptor size, the status says which
 # setting moves it.
 ENGINE_FRACTION_HINT = 0.5
+# KVTransferVerified's reason where instances span nodes and a rank's own path fails.
+REASON_RANK_DEGRADED = "RankPathDegraded"
 
 
 @dataclass(frozen=True)
@@ -41,10 +48,16 @@ def probe_due(pdd: PDDeployment, ready: bool, prober: PodSummary | None, now: st
     The last request is the later of status.transfer.requestedAt and the prober pod's own
     request annotation: the pod's watch event can arrive before the status write that
     recorded the request, and stamping again then would renew it on every pass."""
+    return rank_probe_due(pdd, ready, [prober] if prober is not None else [], now)
+
+
+def rank_probe_due(pdd: PDDeployment, ready: bool, probers: Sequence[PodSummary], now: str) -> bool:
+    """`probe_due` for a round asked of several prober pods at once: due while one of them
+    is ready, counted from the latest request on any of them."""
     verification = pdd.spec.kvTransfer.verification
-    if not verification.enabled or not ready or prober is None or not prober.ready:
+    if not verification.enabled or not ready or not any(p.ready for p in probers):
         return False
-    last = max(pdd.status.transfer.requestedAt, prober.probe_request)
+    last = max([pdd.status.transfer.requestedAt, *(p.probe_request for p in probers)])
     if not last or last > now:  # a request time from the future was not written by us
         return True
     if verification.intervalSeconds == 0:
@@ -81,6 +94,94 @@ def transfer_outcome(pdd: PDDeployment, prober: PodSummary | None) -> TransferOu
         engineGBps=at_descriptor,
     )
     return TransferOutcome(status, ok, reason)
+
+
+@dataclass(frozen=True)
+class RankProber:
+    """A prefill rank asked to probe, with the pod as last seen."""
+
+    pair: ProbePair
+    pod: PodSummary
+
+
+def rank_probers(pdd: PDDeployment, pods: Sequence[PodSummary]) -> list[RankProber]:
+    """The prefill ranks that probe (planning.probe_pairs) among the pods that exist."""
+    by_name = {pod.name: pod for pod in pods}
+    return [RankProber(pair, by_name[pair.pod]) for pair in probe_pairs(pdd) if pair.pod in by_name]
+
+
+def rank_probe_requests(
+    pdd: PDDeployment, ready: bool, probers: Sequence[RankProber], now: str
+) -> list[tuple[str, dict[str, str]]]:
+    """The annotations to stamp when a round is due: the same request id on every ready
+    prefill rank, each with the decode pod it measures against."""
+    if not rank_probe_due(pdd, ready, [p.pod for p in probers], now):
+        return []
+    return [
+        (
+            p.pair.pod,
+            {names.ANNOTATION_PROBE_REQUEST: now, names.ANNOTATION_PROBE_PEER: p.pair.peer},
+        )
+        for p in probers
+        if p.pod.ready
+    ]
+
+
+def rank_transfer_outcome(
+    pdd: PDDeployment, probers: Sequence[RankProber]
+) -> TransferOutcome | None:
+    """Every rank's latest answer as a line of `ranks`; the worst rank decides the verdict,
+    and the message names it. None until one rank has answered."""
+    measured = [(p.pair, o) for p in probers if (o := transfer_outcome(pdd, p.pod)) is not None]
+    if not measured:
+        return None
+    ranks = [_rank_line(pair, outcome) for pair, outcome in measured]
+    worst_pair, worst = min(measured, key=lambda m: _severity(m[1]))
+    failing = sum(1 for _, outcome in measured if not outcome.ok)
+    unmeasured = len(probe_pairs(pdd)) - len(measured)
+    message = _rank_summary(worst_pair, worst, failing, len(measured), unmeasured)
+    reason = REASON_RANK_DEGRADED if failing else REASON_VERIFIED
+    status = worst.status.model_copy(update={"message": message, "ranks": ranks})
+    return TransferOutcome(status, not failing, reason)
+
+
+def _severity(outcome: TransferOutcome) -> tuple[bool, float]:
+    """Failing before verified, then the smallest share of what the path should reach."""
+    expected = outcome.status.expectedGBps
+    share = outcome.status.measuredGBps / expected if expected > 0 else 0.0
+    return bool(outcome.ok), share
+
+
+def _rank_line(pair: ProbePair, outcome: TransferOutcome) -> RankTransferStatus:
+    status = outcome.status
+    return RankTransferStatus(
+        pod=pair.pod,
+        instance=pair.instance,
+        rank=pair.rank,
+        peer=pair.peer,
+        path=status.path,
+        transport=status.transport,
+        measuredGBps=status.measuredGBps,
+        expectedGBps=status.expectedGBps,
+        verified=bool(outcome.ok),
+        reason=outcome.reason,
+        message=status.message,
+    )
+
+
+def _rank_summary(
+    pair: ProbePair, worst: TransferOutcome, failing: int, measured: int, unmeasured: int
+) -> str:
+    who = f"{pair.pod} (prefill instance {pair.instance} rank {pair.rank} -> {pair.peer})"
+    if failing:
+        head = f"{failing} of {measured} measured ranks degraded; worst {who}: {worst.reason}: "
+        tail = "; every rank's path is in status.transfer.ranks"
+    else:
+        head = f"all {measured} measured ranks verified; slowest {who}: "
+        tail = ""
+    if unmeasured:
+        tail += f"; {unmeasured} rank(s) not measured yet"
+    return head + worst.status.message + tail
 
 
 def engine_figure(result: Mapping[str, Any]) -> tuple[int, float]:
