@@ -520,10 +520,10 @@ class Reconciler:
         return with_hold(fit_to_room(pdd.spec, hold.asks, running, fits, where), hold, asked)
 
     def _kv_path_problem(self, pdd: PDDeployment) -> str:
-        """How the KV path is degraded, from the prober pod's latest answer (the source of
-        KVTransferVerified); "" while it is verified or not measured yet."""
-        pods = self.view.pods(_key(pdd))
-        outcome = transfer_outcome(pdd, prober(pods, pdd.name, pdd.spec.prefill.nodesPerInstance))
+        """How the KV path is degraded, from the prober pods' latest answers (the source of
+        KVTransferVerified: every prefill rank's where instances span nodes); "" while it is
+        verified or not measured yet."""
+        outcome = _transfer_outcome(pdd, self.view.pods(_key(pdd)))
         if outcome is None or outcome.ok is not False:
             return ""
         measured = outcome.status

@@ -271,3 +271,35 @@ async def test_the_transfer_gauges_follow_the_latest_probe_and_go_with_the_deplo
     cluster.delete_deployment(KEY)
     await rec.reconcile(KEY)
     assert series() == {}
+
+
+async def test_where_instances_span_nodes_a_degraded_rank_holds_decode_scale_ups() -> None:
+    # Every prefill rank answers for its own path; the first instance's leader (the one
+    # prober of single-node deployments) is fine, its rank 1 fell back to TCP.
+    two_nodes = {"replicas": 1, "gpusPerInstance": 8, "nodesPerInstance": 2}
+    cluster = FakeCluster(
+        body(autoscaling=DECODE_LEADS, prefill=dict(two_nodes), decode=dict(two_nodes))
+    )
+    rec = reconciler_for(cluster)
+    cluster.pods_of[KEY] = [
+        replace(PROBER, name="llama-prefill-0-0", probe_result=VERIFIED),
+        replace(PROBER, name="llama-prefill-0-1", uid="u1", probe_result=FELL_BACK),
+    ]
+    await settle(cluster, rec)
+    assert condition(cluster, "KVTransferVerified") == ("False", "RankPathDegraded")
+    cluster.scale(NS, "llama-decode", 8)
+    await settle(cluster, rec)
+    status, reason, message = held(cluster)
+    assert (status, reason) == ("True", "KVPathDegraded")
+    assert " to 8 held: the KV transfer path is degraded (KVTransferVerified=False, " in message
+    assert "RankPathDegraded: 0.5 GB/s measured, 50 GB/s expected)" in message
+    assert instances(cluster, "decode") < 8
+
+
+def instances(cluster: FakeCluster, role: str) -> int:
+    """Instances of a role whose instances span nodes: one StatefulSet each."""
+    return sum(
+        1
+        for key in cluster.objects
+        if key[2] == "StatefulSet" and str(key[3]).startswith(f"llama-{role}-")
+    )
