@@ -41,7 +41,7 @@ from pdd_operator.planning.autoscaling import (
     with_replicas,
 )
 from pdd_operator.planning.instance_restart import instances_to_restart
-from pdd_operator.planning.instance_rollout import next_instance_to_replace
+from pdd_operator.planning.instance_rollout import RoleShape, next_instance_to_replace
 from pdd_operator.planning.placement import (
     Fleet,
     PlacementResult,
@@ -436,10 +436,13 @@ class Reconciler:
         pods = self.view.pods(_key(pdd))
         restarts = instances_to_restart(pods)
         if not restarts:
-            nodes = {
-                role: role_spec(pdd.spec, role).nodesPerInstance for role in multinode_roles(pdd)
+            shapes = {
+                role: RoleShape(
+                    role_spec(pdd.spec, role).replicas, role_spec(pdd.spec, role).nodesPerInstance
+                )
+                for role in multinode_roles(pdd)
             }
-            stale = next_instance_to_replace(engine_revision(pdd.spec), pods, nodes)
+            stale = next_instance_to_replace(engine_revision(pdd.spec), pods, shapes)
             restarts = [stale] if stale is not None else []
         for restart in restarts:
             try:

@@ -11,21 +11,33 @@ smaller share of its instances, as the single-node rollout does (planning.rollou
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
 
 from pdd_operator.planning.instance_restart import InstanceRestart, RankPod
 from pdd_operator.planning.rollout import ROLE_ORDER
 
 
+@dataclass(frozen=True)
+class RoleShape:
+    instances: int  # how many instances the role runs
+    nodes: int  # rank pods per instance
+
+
 def next_instance_to_replace(
-    revision: str, pods: Iterable[RankPod], nodes: Mapping[str, int]
+    revision: str, pods: Iterable[RankPod], shapes: Mapping[str, RoleShape]
 ) -> InstanceRestart | None:
-    """The instance to replace now, or None: while any instance is short of ranks, not Ready
-    or terminating, nothing (one instance out of service at a time)."""
+    """The instance to replace now, or None: while any instance is missing, short of ranks,
+    not Ready or terminating, nothing (one instance out of service at a time). An instance
+    with no pod in view is out of service too: its pods were deleted and the StatefulSet has
+    not made them anew yet."""
     groups: dict[tuple[str, str], list[RankPod]] = {}
     for pod in pods:
-        if pod.instance and pod.role in nodes:
+        if pod.instance and pod.role in shapes:
             groups.setdefault((pod.role, pod.instance), []).append(pod)
-    if any(not _whole_and_ready(ranks, nodes[role]) for (role, _), ranks in groups.items()):
+    wanted = {(role, str(i)) for role, shape in shapes.items() for i in range(shape.instances)}
+    if not wanted <= groups.keys():
+        return None
+    if any(not _whole_and_ready(ranks, shapes[role].nodes) for (role, _), ranks in groups.items()):
         return None
     stale = [key for key, ranks in groups.items() if any(p.revision != revision for p in ranks)]
     if not stale:

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from pdd_operator.planning.instance_rollout import next_instance_to_replace
+from pdd_operator.planning.instance_rollout import RoleShape, next_instance_to_replace
 
-NODES = {"prefill": 2, "decode": 2}
+NODES = {"prefill": RoleShape(instances=2, nodes=2), "decode": RoleShape(instances=2, nodes=2)}
 
 
 @dataclass(frozen=True)
@@ -57,6 +57,13 @@ def test_nothing_while_an_instance_is_unready_short_or_terminating() -> None:
     assert next_instance_to_replace("new", fleet(prefill1={"terminating": True}), NODES) is None
     short = [p for p in fleet() if p.name != "x-prefill-1-1"]
     assert next_instance_to_replace("new", short, NODES) is None
+
+
+def test_nothing_while_a_replaced_instance_has_no_pod_yet() -> None:
+    """Its rank pods are gone and the StatefulSet has not made them anew: the view shows
+    only whole, Ready instances, yet one is out of service."""
+    gone = [p for p in fleet() if (p.role, p.instance) != ("decode", "0")]
+    assert next_instance_to_replace("new", gone, NODES) is None
 
 
 def test_nothing_once_every_instance_runs_the_revision() -> None:
