@@ -114,7 +114,12 @@ def test_probe_results_become_status_transfer_and_the_condition(
         return (pod.metadata.annotations or {}).get(REQUEST)
 
     request_id = wait_for(requested, 90, what="the operator's probe request on the prober pod")
-    assert pdd(api_client, namespace)["status"]["transfer"]["requestedAt"] == request_id
+    # The same pass writes the request on the pod, then the status that records it.
+    wait_for(
+        lambda: pdd(api_client, namespace)["status"]["transfer"]["requestedAt"] == request_id,
+        30,
+        what="status.transfer.requestedAt to record the request",
+    )
 
     answer(core, namespace, request_id, transport="rdma", gbps=46.2, expected_gbps=50.0)
     good = wait_for(
