@@ -6,11 +6,13 @@ Nodes with GPU capacity and labels and moves the pods bound to them to Running.
 """
 
 from pdd_localcluster.controlplane import ControlPlaneStartError, LocalControlPlane
+from pdd_localcluster.fleet_activity import FleetActivity
 from pdd_localcluster.nodes import SimNode, gpu_fleet, gpu_node_labels
 from pdd_localcluster.nodesim import InitOutcome, NodeSimulator
 
 __all__ = [
     "ControlPlaneStartError",
+    "FleetActivity",
     "InitOutcome",
     "LocalControlPlane",
     "NodeSimulator",

@@ -5,6 +5,11 @@ writes the status a kubelet would report (Running and Ready, with a pod IP from
 198.18.0.0/15), and force-deletes pods that are being deleted, since no kubelet will confirm
 their end.
 
+With a `FleetActivity` (`pdd_localcluster.fleet_activity`), it also sends what a real fleet
+sends: Lease renewals and node status reports, daemon pods on every node, foreign GPU pods
+that come and go, and pod status in stages (Pending, Running not Ready, Ready) as separate
+writes. All of that is off by default.
+
 With a `runtime` (`pdd_localcluster.runtime.PodRuntime`), pods whose images it knows really
 run as local processes: the runtime reports their containers' states and probe results and
 the simulator writes those; deleting such a pod stops its processes first.
@@ -29,6 +34,7 @@ import urllib3
 from kubernetes.client.exceptions import ApiException
 
 from pdd_localcluster import podstatus
+from pdd_localcluster.fleet_activity import FleetActivity, FleetActivityRunner
 from pdd_localcluster.kubejson import MERGE_PATCH, STRATEGIC_MERGE_PATCH, KubeJson, watch_events
 from pdd_localcluster.nodes import (
     IpPool,
@@ -37,7 +43,8 @@ from pdd_localcluster.nodes import (
     node_ready_condition,
     taints_for_readiness,
 )
-from pdd_localcluster.podstatus import InitFailure, PodPlan, now_rfc3339
+from pdd_localcluster.podstatus import InitFailure, PodPlan, Stage, now_rfc3339
+from pdd_localcluster.timers import Timers
 
 if TYPE_CHECKING:
     from pdd_localcluster.runtime import PodRuntime
@@ -66,6 +73,13 @@ class SimStats:
     force_deletes: int = 0
     relists: int = 0
     errors: int = 0
+    # Fleet activity (zero unless a FleetActivity asks for it).
+    stage_advances: int = 0
+    lease_renewals: int = 0
+    node_status_reports: int = 0
+    daemon_pods_created: int = 0
+    foreign_pods_created: int = 0
+    foreign_pods_deleted: int = 0
 
     def as_dict(self) -> dict[str, int]:
         return dict(vars(self))
@@ -83,6 +97,10 @@ class _PodState:
     gone: bool = False  # a DELETED event came while a write was in flight
     running: bool = False  # its containers run in the runtime
     last: Json | None = None  # the newest pod seen, re-checked when the runtime reports
+    stage: Stage = Stage.READY  # with staged status: the stage it is to show next
+    # The resourceVersion our last write produced; older events (already in flight when we
+    # wrote) are skipped, or a stage would be written twice.
+    written_rv: int = 0
 
 
 class NodeSimulator:
@@ -100,7 +118,9 @@ class NodeSimulator:
         init_outcome: InitOutcome | None = None,
         pod_ips: Iterator[str] | None = None,
         runtime: PodRuntime | None = None,
+        activity: FleetActivity | None = None,
     ) -> None:
+        self._kubeconfig = kubeconfig
         self._kube = KubeJson(kubeconfig, pool_size=workers + 4)
         self._workers = workers
         self._initial = list(nodes)
@@ -122,6 +142,9 @@ class NodeSimulator:
         self._synced = threading.Event()
         self.stats = SimStats()
         self.runtime = runtime
+        self.activity = activity or FleetActivity()
+        self._timers: Timers | None = None
+        self._fleet: FleetActivityRunner | None = None
 
     # ----------------------------------------------------------------- lifecycle
 
@@ -135,6 +158,11 @@ class NodeSimulator:
         """Registers the nodes, then starts the pod watch; returns once the first list of
         bound pods has been handed to the workers."""
         self._pool = ThreadPoolExecutor(self._workers, thread_name_prefix="nodesim")
+        self._timers = Timers(self._pool).start()
+        if self.activity.sends_requests:
+            self._fleet = FleetActivityRunner(
+                self._kubeconfig, self.activity, lambda: self.node_names, self._count
+            ).start()
         self.add_nodes(self._initial)
         self._thread = threading.Thread(target=self._watch_loop, name="nodesim-watch", daemon=True)
         self._thread.start()
@@ -144,6 +172,10 @@ class NodeSimulator:
 
     def stop(self) -> None:
         self._stop.set()
+        if self._fleet is not None:
+            self._fleet.stop()
+        if self._timers is not None:
+            self._timers.stop()
         self._close_watch()
         if self._thread is not None:
             self._thread.join(timeout=10)
@@ -177,6 +209,8 @@ class NodeSimulator:
                 self._node_ips.setdefault(n.name, self._node_ip_pool.allocate())
         # list() drains map(), which re-raises the first registration error.
         list(self._pool.map(self._register_node, specs))
+        if self._fleet is not None:
+            list(self._pool.map(self._fleet.node_added, [n.name for n in specs]))
 
     @contextlib.contextmanager
     def nodes_for_a_while(self, nodes: Iterable[SimNode]) -> Iterator[list[str]]:
@@ -200,6 +234,8 @@ class NodeSimulator:
             self._node_ready.pop(name, None)
         with contextlib.suppress(_NotFound):
             self._call("DELETE", f"/api/v1/nodes/{name}")
+        if self._fleet is not None:
+            self._fleet.node_removed(name)
         if delete_pods:
             for pod in self._pods_on(name):
                 self._stop_and_delete(pod)
@@ -378,6 +414,8 @@ class NodeSimulator:
             if node is None or self._stop.is_set():
                 return
             known = uid in self._pods
+            if known and _rv(pod) < self._pods[uid].written_rv:
+                return  # older than our own last write: a newer event follows
         # The hook is user code: never call it while holding the lock.
         failure = None if known else self._ask_hook(pod, node)
         runs = not known and failure is None and self._runs_in_runtime(pod)
@@ -385,7 +423,9 @@ class NodeSimulator:
             st = self._pods.get(uid)
             if st is None:
                 ip = pod.get("status", {}).get("podIP") or next(self._pod_ips)
-                st = self._pods[uid] = _PodState(ip, failure, running=runs)
+                st = self._pods[uid] = _PodState(
+                    ip, failure, running=runs, stage=self._first_stage(pod)
+                )
                 if runs:
                     assert self.runtime is not None
                     self.runtime.start(
@@ -410,13 +450,38 @@ class NodeSimulator:
             return partial(self._stop_and_delete, pod)
         if pod.get("status", {}).get("phase") in ("Succeeded", "Failed"):
             return None
-        plan = PodPlan(st.ip, self._node_ips[node.name], self._node_ready[node.name], st.failure)
+        plan = PodPlan(
+            st.ip,
+            self._node_ips[node.name],
+            self._node_ready[node.name],
+            st.failure,
+            stage=st.stage,
+        )
         if st.running:
             plan = self._runtime_plan(pod, plan)
         if podstatus.status_matches(pod, plan):
             return None
         st.busy = True
         return partial(self._write_status, pod, plan)
+
+    def _first_stage(self, pod: Json) -> Stage:
+        """With staged status, a new pod starts at CREATING; one that already shows an IP
+        (written before this simulator started) stays where it is."""
+        if self.activity.pod_stage_delays_s is None or pod.get("status", {}).get("podIP"):
+            return Stage.READY
+        return Stage.CREATING
+
+    def _advance(self, uid: str, stage: Stage) -> None:
+        """The pod's stage is over: write the next one."""
+        with self._lock:
+            st = self._pods.get(uid)
+            if st is None or st.stage != stage or st.deleting:
+                return
+            st.stage = Stage(stage + 1)
+            pod = st.last
+        self._count("stage_advances")
+        if pod is not None:
+            self._on_pod(pod)
 
     def _runs_in_runtime(self, pod: Json) -> bool:
         """Whether the pod's containers are to run: a runtime that knows all its images,
@@ -496,8 +561,21 @@ class NodeSimulator:
         body = {"metadata": {"uid": meta["uid"]}, "status": status}
         path = f"/api/v1/namespaces/{meta['namespace']}/pods/{meta['name']}/status"
         with contextlib.suppress(_NotFound, _Conflict):
-            self._call("PATCH", path, body=body, content_type=MERGE_PATCH, retries=4)
+            written = self._call("PATCH", path, body=body, content_type=MERGE_PATCH, retries=4)
             self._count("status_writes")
+            self._wrote(meta["uid"], written, plan)
+
+    def _wrote(self, uid: str, written: Json, plan: PodPlan) -> None:
+        """Remembers the pod our write produced; a staged pod moves on after its delay."""
+        with self._lock:
+            st = self._pods.get(uid)
+            if st is None:
+                return
+            st.written_rv = _rv(written)
+            st.last = written
+        delays = self.activity.pod_stage_delays_s
+        if plan.staged and delays is not None and self._timers is not None:
+            self._timers.call_later(delays[plan.stage], partial(self._advance, uid, plan.stage))
 
     def _force_delete(self, pod: Json) -> None:
         meta = pod["metadata"]
@@ -569,6 +647,15 @@ class NodeSimulator:
         raise RuntimeError(f"{method} {path}: stopped while retrying")
 
 
+def _rv(obj: Json) -> int:
+    """The object's resourceVersion as a number: etcd's revision, which only grows (opaque
+    to clients in general; here the simulator only compares its own pods' versions)."""
+    try:
+        return int(obj.get("metadata", {}).get("resourceVersion") or 0)
+    except ValueError:
+        return 0
+
+
 def _retryable(status: int | None) -> bool:
     return status in (None, 0, 429, 500, 502, 503, 504)
 
@@ -585,4 +672,4 @@ class _Conflict(Exception):
     pass
 
 
-__all__ = ["InitOutcome", "NodeSimulator", "SimNode", "SimStats"]
+__all__ = ["FleetActivity", "InitOutcome", "NodeSimulator", "SimNode", "SimStats"]

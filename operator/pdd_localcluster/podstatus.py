@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from enum import IntEnum
 from typing import Any
 
 Json = dict[str, Any]
@@ -41,6 +42,12 @@ class ContainerRun:
     container_id: str = ""
     # The previous run's end (exit code, reason, started, finished), shown as lastState.
     last_exit: tuple[int, str, str, str] | None = None
+    sidecar: bool = False  # an init container with restartPolicy Always: done once started
+
+    def init_done(self) -> bool:
+        if self.sidecar:
+            return self.state == "running" and self.started
+        return self.state == "terminated" and self.exit_code == 0
 
 
 @dataclass(frozen=True)
@@ -63,7 +70,7 @@ class PodRun:
         return cls(waiting(spec.get("initContainers") or []), waiting(spec.get("containers") or []))
 
     def initialized(self) -> bool:
-        return all(c.state == "terminated" and c.exit_code == 0 for c in self.inits)
+        return all(c.init_done() for c in self.inits)
 
     def phase(self) -> str:
         """Pending until the init containers are done; once every app container has ended
@@ -76,16 +83,31 @@ class PodRun:
         return "Running"
 
 
+class Stage(IntEnum):
+    """The stages a kubelet reports a starting pod in, each its own status write."""
+
+    CREATING = 0  # Pending: sandbox and containers being created (ContainerCreating), no IP
+    STARTED = 1  # Running: containers started, readiness not passed yet
+    READY = 2  # every container ready; the only stage when stages are off
+
+
 @dataclass(frozen=True)
 class PodPlan:
     """What the simulated kubelet wants the pod to look like. `run` is set for a pod whose
-    containers really run; without it every container is shown running and ready."""
+    containers really run; without it every container is shown running and ready, or, at
+    an earlier `stage`, on its way there."""
 
     pod_ip: str
     host_ip: str
     node_ready: bool = True
     init_failure: InitFailure | None = None
     run: PodRun | None = None
+    stage: Stage = Stage.READY
+
+    @property
+    def staged(self) -> bool:
+        """A simulated pod (no runtime, no failure) not yet at its Ready stage."""
+        return self.stage < Stage.READY and self.run is None and self.init_failure is None
 
 
 def now_rfc3339() -> str:
@@ -99,6 +121,8 @@ def desired_status(pod: Json, plan: PodPlan, now: str) -> Json:
     start = status.get("startTime") or now
     if plan.run is not None and plan.init_failure is None:
         return _run_status(pod, plan, plan.run, start, now)
+    if plan.staged:
+        return _staged_status(pod, plan, start, now)
     inits, mains = _container_statuses(pod, plan.init_failure, start, now)
     init_failed = plan.init_failure is not None and bool(inits)
     containers_ready = all(s["ready"] for s in mains)
@@ -146,7 +170,7 @@ def _run_status(pod: Json, plan: PodPlan, run: PodRun, start: str, now: str) -> 
         if not containers_ready
         else "ReadinessGatesNotReady"
     )
-    waiting = [c.name for c in run.inits if not (c.state == "terminated" and c.exit_code == 0)]
+    waiting = [c.name for c in run.inits if not c.init_done()]
     conditions = _conditions(
         status.get("conditions") or [],
         initialized=initialized,
@@ -167,6 +191,49 @@ def _run_status(pod: Json, plan: PodPlan, run: PodRun, start: str, now: str) -> 
         "initContainerStatuses": [_run_container_status(c, images) for c in run.inits],
         "containerStatuses": [_run_container_status(c, images) for c in run.mains],
     }
+
+
+def _staged_status(pod: Json, plan: PodPlan, start: str, now: str) -> Json:
+    """A starting pod: Pending with its containers being created (no pod IP yet, as before
+    the sandbox exists), or Running with its containers started but not ready."""
+    run = staged_run(pod, plan.stage, start)
+    status = _run_status(pod, plan, run, start, now)
+    if plan.stage == Stage.CREATING:
+        status["phase"] = "Pending"
+        for key in ("podIP", "podIPs"):
+            status.pop(key)
+    return status
+
+
+def staged_run(pod: Json, stage: Stage, start: str) -> PodRun:
+    """The containers of a simulated pod at `stage` (before READY)."""
+    if stage == Stage.CREATING:
+        return PodRun.creating(pod)
+    spec = pod.get("spec", {})
+
+    def init(c: Json) -> ContainerRun:
+        cid = _container_id(pod, c["name"])
+        if c.get("restartPolicy") == "Always":  # a native sidecar keeps running
+            return ContainerRun(
+                c["name"], "running", started_at=start, started=True, container_id=cid, sidecar=True
+            )
+        return ContainerRun(
+            c["name"],
+            "terminated",
+            "Completed",
+            started_at=start,
+            finished_at=start,
+            container_id=cid,
+        )
+
+    def main(c: Json) -> ContainerRun:
+        cid = _container_id(pod, c["name"])
+        return ContainerRun(c["name"], "running", started_at=start, started=True, container_id=cid)
+
+    return PodRun(
+        tuple(init(c) for c in spec.get("initContainers") or []),
+        tuple(main(c) for c in spec.get("containers") or []),
+    )
 
 
 def _all_containers(spec: Json) -> list[Json]:
@@ -235,6 +302,13 @@ def status_matches(pod: Json, plan: PodPlan) -> bool:
     """Whether the pod already shows `plan`, judged on the fields a plan changes; the
     simulator skips its write when it does (its own writes come back as watch events)."""
     status = pod.get("status", {})
+    if plan.staged:
+        want = desired_status(pod, plan, "")
+        return (
+            status.get("podIP") == want.get("podIP")
+            and status.get("hostIP") == plan.host_ip
+            and _run_fingerprint(status) == _run_fingerprint(want)
+        )
     if status.get("podIP") != plan.pod_ip or status.get("hostIP") != plan.host_ip:
         return False
     if plan.run is not None and plan.init_failure is None:
