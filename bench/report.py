@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from pddbench import results_file as results_io
+from pddbench.summary import build_summary
 
 
 def _g(d: Any, *path: str) -> Any:
@@ -49,7 +50,7 @@ OPERATOR_ARMS = ("operator", "operator_none")
 
 def _arms(r: dict[str, Any], arms: tuple[str, ...]) -> Iterator[tuple[int, str, dict[str, Any]]]:
     """(deployments, arm, the arm's results) for every run and every arm it recorded."""
-    for run in r.get("runs", []):
+    for run in map(results_io.median_view, r.get("runs", [])):
         for arm in arms:
             if run.get(arm):
                 yield run["n"], arm, run[arm]
@@ -107,7 +108,7 @@ def scale_tables(r: dict[str, Any]) -> str:
         "same, until every PDDeployment reports Ready | placement none / direct |"
     )
     out.append("|---|---|---|---|")
-    for run in r.get("runs", []):
+    for run in map(results_io.median_view, r.get("runs", [])):
         none_ratio = None
         if _g(run, "operator_none", "converge_s") and _g(run, "direct", "converge_s"):
             none_ratio = round(run["operator_none"]["converge_s"] / run["direct"]["converge_s"], 2)
@@ -207,14 +208,41 @@ def burst_pairs(r: dict[str, Any]) -> str:
     return "\n".join(out)
 
 
+def pair_tables(r: dict[str, Any]) -> str:
+    """The headline over interleaved pairs (summary.json's numbers)."""
+    sizes = build_summary(r)["sizes"]
+    if not sizes:
+        return "(no interleaved pairs in this run)"
+    out = [
+        "| deployments | pairs | converged | ratio median [min, max] | operator CPU-s / "
+        "deployment | direct CPU-s / deployment | passes / deployment | operator requests / "
+        "deployment | operator peak RSS (MiB) | no-op writes |",
+        "|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for n, s in sizes.items():
+        out.append(
+            f"| {n} | {s['pairs']} | {'yes' if s['converged'] else 'no'} | "
+            f"{_f(s['ratio_median'], 2)} [{_f(s['ratio_min'], 2)}, {_f(s['ratio_max'], 2)}] | "
+            f"{_f(s['operator_cpu_s_per_deployment'], 3)} | "
+            f"{_f(s['direct_cpu_s_per_deployment'], 3)} | {_f(s['passes_per_deployment'], 2)} | "
+            f"{_f(s['requests_per_deployment'], 1)} | {_f(s['rss_mib_peak'])} | "
+            f"{_f(s['noop_writes'])} |"
+        )
+    out.append("")
+    out.append("The tables below show each size's median pair.")
+    return "\n".join(out)
+
+
 def render(r: dict[str, Any]) -> str:
     """Every table of one run, as Markdown."""
     parts = [
         f"command: `{r.get('command')}`, wall {r.get('wall_seconds')} s, machine {r['machine']}\n",
         f"source: {r.get('source')}\n",
+        f"fleet activity: {r.get('fleet_activity')}\n",
         f"start-up probe: {r.get('startup_probe')}\n\n",
     ]
     for title, fn in (
+        ("Interleaved pairs", pair_tables),
         ("Scale", scale_tables),
         ("API requests", api_tables),
         ("Steady state", steady_tables),

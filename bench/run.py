@@ -3,14 +3,20 @@ side by side with the same workloads applied directly, and placement quality.
 
     .venv/bin/python bench/run.py --scale small|full --out bench/results
 
-Writes bench/results/<scale>/results.json.gz (raw, compressed), summary.md and PNG plots;
-logs, audit-derived data and profiles go under bench/results/raw/<scale>/ (not committed).
+Each deployment count runs `--pairs` interleaved pairs of arms (operator, then the same
+workloads applied directly), each arm on a fresh cluster from the same fleet snapshot; the
+fleet sends a kubelet's traffic (`--fleet-activity kubelet`, the default).
+
+Writes bench/results/<scale>/results.json.gz (raw, compressed), summary.json (the headline
+numbers over pairs), summary.md and PNG plots; logs, audit-derived data and profiles go
+under bench/results/raw/<scale>/ (not committed).
 """
 
 from __future__ import annotations
 
 import argparse
 import dataclasses
+import json
 import os
 import platform
 import shutil
@@ -38,7 +44,10 @@ from pddbench.scale import (  # noqa: E402
     run_operator_arm,
     startup_probe,
 )
+from pddbench.summary import build_summary, median_pair_index, pair_ratio  # noqa: E402
 from report import render as render_summary  # noqa: E402
+
+from pdd_localcluster.fleet_activity import FleetActivity  # noqa: E402
 
 SCALES: dict[str, dict[str, Any]] = {
     # ~100 nodes, 10 and 50 deployments: a few minutes.
@@ -51,6 +60,9 @@ SCALES: dict[str, dict[str, Any]] = {
         "steady_seconds": 10.0,
         "profile_sizes": [50],
         "none_sizes": [],
+        # 4 foreign GPU pods alive at a time, each for a minute.
+        "foreign_gpu_pods": 4,
+        "foreign_gpu_pod_lifetime_s": 60.0,
         "placement": PlacementConfig(
             fleet=FleetSpec(cliques=6, nodes_per_clique=6, cliques_per_rack=2),
             deployments=10,
@@ -67,6 +79,9 @@ SCALES: dict[str, dict[str, Any]] = {
         "steady_seconds": 30.0,
         "profile_sizes": [100, 1000],
         "none_sizes": [100],
+        # 100 foreign GPU pods alive at a time (one node in twenty), each for 5 minutes.
+        "foreign_gpu_pods": 100,
+        "foreign_gpu_pod_lifetime_s": 300.0,
         "placement": PlacementConfig(
             fleet=FleetSpec(cliques=8, nodes_per_clique=8, cliques_per_rack=2),
             deployments=24,
@@ -91,6 +106,16 @@ def main() -> int:
         "--skip", default="", help="comma list: probe,scale,operator,direct,operator-none,placement"
     )
     ap.add_argument("--converge-timeout", type=float)
+    ap.add_argument(
+        "--pairs", type=int, default=3, help="interleaved (operator, direct) pairs per size"
+    )
+    ap.add_argument(
+        "--fleet-activity",
+        choices=("kubelet", "off"),
+        default="kubelet",
+        help="kubelet: Leases, node status reports, 3 daemon pods per node, foreign GPU pods, "
+        "pod status in stages; off: the quiet fleet of the runs before issue 16",
+    )
     ap.add_argument("--profile", action="store_true", help="py-spy the operator at every size")
     ap.add_argument("--none-sizes", help="sizes that also get the placement-none operator arm")
     ap.add_argument(
@@ -113,6 +138,7 @@ def main() -> int:
         if args.none_sizes is not None
         else preset["none_sizes"]
     )
+    activity = fleet_activity(args.fleet_activity, preset)
     out_dir = Path(args.out).resolve() / args.scale
     raw_dir = Path(args.out).resolve() / "raw" / args.scale
     work_dir = Path(os.environ.get("PDD_BENCH_WORK", REPO / ".tmp" / "bench")).resolve()
@@ -133,13 +159,21 @@ def main() -> int:
         "source": _source(),
         "scale": args.scale,
         "controller_qps": args.controller_qps,
+        "fleet": {"nodes": preset["fleet"].nodes, **dataclasses.asdict(preset["fleet"])},
+        "fleet_activity": {"preset": args.fleet_activity, **activity.as_dict()},
+        "pairs_per_size": args.pairs,
         "runs": [],
     }
     results_file = out_dir / results_io.NAME
     done_sizes: set[int] = set()
     if args.resume and results_file.exists():
         earlier = results_io.load(results_file)
-        results["runs"] = [r for r in earlier.get("runs", []) if "operator" in r and "direct" in r]
+        results["runs"] = [
+            r
+            for r in earlier.get("runs", [])
+            if len(r.get("pairs") or []) >= args.pairs
+            and all("operator" in p and "direct" in p for p in r["pairs"])
+        ]
         done_sizes = {r["n"] for r in results["runs"]}
         for key in ("startup_probe", "placement"):
             if key in earlier:
@@ -155,11 +189,12 @@ def main() -> int:
     def save() -> None:
         results["wall_seconds"] = round(time.monotonic() - t_start, 1)
         results_io.save(results_file, results)
+        write_summary(out_dir, results)
 
     if "probe" not in skip and "startup_probe" not in results:
         log(f"start-up probe: the operator as shipped on {preset['fleet'].nodes} nodes")
         results["startup_probe"] = startup_probe(
-            preset["fleet"], args.controller_qps, work_dir, raw_dir, log
+            preset["fleet"], args.controller_qps, work_dir, raw_dir, log, activity=activity
         )
         log(f"  {results['startup_probe']}")
         save()
@@ -175,28 +210,13 @@ def main() -> int:
                 settle_seconds=preset["settle_seconds"],
                 steady_seconds=preset["steady_seconds"],
                 profile=args.profile or n in preset["profile_sizes"],
+                activity=activity,
             )
-            run: dict[str, Any] = {"n": n}
+            run: dict[str, Any] = {"n": n, "pairs": []}
             results["runs"].append(run)
-            op: dict[str, Any] = {}
-            handoff: dict[str, Any] = {}
-            if "operator" not in skip:
-                log(f"scale n={n} on {cfg.fleet.nodes} nodes: operator arm")
-                op, handoff = run_operator_arm(cfg, work_dir, raw_dir / f"n{n}", log)
-                log(f"  operator: {_brief(op)}")
-                run["operator"] = op
-                save()
-            if "direct" not in skip:
-                log(f"scale n={n}: direct arm (rendered children applied by hand)")
-                direct = run_direct_arm(cfg, work_dir, raw_dir / f"n{n}", handoff, log)
-                log(f"  direct: {_brief(direct)}")
-                run["direct"] = direct
-                if op.get("converge_s") and direct.get("converge_s"):
-                    run["overhead_ratio"] = round(op["converge_s"] / direct["converge_s"], 2)
-                if op.get("converge_pdd_ready_s") and direct.get("converge_s"):
-                    run["overhead_ratio_pdd_ready"] = round(
-                        op["converge_pdd_ready_s"] / direct["converge_s"], 2
-                    )
+            for i in range(args.pairs):
+                run["pairs"].append(run_pair(cfg, i, skip, work_dir, raw_dir, log, save))
+                run["median_pair"] = median_pair_index(run["pairs"])
                 save()
             if "operator-none" not in skip and n in none_sizes:
                 log(f"scale n={n}: operator arm with topology.placement none (no planner)")
@@ -224,19 +244,76 @@ def main() -> int:
     return 0
 
 
+def run_pair(
+    cfg: ScaleConfig,
+    index: int,
+    skip: set[str],
+    work_dir: Path,
+    raw_dir: Path,
+    log: Any,
+    save: Any,
+) -> dict[str, Any]:
+    """One (operator, direct) pair: the direct arm applies the placements the operator arm
+    chose, so both place the same workloads on the same nodes."""
+    n = cfg.n
+    pair: dict[str, Any] = {"pair": index}
+    where = raw_dir / f"n{n}" / f"pair{index}"
+    handoff: dict[str, Any] = {}
+    if "operator" not in skip:
+        log(f"scale n={n} pair {index + 1} on {cfg.fleet.nodes} nodes: operator arm")
+        pair["operator"], handoff = run_operator_arm(cfg, work_dir, where, log)
+        log(f"  operator: {_brief(pair['operator'])}")
+    if "direct" not in skip:
+        log(f"scale n={n} pair {index + 1}: direct arm (rendered children applied by hand)")
+        pair["direct"] = run_direct_arm(cfg, work_dir, where, handoff, log)
+        log(f"  direct: {_brief(pair['direct'])}")
+    pair["overhead_ratio"] = pair_ratio(pair)
+    op, direct = pair.get("operator") or {}, pair.get("direct") or {}
+    if op.get("converge_pdd_ready_s") and direct.get("converge_s"):
+        pair["overhead_ratio_pdd_ready"] = round(
+            op["converge_pdd_ready_s"] / direct["converge_s"], 2
+        )
+    return pair
+
+
+def fleet_activity(preset_name: str, preset: dict[str, Any]) -> FleetActivity:
+    """The fleet's own traffic during the runs: a kubelet's defaults (Lease every 10 s,
+    status report every 5 min), three daemon pods per node, the preset's foreign GPU pods,
+    and pod status in stages 1 s and 2 s apart."""
+    if preset_name == "off":
+        return FleetActivity()
+    return FleetActivity.kubelet_defaults(
+        daemon_pods_per_node=3,
+        foreign_gpu_pods=preset["foreign_gpu_pods"],
+        foreign_gpu_pod_lifetime_s=preset["foreign_gpu_pod_lifetime_s"],
+        pod_stage_delays_s=(1.0, 2.0),
+    )
+
+
+def write_summary(out_dir: Path, results: dict[str, Any]) -> None:
+    summary = build_summary(results)
+    (out_dir / "summary.json").write_text(json.dumps(summary, indent=2, default=str) + "\n")
+
+
 def replot(out_dir: Path, raw_dir: Path) -> int:
     results_file = out_dir / results_io.NAME
     results = results_io.load(results_file)
     for run in results.get("runs", []):
-        for arm, sub in (("operator", f"n{run['n']}"), ("operator_none", f"n{run['n']}-none")):
-            prof = raw_dir / sub / "operator-profile.txt"
-            if arm in run and prof.exists():
+        n = run["n"]
+        found = [(run, "operator_none", raw_dir / f"n{n}-none" / "operator-profile.txt")]
+        for pair in run.get("pairs") or []:
+            where = raw_dir / f"n{n}" / f"pair{pair['pair']}"
+            found.append((pair, "operator", where / "operator-profile.txt"))
+            found.append((pair, "direct", where / "direct-profile.txt"))
+        for holder, arm, prof in found:
+            if arm in holder and prof.exists():
                 raw = prof.read_text()
-                run[arm]["profile"] = {
+                holder[arm]["profile"] = {
                     **summarize_profile(raw),
                     "by_category": categorize_profile(raw),
                 }
     results_io.save(results_file, results)
+    write_summary(out_dir, results)
     (out_dir / "summary.md").write_text(render_summary(results))
     for f in plot_all(results, out_dir):
         print(f)

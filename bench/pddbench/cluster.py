@@ -9,6 +9,7 @@ directory is kept as a snapshot; each run copies it back and starts the control 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import hashlib
 import json
 import os
@@ -24,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from pdd_localcluster.controlplane import LocalControlPlane, parse_samples
+from pdd_localcluster.fleet_activity import DAEMON_NAMESPACE, LABEL_SIMULATED, FleetActivity
 from pdd_localcluster.kubejson import KubeJson
 from pdd_localcluster.nodes import SimNode, gpu_fleet
 from pdd_localcluster.nodesim import NodeSimulator
@@ -180,7 +182,11 @@ def proc_stats(pid: int) -> tuple[float, float, float] | None:
 
 
 class BenchCluster:
-    """One fresh cluster on a snapshot of a registered fleet; use as a context manager."""
+    """One fresh cluster on a snapshot of a registered fleet; use as a context manager.
+
+    `activity`: the fleet's own traffic (heartbeats, daemon pods, foreign pods, staged pod
+    status). Its daemon pods are part of the snapshot, Running on every node before a run
+    starts; the rest runs in the simulator process during the run."""
 
     def __init__(
         self,
@@ -189,6 +195,7 @@ class BenchCluster:
         *,
         controller_qps: int,
         sim_workers: int = 16,
+        activity: FleetActivity | None = None,
         log: Any = print,
     ) -> None:
         self.work_dir = work_dir
@@ -196,8 +203,11 @@ class BenchCluster:
         self.nodes = fleet.build()
         self.controller_qps = controller_qps
         self.sim_workers = sim_workers
+        self.activity = activity or FleetActivity()
         self.log = log
-        self.snapshot = work_dir / "snapshots" / fleet.key / "etcd"
+        daemons = self.activity.daemon_pods_per_node
+        key = fleet.key + (f"-d{daemons}" if daemons else "")
+        self.snapshot = work_dir / "snapshots" / key / "etcd"
         self.state_dir = work_dir / "cluster"
         self.cp: LocalControlPlane | None = None
         self.sim_proc: subprocess.Popen[bytes] | None = None
@@ -215,11 +225,16 @@ class BenchCluster:
         t0 = time.monotonic()
         tmp = self.work_dir / "snapshot-build"
         shutil.rmtree(tmp, ignore_errors=True)
+        daemons_only = FleetActivity(daemon_pods_per_node=self.activity.daemon_pods_per_node)
         with (
             LocalControlPlane(tmp, controller_qps=self.controller_qps) as cp,
-            NodeSimulator(cp.kubeconfig, self.nodes, workers=self.sim_workers),
+            NodeSimulator(
+                cp.kubeconfig, self.nodes, workers=self.sim_workers, activity=daemons_only
+            ) as sim,
         ):
-            pass
+            want = len(self.nodes) * sim.activity.daemon_pods_per_node
+            if want:
+                _wait_daemon_pods_running(cp.kubeconfig, want)
         self.snapshot.parent.mkdir(parents=True, exist_ok=True)
         shutil.rmtree(self.snapshot, ignore_errors=True)
         shutil.copytree(tmp / "etcd", self.snapshot)
@@ -273,6 +288,11 @@ class BenchCluster:
         self.start_seconds = time.monotonic() - t0
         return self
 
+    def sim_activity(self) -> FleetActivity:
+        """What the simulator process sends: everything but the daemon pods (in the
+        snapshot already)."""
+        return dataclasses.replace(self.activity, daemon_pods_per_node=0)
+
     def _start_sim(self) -> None:
         assert self.cp is not None
         fleet_file = self.state_dir / "fleet.json"
@@ -303,6 +323,8 @@ class BenchCluster:
                 str(ready),
                 "--stats-file",
                 str(self.state_dir / "nodesim-stats.json"),
+                "--activity",
+                json.dumps(self.sim_activity().as_dict()),
             ],
             env=env,
             stdout=log,
@@ -366,6 +388,24 @@ class BenchCluster:
             key = (labels.get("verb", ""), res)
             out[key] = out.get(key, 0.0) + value
         return out
+
+
+def _wait_daemon_pods_running(kubeconfig: Path, want: int, timeout: float = 600) -> None:
+    """Until `want` daemon pods show a pod IP (their status was written)."""
+    kube = KubeJson(kubeconfig, pool_size=2)
+    try:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            pods, _ = kube.list_all(
+                f"/api/v1/namespaces/{DAEMON_NAMESPACE}/pods",
+                {"labelSelector": f"{LABEL_SIMULATED}=daemon"},
+            )
+            if sum(1 for p in pods if (p.get("status") or {}).get("podIP")) >= want:
+                return
+            time.sleep(1)
+        raise TimeoutError(f"daemon pods: fewer than {want} running after {timeout:.0f}s")
+    finally:
+        kube.close()
 
 
 def read_audit(path: Path, users: Iterable[str]) -> list[dict[str, Any]]:

@@ -11,6 +11,7 @@ import signal
 import threading
 from pathlib import Path
 
+from pdd_localcluster.fleet_activity import FleetActivity
 from pdd_localcluster.nodes import SimNode
 from pdd_localcluster.nodesim import NodeSimulator
 
@@ -30,6 +31,7 @@ def main() -> None:
     p.add_argument("--workers", type=int, default=16)
     p.add_argument("--ready-file", required=True)
     p.add_argument("--stats-file", required=True)
+    p.add_argument("--activity", default="{}", help="FleetActivity fields as JSON")
     args = p.parse_args()
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(levelname)s %(message)s")
     nodes = [
@@ -39,7 +41,13 @@ def main() -> None:
     stop = threading.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: stop.set())
-    with PreRegisteredSimulator(args.kubeconfig, nodes, workers=args.workers) as sim:
+    fields = json.loads(args.activity)
+    if fields.get("pod_stage_delays_s") is not None:
+        fields["pod_stage_delays_s"] = tuple(fields["pod_stage_delays_s"])
+    activity = FleetActivity(**fields)
+    with PreRegisteredSimulator(
+        args.kubeconfig, nodes, workers=args.workers, activity=activity
+    ) as sim:
         Path(args.ready_file).write_text("ready\n")
         while not stop.wait(2):
             Path(args.stats_file).write_text(json.dumps(sim.stats.as_dict()))

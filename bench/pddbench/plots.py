@@ -12,6 +12,8 @@ import itertools
 
 import matplotlib.pyplot as plt
 
+from pddbench import results_file as results_io
+
 OP, DIRECT = "#1f77b4", "#ff7f0e"
 
 
@@ -27,7 +29,8 @@ def _latency_panel(a: Any, runs: list[Any], ns: list[Any], key: str, title: str)
 
 def plot_all(results: dict[str, Any], out_dir: Path) -> list[Path]:
     files: list[Path] = []
-    runs = [r for r in results.get("runs", []) if "operator" in r or "operator_none" in r]
+    views = map(results_io.median_view, results.get("runs", []))
+    runs = [r for r in views if "operator" in r or "operator_none" in r]
     if runs:
         files.append(_growth(runs, out_dir / "growth.png"))
         for run in runs:

@@ -22,6 +22,15 @@ def load(path: Path) -> dict[str, Any]:
     return document
 
 
+def median_view(run: dict[str, Any]) -> dict[str, Any]:
+    """A run as the tables and plots read it: the arms (``operator``, ``direct``) and
+    ratios of its median pair at the top level. A run from before pairs is as it was."""
+    pairs = run.get("pairs")
+    if not pairs:
+        return run
+    return {**run, **pairs[int(run.get("median_pair", 0))]}
+
+
 def save(path: Path, results: dict[str, Any]) -> None:
     """Write atomically, so an interrupted run never leaves half a file behind."""
     tmp = path.with_name(path.name + ".tmp")

@@ -4,6 +4,7 @@ as the rendered children; each arm on a fresh cluster started from the same flee
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import signal
 import subprocess
@@ -12,13 +13,14 @@ import threading
 import time
 import urllib.request
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
 from kubernetes import config as kconfig
 
 from pdd_localcluster.controlplane import parse_samples
+from pdd_localcluster.fleet_activity import FleetActivity
 from pdd_operator.api import names
 from pdd_operator.kube.client import KubeApi
 from pdd_operator.planning.placement import Placement
@@ -88,6 +90,8 @@ class ScaleConfig:
     placement: str = "preferred"
     seed: int = 7
     profile: bool = False
+    # The fleet's own traffic during the run (off: as quiet as the bench was before).
+    activity: FleetActivity = field(default_factory=FleetActivity)
 
 
 def deployment_names(n: int) -> list[str]:
@@ -113,11 +117,15 @@ class Arm:
         self.t0_wall = 0.0
         self._sampling = threading.Event()
 
-    def apply_stream(self, apply_one: Any, watcher: Watcher) -> None:
+    def start_clock(self, watcher: Watcher) -> None:
+        """t0: the whole burst is submitted now; the timeline samples from here."""
         self.t0 = time.monotonic()
         self.t0_wall = time.time()
         self._sampling = threading.Event()
         threading.Thread(target=self._sample_loop, args=(watcher,), daemon=True).start()
+
+    def apply_stream(self, apply_one: Any, watcher: Watcher) -> None:
+        self.start_clock(watcher)
 
         def one(name: str) -> None:
             self.t_apply[name] = time.monotonic()
@@ -127,8 +135,7 @@ class Arm:
                 self.apply_errors.append(f"{name}: {err}")
             self.t_applied[name] = time.monotonic()
 
-        workers = self.cfg.direct_apply_workers if self.arm == "direct" else self.cfg.apply_workers
-        with ThreadPoolExecutor(workers) as pool:
+        with ThreadPoolExecutor(self.cfg.apply_workers) as pool:
             list(pool.map(one, self.names))
 
     def _counts(self, watcher: Watcher) -> tuple[dict[str, Any], int, int, int]:
@@ -167,6 +174,9 @@ class Arm:
         return times
 
     def latencies(self, times: dict[str, dict[str, float | None]]) -> dict[str, Any]:
+        """`submit_to_*`: from the burst's submission (t0), the client's own queue included,
+        the same clock for both arms. `apply_to_*`: from when a client thread picked the
+        deployment up (the operator's queue is in it, the direct client's is not)."""
         out: dict[str, Any] = {}
         for key in ("children", "ready", "pdd_ready"):
             vals = [
@@ -175,6 +185,8 @@ class Arm:
                 if t[key] is not None and n in self.t_apply
             ]
             out[f"apply_to_{key}_s"] = analysis.dist(vals)
+            done = [t[key] - self.t0 for t in times.values() if t[key] is not None]
+            out[f"submit_to_{key}_s"] = analysis.dist(done)  # type: ignore[arg-type]
         ends = [t["ready"] for t in times.values() if t["ready"]]
         pdd_ends = [t["pdd_ready"] for t in times.values() if t["pdd_ready"]]
         n = len(self.names)
@@ -271,7 +283,9 @@ def run_operator_arm(
     arm = Arm(cfg, "operator", work_dir, raw_dir, log)
     raw_dir.mkdir(parents=True, exist_ok=True)
     out: dict[str, Any] = {"arm": "operator", "config": _cfg_dict(cfg)}
-    with BenchCluster(work_dir, cfg.fleet, controller_qps=cfg.controller_qps, log=log) as cl:
+    with BenchCluster(
+        work_dir, cfg.fleet, controller_qps=cfg.controller_qps, activity=cfg.activity, log=log
+    ) as cl:
         assert cl.cp is not None and cl.kube is not None
         out["cluster_start_s"] = round(cl.start_seconds, 1)
         cl.create_namespace(NAMESPACE)
@@ -558,33 +572,42 @@ def run_direct_arm(
         "statefulsets_identical_to_operator": same,
         "statefulsets_differing": differ,
     }
-    with BenchCluster(work_dir, cfg.fleet, controller_qps=cfg.controller_qps, log=log) as cl:
+    with BenchCluster(
+        work_dir, cfg.fleet, controller_qps=cfg.controller_qps, activity=cfg.activity, log=log
+    ) as cl:
         assert cl.cp is not None
         out["cluster_start_s"] = round(cl.start_seconds, 1)
         cl.create_namespace(NAMESPACE)
+        applier = DirectApplier(cl, plans, arm.names, cfg.direct_apply_workers, raw_dir)
         watcher = Watcher(str(cl.cp.kubeconfig), NAMESPACE, pdds=False).start()
+        profiler = None
         try:
+            cl.sampler.add("direct-applier", applier.pid)
             time.sleep(1)
             req_before = cl.request_totals()
-            kube = KubeApi(
-                kconfig.new_client_from_config(config_file=str(cl.kubeconfig_for(APPLY_USER))),
-                "bench-user",
-            )
-
-            def apply_one(name: str) -> None:
-                for obj in plans[name]:
-                    if obj["kind"] == "Secret":
-                        kube.create_if_absent(obj)
-                    else:
-                        kube.apply(obj)
-
-            arm.apply_stream(apply_one, watcher)
+            cpu_before = _proc_cpu(cl, "direct-applier")
+            if cfg.profile:
+                profiler = _start_profiler(applier.pid, raw_dir / "direct-profile.txt")
+            arm.start_clock(watcher)
+            applier.go()
+            applied = applier.wait_applied(cfg.converge_timeout)
+            arm.t_apply.update(applied["t_apply"])
+            arm.t_applied.update(applied["t_applied"])
+            arm.apply_errors.extend(applied["errors"])
             times = arm.wait_converged(watcher, need_pdd=False)
+            if profiler is not None:
+                _stop_profiler(profiler)
+                profiler = None
             req_conv = cl.request_totals()
+            cpu_conv = _proc_cpu(cl, "direct-applier")
             out.update(arm.latencies(times))
             out["workload"] = arm.workload_summary()
             out["sts_template_changes"] = watcher.sts_template_changes
             out["watch_errors"] = watcher.errors
+            out["applier_process"] = {
+                "cpu_seconds_run": round(cpu_conv - cpu_before, 2),
+                "peak_rss_mib": round(cl.sampler.peak_rss.get("direct-applier", 0.0), 1),
+            }
             audit = read_audit(cl.audit_log, [APPLY_USER])
             out["client_requests_by_verb"] = count_by(audit, "verb")
             all_run = _delta(req_conv, req_before)
@@ -596,11 +619,89 @@ def run_direct_arm(
                 "pair quality", lambda: arm.pair_quality(cl), {}, log
             )
         finally:
+            if profiler is not None:
+                _stop_profiler(profiler)
+            applier.close()
             watcher.stop()
         out["processes"] = cl.sampler.summary()
         out["nodesim"] = cl.sim_stats()
         out["series"] = _series(cl, arm)
+    if cfg.profile and (raw_dir / "direct-profile.txt").exists():
+        raw = (raw_dir / "direct-profile.txt").read_text()
+        out["profile"] = {
+            **analysis.summarize_profile(raw),
+            "by_category": analysis.categorize_profile(raw),
+        }
     return out
+
+
+class DirectApplier:
+    """`pddbench.direct_apply` in a process of its own, started with the plans loaded and
+    its client built, waiting for `go`."""
+
+    def __init__(
+        self,
+        cl: BenchCluster,
+        plans: dict[str, list[dict[str, Any]]],
+        names_in_order: list[str],
+        workers: int,
+        raw_dir: Path,
+    ) -> None:
+        raw_dir.mkdir(parents=True, exist_ok=True)
+        plans_file = raw_dir / "direct-plans.json"
+        plans_file.write_text(json.dumps({n: plans[n] for n in names_in_order}))
+        self.result_file = raw_dir / "direct-result.json"
+        self.result_file.unlink(missing_ok=True)
+        self.proc = subprocess.Popen(
+            [
+                sys.executable, "-m", "pddbench.direct_apply",
+                "--kubeconfig", str(cl.kubeconfig_for(APPLY_USER)),
+                "--plans", str(plans_file),
+                "--workers", str(workers),
+                "--result", str(self.result_file),
+            ],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+            start_new_session=True,
+        )  # fmt: skip
+        self._expect("ready", 120)
+
+    @property
+    def pid(self) -> int:
+        return self.proc.pid
+
+    def go(self) -> None:
+        assert self.proc.stdin is not None
+        self.proc.stdin.write("go\n")
+        self.proc.stdin.flush()
+
+    def wait_applied(self, timeout: float) -> dict[str, Any]:
+        self._expect("done", timeout)
+        result: dict[str, Any] = json.loads(self.result_file.read_text())
+        return result
+
+    def close(self) -> None:
+        with contextlib.suppress(OSError, ValueError):
+            assert self.proc.stdin is not None
+            self.proc.stdin.write("exit\n")
+            self.proc.stdin.close()
+        try:
+            self.proc.wait(10)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+
+    def _expect(self, word: str, timeout: float) -> None:
+        assert self.proc.stdout is not None
+        timer = threading.Timer(timeout, self.proc.kill)
+        timer.start()
+        try:
+            line = self.proc.stdout.readline().strip()
+        finally:
+            timer.cancel()
+        if line != word:
+            raise RuntimeError(f"direct applier: expected {word!r}, got {line!r}")
 
 
 # ---------------------------------------------------------------------------- helpers
@@ -608,6 +709,7 @@ def run_direct_arm(
 
 def _cfg_dict(cfg: ScaleConfig) -> dict[str, Any]:
     d = asdict(cfg)
+    d["activity"] = cfg.activity.as_dict()
     d["fleet"]["nodes"] = cfg.fleet.nodes
     d["fleet"]["gpus"] = cfg.fleet.nodes * 8
     return d
@@ -624,6 +726,7 @@ def _series(cl: BenchCluster, arm: Arm) -> dict[str, Any]:
     proc = {}
     for name in (
         "operator",
+        "direct-applier",
         "kube-apiserver",
         "etcd",
         "kube-scheduler",
@@ -686,13 +789,16 @@ __all__ = ["ScaleConfig", "run_direct_arm", "run_operator_arm"]
 
 
 def startup_probe(fleet: FleetSpec, controller_qps: int, work_dir: Path, raw_dir: Path,
-                  log: Any, wait_s: float = 120.0) -> dict[str, Any]:  # fmt: skip
+                  log: Any, wait_s: float = 120.0,
+                  activity: FleetActivity | None = None) -> dict[str, Any]:  # fmt: skip
     """The operator as shipped on the fleet: does it reconcile one PDDeployment, and how soon?
     (With a kopf worker limit below the number of Nodes it never did: the start-up indexing
     deadlock described at OPERATOR_ENV.)"""
     raw_dir.mkdir(parents=True, exist_ok=True)
     out: dict[str, Any] = {"nodes": fleet.nodes, "wait_s": wait_s}
-    with BenchCluster(work_dir, fleet, controller_qps=controller_qps, log=log) as cl:
+    with BenchCluster(
+        work_dir, fleet, controller_qps=controller_qps, activity=activity, log=log
+    ) as cl:
         assert cl.cp is not None and cl.kube is not None
         cl.create_namespace(NAMESPACE)
         admin = kconfig.new_client_from_config(config_file=str(cl.cp.kubeconfig))

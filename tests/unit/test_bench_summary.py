@@ -1,0 +1,144 @@
+"""bench/pddbench/summary.py: summary.json from a run's raw results (issue 16's keys)."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
+
+from pddbench.results_file import median_view
+from pddbench.summary import NOT_MEASURED, build_summary, median_pair_index
+
+PER_SIZE_KEYS = {
+    "operator_cpu_s_per_deployment",
+    "passes_per_deployment",
+    "requests_per_deployment",
+    "ratio_median",
+    "ratio_min",
+    "ratio_max",
+    "converged",
+    "rss_mib_peak",
+    "noop_writes",
+}
+TOP_KEYS = {
+    "commit",
+    "machine",
+    "startup_s_2000_nodes",
+    "restart_first_reconcile_s",
+    "restart_all_verified_s",
+    "restart_writes",
+    "idle_cpu_pct",
+    "soak_rss_drift_pct",
+}
+
+
+def operator_arm(
+    converge_s: float | None, cpu_s: float, rss: float, writes: int, n: int
+) -> dict[str, Any]:
+    return {
+        "converged": converge_s is not None,
+        "converge_s": converge_s,
+        "operator_ready_s": 4.0,
+        "operator_process": {"cpu_seconds_run": cpu_s, "peak_rss_mib": rss},
+        "reconciles": {"per_deployment": 2.0},
+        "operator_requests": {"during_run_by_verb": {"create": 5 * n, "patch": 3 * n}},
+        "noop_resync": {
+            "operator_writes_audit": writes,
+            "operator_cpu_seconds": 1.5,
+            "window_s": 30,
+        },
+    }
+
+
+def direct_arm(converge_s: float | None, cpu_s: float) -> dict[str, Any]:
+    return {
+        "converged": converge_s is not None,
+        "converge_s": converge_s,
+        "applier_process": {"cpu_seconds_run": cpu_s},
+    }
+
+
+def results(pairs: list[dict[str, Any]], n: int = 10, nodes: int = 96) -> dict[str, Any]:
+    return {
+        "source": {"commit": "abc1234", "operator_dirty": False},
+        "machine": {"cpus": 2},
+        "fleet": {"nodes": nodes},
+        "runs": [{"n": n, "pairs": pairs, "median_pair": median_pair_index(pairs)}],
+    }
+
+
+def three_pairs(n: int = 10) -> list[dict[str, Any]]:
+    """Ratios 3, 2, 5 (operator 30/20/50 s against a direct 10 s)."""
+    return [
+        {
+            "pair": 0,
+            "operator": operator_arm(30.0, 4.0, 300, 0, n),
+            "direct": direct_arm(10.0, 1.0),
+        },
+        {
+            "pair": 1,
+            "operator": operator_arm(20.0, 2.0, 310, 2, n),
+            "direct": direct_arm(10.0, 2.0),
+        },
+        {
+            "pair": 2,
+            "operator": operator_arm(50.0, 9.0, 290, 1, n),
+            "direct": direct_arm(10.0, 3.0),
+        },
+    ]
+
+
+def test_every_key_the_issue_asks_for_is_there() -> None:
+    summary = build_summary(results(three_pairs()))
+    assert set(summary) >= TOP_KEYS
+    assert set(summary["sizes"]["10"]) >= PER_SIZE_KEYS
+
+
+def test_medians_and_spread_over_pairs() -> None:
+    s = build_summary(results(three_pairs()))["sizes"]["10"]
+    assert (s["ratio_median"], s["ratio_min"], s["ratio_max"]) == (3.0, 2.0, 5.0)
+    assert s["operator_cpu_s_per_deployment"] == 0.4  # median of 4, 2, 9 CPU-s over 10
+    assert s["direct_cpu_s_per_deployment"] == 0.2
+    assert s["requests_per_deployment"] == 8.0
+    assert s["passes_per_deployment"] == 2.0
+    assert s["rss_mib_peak"] == 310 and s["noop_writes"] == 2  # the worst pair, not a median
+    assert s["idle_cpu_pct"] == 5.0
+    assert s["converged"] is True
+
+
+def test_a_pair_that_did_not_converge_has_no_ratio_and_the_size_is_not_converged() -> None:
+    pairs = three_pairs()
+    pairs[2]["operator"] = operator_arm(None, 9.0, 290, 1, 10)
+    s = build_summary(results(pairs))["sizes"]["10"]
+    assert s["ratios"] == [3.0, 2.0]
+    assert s["ratio_median"] == 2.5
+    assert s["converged"] is False
+
+
+def test_the_median_pair_stands_for_the_size_in_tables() -> None:
+    run = results(three_pairs())["runs"][0]
+    assert run["median_pair"] == 0  # ratio 3 of 2, 3, 5
+    view = median_view(run)
+    assert view["operator"]["converge_s"] == 30.0 and view["n"] == 10
+    old_style = {"n": 5, "operator": {"converge_s": 1.0}}
+    assert median_view(old_style) is old_style
+
+
+@pytest.mark.parametrize(("nodes", "expected"), [(2000, 4.0), (96, None)])
+def test_startup_on_2000_nodes_only_when_the_fleet_had_2000(
+    nodes: int, expected: float | None
+) -> None:
+    summary = build_summary(results(three_pairs(), nodes=nodes))
+    assert summary["startup_s_2000_nodes"] == expected
+    assert summary["startup_s"] == 4.0
+
+
+def test_what_no_run_measures_is_null_not_invented() -> None:
+    summary = build_summary(results(three_pairs()))
+    assert all(summary[k] is None for k in NOT_MEASURED)
+    empty = build_summary({"runs": []})
+    assert empty["sizes"] == {} and empty["idle_cpu_pct"] is None
