@@ -61,9 +61,21 @@ omitStages: ["RequestReceived"]
 rules:
   - level: Metadata
     verbs: ["create", "update", "patch", "delete", "deletecollection"]
-  - level: None
+{reads}  - level: None
 """
 
+
+def audit_policy(read_users: Sequence[str] = ()) -> str:
+    """Every user's writes; the lists and watches of `read_users` too (what a client asks
+    the apiserver to send it: its selectors are in the request URI)."""
+    reads = ""
+    if read_users:
+        users = ", ".join(f'"{u}"' for u in read_users)
+        reads = f'  - level: Metadata\n    users: [{users}]\n    verbs: ["list", "watch"]\n'
+    return AUDIT_POLICY.format(reads=reads)
+
+
+WRITE_VERBS = frozenset({"create", "update", "patch", "delete", "deletecollection"})
 # `apiserver_request_total` spells the verb after the HTTP method except for server-side apply.
 MUTATING_VERBS = frozenset({"POST", "PUT", "PATCH", "APPLY", "DELETE", "DELETECOLLECTION"})
 
@@ -136,6 +148,7 @@ class LocalControlPlane:
         controller_qps: int = 100,
         start_timeout: float = 90.0,
         reset: bool = True,
+        audit_reads_of: Sequence[str] = (),
     ) -> None:
         self._tmp = state_dir is None
         self.state_dir = Path(state_dir or tempfile.mkdtemp(prefix="pdd-cp-")).resolve()
@@ -153,6 +166,7 @@ class LocalControlPlane:
         self._controller_qps = controller_qps
         self.start_timeout = start_timeout
         self._reset = reset
+        self._audit_reads_of = tuple(audit_reads_of)
         self._users: dict[str, StaticUser] = {}
         self._components: dict[str, procs.Component] = {}
         self._ports: dict[str, int] = {}
@@ -427,7 +441,7 @@ class LocalControlPlane:
 
     def _write_audit_policy(self) -> Path:
         path = self.state_dir / "audit-policy.yaml"
-        path.write_text(AUDIT_POLICY)
+        path.write_text(audit_policy(self._audit_reads_of))
         return path
 
     def pause_etcd(self, seconds: float) -> None:
@@ -457,6 +471,8 @@ class LocalControlPlane:
                     continue
                 if event.get("user", {}).get("username") != user:
                     continue
+                if event.get("verb") not in WRITE_VERBS:  # reads are audited for some users
+                    continue
                 ref = event.get("objectRef", {})
                 if namespace is not None and ref.get("namespace") != namespace:
                     continue
@@ -466,6 +482,25 @@ class LocalControlPlane:
                 if wanted is None or resource in wanted:
                     count += 1
         return count
+
+    def reads_by(self, user: str, resource: str) -> list[tuple[str, str]]:
+        """(verb, request URI) of each list and watch of `resource` by `user`; only for a
+        user named in `audit_reads_of`."""
+        # A watch is logged when its response starts and again when it ends: one per ID.
+        seen: dict[str, tuple[str, str]] = {}
+        if not self.audit_log.exists():
+            return []
+        with self.audit_log.open(encoding="utf-8") as fh:
+            for line in fh:
+                event = json.loads(line)
+                if event.get("user", {}).get("username") != user:
+                    continue
+                if event.get("verb") not in ("list", "watch"):
+                    continue
+                if event.get("objectRef", {}).get("resource") != resource:
+                    continue
+                seen[event["auditID"]] = (event["verb"], event.get("requestURI", ""))
+        return list(seen.values())
 
     def _component_common_argv(self, name: str, user: str) -> list[str]:
         kubeconfig = self.state_dir / f"kubeconfig-{name}"

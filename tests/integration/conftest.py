@@ -54,8 +54,11 @@ def control_plane(
     request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[LocalControlPlane]:
     state = tmp_path_factory.mktemp("controlplane")
-    # The operator runs as its own user, so the audit log tells its writes from everyone's.
-    with LocalControlPlane(state, users={OPERATOR_USER: ["system:masters"]}) as cp:
+    # The operator runs as its own user, so the audit log tells its writes from everyone's;
+    # its lists and watches too: what it asks the apiserver to send (test_operator_watches).
+    with LocalControlPlane(
+        state, users={OPERATOR_USER: ["system:masters"]}, audit_reads_of=[OPERATOR_USER]
+    ) as cp:
         banner = (
             f"kube-apiserver {cp.version}, etcd {cp.etcd_version} at {cp.server}, "
             f"started in {cp.start_seconds:.1f}s; logs in {state / 'logs'}"

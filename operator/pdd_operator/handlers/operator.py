@@ -18,7 +18,7 @@ from pdd_operator.config import OperatorConfig
 from pdd_operator.handlers.runtime import OperatorRuntime
 from pdd_operator.handlers.view import CHILD_INDEX_PREFIX, IndexView
 from pdd_operator.kube.client import load_configuration
-from pdd_operator.kube.resources import CHILD_KINDS
+from pdd_operator.kube.resources import CHILD_KINDS, ROLE_SCALER, Kind
 from pdd_operator.planning.compact import compact_node, compact_pod
 from pdd_operator.reconcile import Reconciler
 from pdd_operator.rendering.context import OperatorSettings
@@ -32,6 +32,9 @@ from pdd_operator.status.observe import (
 
 log = logging.getLogger(__name__)
 MANAGED = {"app.kubernetes.io/managed-by": names.MANAGED_BY}
+REPLICASETS = Kind("apps/v1", "ReplicaSet", "replicasets")
+# Every handler of these kinds filters on MANAGED, so the apiserver may filter for us.
+OWN_LABELLED_KINDS = (*CHILD_KINDS, ROLE_SCALER, REPLICASETS)
 
 
 @kopf.on.login()
@@ -77,7 +80,22 @@ async def startup(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) ->
     # holding its slot), so none by default; the reconciler bounds its own passes instead.
     settings.queueing.worker_limit = config.worker_limit or None
     settings.persistence.diffbase_storage = NoDiffBase()
+    watch_only_ours(settings)
     memo["runtime"] = OperatorRuntime.start(config)
+
+
+def watch_only_ours(settings: kopf.OperatorSettings) -> None:
+    """Server-side label selectors for the kinds whose every handler filters on MANAGED.
+
+    kopf's `labels=` filters run in the operator: without these the apiserver sends every
+    StatefulSet, Service, Secret... of the whole cluster, and each is parsed and dropped.
+    kopf opens one watch per resource and applies a selector to all its handlers, so a kind
+    qualifies only when all of its handlers want our objects alone. Pods do not: the GPU
+    capacity index needs every bound pod; Nodes neither (all of them are the fleet).
+    """
+    selector = ",".join(f"{k}={v}" for k, v in MANAGED.items())
+    for kind in OWN_LABELLED_KINDS:
+        settings.watching.label_selectors[kind.group, kind.version, kind.plural] = selector
 
 
 class NoDiffBase(kopf.DiffBaseStorage):
