@@ -14,6 +14,7 @@ import contextlib
 import itertools
 import logging
 import threading
+import time
 import zlib
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -53,6 +54,8 @@ DAEMONS = (
     "gpu-feature-discovery",
 )
 NODE_CONDITIONS = ("MemoryPressure", "DiskPressure", "PIDPressure", "Ready")
+# A heartbeat this late (s) is counted: the simulator is not keeping the kubelet's pace.
+HEARTBEAT_LATE_S = 1.0
 FOREIGN_GPU_SIZES = (1, 2, 4, 8)  # GPUs of successive foreign pods, round-robin
 LABEL_SIMULATED = "pdd.dev/simulated"  # "daemon" or "foreign": what the simulator made
 
@@ -217,19 +220,20 @@ def phase_offset(name: str, period: float) -> float:
 class FleetActivityRunner:
     """Sends the traffic of a `FleetActivity` for the nodes a simulator has.
 
-    `node_names()` is asked at every heartbeat, so a deleted node stops sending; `count(name)`
-    adds one to a simulator counter."""
+    The simulator calls `node_added` for each node it registers; `has_node(name)` is asked at
+    every heartbeat, so a deleted node stops sending; `count(name)` adds one to a simulator
+    counter."""
 
     def __init__(
         self,
         kubeconfig: Path | str,
         activity: FleetActivity,
-        node_names: Callable[[], list[str]],
+        has_node: Callable[[str], bool],
         count: Callable[[str], None],
         workers: int = 4,
     ) -> None:
         self.activity = activity
-        self._node_names = node_names
+        self._has_node = has_node
         self._count = count
         self._kube = KubeJson(kubeconfig, pool_size=workers + 2)
         self._pool = ThreadPoolExecutor(workers, thread_name_prefix="fleet-activity")
@@ -239,8 +243,6 @@ class FleetActivityRunner:
 
     def start(self) -> FleetActivityRunner:
         self._timers.start()
-        for name in self._node_names():
-            self.node_added(name, create_daemon_pods=False)
         if self.activity.foreign_gpu_pods:
             self._ensure_namespace(FOREIGN_NAMESPACE)
             # Staggered over one lifetime, so the churn is even from the start.
@@ -267,22 +269,19 @@ class FleetActivityRunner:
 
     # ------------------------------------------------------------------ per node
 
-    def node_added(self, node: str, *, create_daemon_pods: bool = True) -> None:
-        """Creates the node's daemon pods (when asked) and starts its heartbeats."""
-        if create_daemon_pods:
-            for daemon in DAEMONS[: self.activity.daemon_pods_per_node]:
-                self._create(
-                    f"/api/v1/namespaces/{DAEMON_NAMESPACE}/pods", daemon_pod(node, daemon)
-                )
-                self._count("daemon_pods_created")
-        if self.activity.lease_renew_s is not None:
-            period = self.activity.lease_renew_s
-            renew = _logged(partial(self._renew_lease, node))
-            self._timers.call_later(phase_offset(node, period), renew)
-        if self.activity.node_status_report_s is not None:
-            period = self.activity.node_status_report_s
-            report = _logged(partial(self._report_status, node))
-            self._timers.call_later(phase_offset(node, period), report)
+    def node_added(self, node: str) -> None:
+        """Creates the node's daemon pods and starts its heartbeats."""
+        for daemon in DAEMONS[: self.activity.daemon_pods_per_node]:
+            self._create(f"/api/v1/namespaces/{DAEMON_NAMESPACE}/pods", daemon_pod(node, daemon))
+            self._count("daemon_pods_created")
+        beats = (
+            (self.activity.lease_renew_s, self._renew_lease, "lease_renewals"),
+            (self.activity.node_status_report_s, self._report_status, "node_status_reports"),
+        )
+        for period, action, counter in beats:
+            if period is not None:
+                due = time.monotonic() + phase_offset(node, period)
+                self._arm(_Beat(node, period, action, counter), due)
 
     def node_removed(self, node: str) -> None:
         """The kubelet is gone: its Lease goes (the heartbeats stop by themselves)."""
@@ -291,9 +290,25 @@ class FleetActivityRunner:
                 "DELETE", f"/apis/coordination.k8s.io/v1/namespaces/{LEASE_NAMESPACE}/leases/{node}"
             )
 
-    def _renew_lease(self, node: str) -> None:
-        if not self._still_there(node):
+    def _arm(self, beat: _Beat, due: float) -> None:
+        self._timers.call_later(due - time.monotonic(), _logged(partial(self._run_beat, beat, due)))
+
+    def _run_beat(self, beat: _Beat, due: float) -> None:
+        """One heartbeat, and the next one period after this one was due (not after it ran,
+        so a slow apiserver shows as lateness instead of a longer period)."""
+        if self._stop.is_set() or not self._has_node(beat.node):
             return
+        now = time.monotonic()
+        if now - due > HEARTBEAT_LATE_S:
+            self._count("heartbeats_late")
+        try:
+            beat.action(beat.node)
+            self._count(beat.counter)
+        finally:
+            if not self._stop.is_set():
+                self._arm(beat, max(due + beat.period, now))
+
+    def _renew_lease(self, node: str) -> None:
         path = f"/apis/coordination.k8s.io/v1/namespaces/{LEASE_NAMESPACE}/leases/{node}"
         now = now_micro()
         try:
@@ -307,30 +322,14 @@ class FleetActivityRunner:
                 f"/apis/coordination.k8s.io/v1/namespaces/{LEASE_NAMESPACE}/leases",
                 lease_object(node, now),
             )
-        finally:
-            self._again(self.activity.lease_renew_s, partial(self._renew_lease, node))
-        self._count("lease_renewals")
 
     def _report_status(self, node: str) -> None:
-        if not self._still_there(node):
-            return
-        try:
-            self._kube.request(
-                "PATCH",
-                f"/api/v1/nodes/{node}/status",
-                body=heartbeat_patch(datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")),
-                content_type=STRATEGIC_MERGE_PATCH,
-            )
-        finally:
-            self._again(self.activity.node_status_report_s, partial(self._report_status, node))
-        self._count("node_status_reports")
-
-    def _still_there(self, node: str) -> bool:
-        return not self._stop.is_set() and node in self._node_names()
-
-    def _again(self, period: float | None, fn: Callable[[], None]) -> None:
-        if period is not None and not self._stop.is_set():
-            self._timers.call_later(period, _logged(fn))
+        self._kube.request(
+            "PATCH",
+            f"/api/v1/nodes/{node}/status",
+            body=heartbeat_patch(datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")),
+            content_type=STRATEGIC_MERGE_PATCH,
+        )
 
     # ------------------------------------------------------------------ foreign pods
 
@@ -368,6 +367,16 @@ class FleetActivityRunner:
         except ApiException as e:
             if e.status != 409:
                 raise
+
+
+@dataclass(frozen=True)
+class _Beat:
+    """A node's periodic request: its Lease renewal or its status report."""
+
+    node: str
+    period: float
+    action: Callable[[str], None]
+    counter: str
 
 
 def _logged(fn: Callable[[], None]) -> Callable[[], None]:
