@@ -76,11 +76,13 @@ def size_summary(run: dict[str, Any]) -> dict[str, Any]:
     directs = [p.get("direct") or {} for p in pairs]
     ratios = [r for r in (pair_ratio(p) for p in pairs) if r is not None]
     arms = [a for a in ops + directs if a]  # an arm skipped (--skip) is not judged
+    cpu = [_per(_g(o, "operator_process", "cpu_seconds_run"), n) for o in ops]
     return {
         "pairs": len(pairs),
-        "operator_cpu_s_per_deployment": _median(
-            _per(_g(o, "operator_process", "cpu_seconds_run"), n) for o in ops
-        ),
+        "operator_cpu_s_per_deployment": _median(cpu),
+        "operator_cpu_s_per_deployment_pairs": [
+            round(c, 4) if c is not None else None for c in cpu
+        ],
         "direct_cpu_s_per_deployment": _median(
             _per(_g(d, "applier_process", "cpu_seconds_run"), n) for d in directs
         ),

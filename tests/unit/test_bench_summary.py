@@ -102,6 +102,7 @@ def test_medians_and_spread_over_pairs() -> None:
     s = build_summary(results(three_pairs()))["sizes"]["10"]
     assert (s["ratio_median"], s["ratio_min"], s["ratio_max"]) == (3.0, 2.0, 5.0)
     assert s["operator_cpu_s_per_deployment"] == 0.4  # median of 4, 2, 9 CPU-s over 10
+    assert s["operator_cpu_s_per_deployment_pairs"] == [0.4, 0.2, 0.9]
     assert s["direct_cpu_s_per_deployment"] == 0.2
     assert s["requests_per_deployment"] == 8.0
     assert s["passes_per_deployment"] == 2.0
