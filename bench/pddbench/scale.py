@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -316,7 +317,7 @@ def run_operator_arm(
             req_before = cl.request_totals()
             cpu_before = _proc_cpu(cl, "operator")
             if cfg.profile:
-                profiler = _start_profiler(op.proc.pid, raw_dir / "operator-profile.txt")
+                profiler = _start_profiler(op.proc.pid, raw_dir / "operator-profile.txt", log)
             apply_kube = KubeApi(
                 kconfig.new_client_from_config(config_file=str(cl.kubeconfig_for(APPLY_USER))),
                 "bench-user",
@@ -587,7 +588,7 @@ def run_direct_arm(
             req_before = cl.request_totals()
             cpu_before = _proc_cpu(cl, "direct-applier")
             if cfg.profile:
-                profiler = _start_profiler(applier.pid, raw_dir / "direct-profile.txt")
+                profiler = _start_profiler(applier.pid, raw_dir / "direct-profile.txt", log)
             arm.start_clock(watcher)
             applier.go()
             applied = applier.wait_applied(cfg.converge_timeout)
@@ -762,12 +763,19 @@ def _count_warnings(path: Path) -> dict[str, int]:
     return counts
 
 
-def _start_profiler(pid: int, out: Path) -> subprocess.Popen[bytes] | None:
-    spy = Path(sys.executable).parent / "py-spy"
-    if not spy.exists():
+def _py_spy() -> str | None:
+    """py-spy beside the interpreter (the venv), else on PATH."""
+    beside = Path(sys.executable).parent / "py-spy"
+    return str(beside) if beside.exists() else shutil.which("py-spy")
+
+
+def _start_profiler(pid: int, out: Path, log: Any) -> subprocess.Popen[bytes] | None:
+    spy = _py_spy()
+    if spy is None:
+        log("    py-spy not found (venv or PATH): this arm is not profiled")
         return None
     return subprocess.Popen(
-        [str(spy), "record", "--pid", str(pid), "--rate", "25", "--format", "raw",
+        [spy, "record", "--pid", str(pid), "--rate", "25", "--format", "raw",
          "--nonblocking", "--output", str(out)],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
