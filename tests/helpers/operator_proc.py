@@ -7,6 +7,8 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -15,6 +17,7 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from helpers import waits
+from pdd_localcluster import LocalControlPlane
 
 ROOT = Path(__file__).resolve().parents[2]
 CRD_FILE = ROOT / "crds" / "pdd.dev_pddeployments.yaml"
@@ -160,3 +163,18 @@ class OperatorProcess:
             if line.startswith(name) and not line.startswith("#"):
                 total += float(line.rsplit(" ", 1)[1])
         return total
+
+
+@contextmanager
+def operator_on(
+    plane: LocalControlPlane, api: client.ApiClient, log_dir: Path
+) -> Iterator[OperatorProcess]:
+    """The CRDs installed and the real operator running against `plane` as OPERATOR_USER
+    (resync every 2 s, so tests do not wait for the chart's default); killed after the block."""
+    install_crd(api)
+    identity = plane.kubeconfig_for(OPERATOR_USER)
+    proc = OperatorProcess(identity, log_dir / "operator.log", resync_seconds=2.0).start()
+    try:
+        yield proc
+    finally:
+        proc.kill()

@@ -13,7 +13,7 @@ import pytest
 from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
 
-from helpers.operator_proc import OPERATOR_USER, OperatorProcess, install_crd
+from helpers.operator_proc import OPERATOR_USER, OperatorProcess, operator_on
 from pdd_localcluster import LocalControlPlane, NodeSimulator, gpu_fleet
 
 INTEGRATION_DIR = Path(__file__).parent
@@ -95,12 +95,8 @@ def operator(
     tmp_path_factory: pytest.TempPathFactory,
 ) -> Iterator[OperatorProcess]:
     """The real operator process, one per test module that asks for it, as OPERATOR_USER."""
-    install_crd(api_client)
-    log = tmp_path_factory.mktemp("operator") / "operator.log"
-    identity = control_plane.kubeconfig_for(OPERATOR_USER)
-    proc = OperatorProcess(identity, log, resync_seconds=2.0).start()
-    yield proc
-    proc.kill()
+    with operator_on(control_plane, api_client, tmp_path_factory.mktemp("operator")) as proc:
+        yield proc
 
 
 @pytest.fixture

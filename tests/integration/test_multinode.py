@@ -19,7 +19,7 @@ import pytest
 from kubernetes import client, config
 
 from helpers.factories import pdd_body
-from helpers.operator_proc import OPERATOR_USER, OperatorProcess, install_crd
+from helpers.operator_proc import OPERATOR_USER, OperatorProcess, operator_on
 from helpers.waits import wait_for
 from pdd_localcluster import LocalControlPlane, NodeSimulator, gpu_fleet
 
@@ -64,12 +64,8 @@ def gang_operator(
     fleet: NodeSimulator,
     tmp_path_factory: pytest.TempPathFactory,
 ) -> Iterator[OperatorProcess]:
-    install_crd(api)
-    log = tmp_path_factory.mktemp("gang-operator") / "operator.log"
-    identity = gang_plane.kubeconfig_for(OPERATOR_USER)
-    proc = OperatorProcess(identity, log, resync_seconds=2.0).start()
-    yield proc
-    proc.kill()
+    with operator_on(gang_plane, api, tmp_path_factory.mktemp("gang-operator")) as proc:
+        yield proc
 
 
 @pytest.fixture
