@@ -103,6 +103,22 @@ def with_replicas(spec: PDDeploymentSpec, replicas: Mapping[str, int]) -> PDDepl
     )
 
 
+def leader_role(spec: PDDeploymentSpec) -> str:
+    """The role with the scale target where the other follows it (decode unless decode
+    follows)."""
+    auto = spec.autoscaling
+    return "prefill" if auto is not None and auto.follower == "decode" else "decode"
+
+
+def follower_replicas(spec: PDDeploymentSpec, leader: int) -> int:
+    """The follower's count for `leader` pods of the leader, at the ratio and within the
+    follower's bounds (the count of one slice, or of the whole deployment)."""
+    auto = spec.autoscaling
+    if auto is None or auto.follower == "none":
+        raise ValueError("follower_replicas needs spec.autoscaling.follower")
+    return _follow(spec, auto, {leader_role(spec): leader})
+
+
 def _follow(spec: PDDeploymentSpec, auto: AutoscalingSpec, counts: Mapping[str, int]) -> int:
     follower = auto.follower
     leader = "decode" if follower == "prefill" else "prefill"
