@@ -17,8 +17,8 @@ import asyncio
 import logging
 import secrets
 import time
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import asdict, dataclass, field, replace
 from datetime import UTC, datetime
 from typing import Any, Protocol
 
@@ -26,7 +26,7 @@ from pydantic import ValidationError
 
 from pdd_operator.api import names
 from pdd_operator.api.names import DeploymentKey
-from pdd_operator.api.v1alpha1 import Condition, PDDeployment, PDDeploymentStatus
+from pdd_operator.api.v1alpha1 import Condition, PDDeployment, PDDeploymentStatus, SliceStatus
 from pdd_operator.engines.base import role_spec
 from pdd_operator.kube.client import api_error_message, namespace_unavailable
 from pdd_operator.kube.resources import POD, ROLE_SCALER, SECRET, Kind, kind_of
@@ -49,8 +49,9 @@ from pdd_operator.planning.placement import (
     plan_placement,
 )
 from pdd_operator.planning.probe_pairs import per_rank_probes
-from pdd_operator.planning.reservations import ReservationLedger
+from pdd_operator.planning.reservations import ReservationLedger, slice_reservation
 from pdd_operator.planning.rollout import rollout_partitions
+from pdd_operator.planning.slices import Slice, scale_by_slices, slices_possible
 from pdd_operator.rendering.children import child_key, owner_reference, render_children
 from pdd_operator.rendering.context import OperatorSettings, RenderContext
 from pdd_operator.rendering.roles import engine_revision
@@ -63,6 +64,7 @@ from pdd_operator.status.compute import (
     compute_status,
     instances_state,
     is_ready,
+    slices_state,
 )
 from pdd_operator.status.conditions import transition_events
 from pdd_operator.status.corrections import Correction, CorrectionLog, drifted
@@ -176,6 +178,20 @@ class _Changes:
 
 
 @dataclass(frozen=True)
+class _Scaling:
+    """The counts a pass runs: per role in all (what the scale targets show) and, for a
+    deployment that may grow by slices, per slice (home first; empty otherwise)."""
+
+    plan: ScalingPlan
+    slices: tuple[Slice, ...] = ()
+
+    @property
+    def home(self) -> Mapping[str, int]:
+        """The counts of the home slice: what the spec says from here on (its StatefulSets)."""
+        return self.slices[0].counts if self.slices else self.plan.replicas
+
+
+@dataclass(frozen=True)
 class _Blocked:
     """Why a pass could not write its children: a condition reason and the user's message."""
 
@@ -238,6 +254,9 @@ class Reconciler:
         self.token_recheck_s = token_recheck_s
         self._short_attempts: dict[DeploymentKey, int] = {}
         self._reservations = ReservationLedger()
+        # The slices each deployment grown beyond its home domain runs (status.slices says the
+        # same once written; this holds between the pass that opens one and that write).
+        self._slices: dict[DeploymentKey, tuple[Slice, ...]] = {}
         self._own_writes = OwnStatusWrites()
         self._rendered: dict[DeploymentKey, _Rendered] = {}
         self._corrections = CorrectionLog()
@@ -286,6 +305,7 @@ class Reconciler:
         """The deployment is gone: its reservation and everything remembered about it."""
         self._states.pop(key, None)
         self._reservations.release(key)
+        self._slices.pop(key, None)
         self._own_writes.forget(key)
         self._rendered.pop(key, None)
         self._corrections.forget(key)
@@ -324,11 +344,13 @@ class Reconciler:
     async def _converge(self, pdd: PDDeployment, body: Mapping[str, Any]) -> None:
         # From here on the spec says the counts being run: what the scale targets ask for,
         # within spec.autoscaling's bounds and ratio (the spec's own counts without it).
+        # The home slice's counts, that is; slices beyond it are rendered from scaling.slices.
         scaling = self._scaling(pdd)
-        pdd = pdd.model_copy(update={"spec": with_replicas(pdd.spec, scaling.replicas)})
+        pdd = pdd.model_copy(update={"spec": with_replicas(pdd.spec, scaling.home)})
         observed = self.view.children(_key(pdd))
         placement = self._place(pdd)
-        desired = self._render(pdd, self._render_context(pdd, placement, observed))
+        ctx = self._render_context(pdd, placement, observed, scaling.slices[1:])
+        desired = self._render(pdd, ctx)
         model = await self._check_model(pdd)
         # Looked at before the engines are applied: a Secret of the token's name that is not
         # this deployment's holds a token someone else may know, and their pods mount it.
@@ -347,13 +369,13 @@ class Reconciler:
             blocked = await self._create_token_if_missing(pdd, token)
         if not blocked.message:
             try:
-                blocked = await self._sync_scalers(pdd, scaling)
+                blocked = await self._sync_scalers(pdd, scaling.plan)
             except _NamespaceGoingAway:
                 return
         if not blocked.message:
             await self._restart_broken_instances(pdd, body)
         refusals = await self._refusals(pdd)
-        observed_now = self._observed(pdd, desired, placement, blocked)
+        observed_now = self._observed(pdd, desired, placement, blocked, scaling)
         autoscaled = pdd.spec.autoscaling is not None
         status = await self._status(
             pdd,
@@ -362,8 +384,9 @@ class Reconciler:
                 model=model,
                 refusals=refusals,
                 gang=gang,
-                scaled_to_zero=scaling.scaled_to_zero if autoscaled else None,
-                scaling_held=scaling.held if autoscaled else None,
+                scaled_to_zero=scaling.plan.scaled_to_zero if autoscaled else None,
+                scaling_held=scaling.plan.held if autoscaled else None,
+                slices=[SliceStatus(**asdict(piece)) for piece in scaling.slices],
             ),
         )
         await self._write_status(pdd, body, status)
@@ -493,24 +516,42 @@ class Reconciler:
 
     # ------------------------------------------------------------------------------ plan
 
-    def _scaling(self, pdd: PDDeployment) -> ScalingPlan:
+    def _scaling(self, pdd: PDDeployment) -> _Scaling:
         """The counts to run, from what the deployment's scale targets ask for."""
         if pdd.spec.autoscaling is None:
-            return plan_scaling(pdd.spec, {})
+            return _Scaling(plan_scaling(pdd.spec, {}))
         key = _key(pdd)
         asked = {role: s.replicas for role, s in self.view.scalers(key).items()}
         running = {
             s.role: s.workload.desired
             for s in self.view.children(key).values()
-            if s.key[1] == "StatefulSet" and s.workload is not None and s.role
+            if s.key[1] == "StatefulSet"
+            and s.workload is not None
+            and s.role
+            and _slice_of(pdd, s.key[2]) == 0
         }
-        hold = hold_decode_growth(pdd.spec, asked, running, self._kv_path_problem(pdd))
-        plan = plan_scaling(pdd.spec, hold.asks)
         domain = self._placed_domain(pdd)
+        placed = domain is not None and len(running) == len(names.ROLES)
+        home = further = None
+        if domain is not None and placed and slices_possible(pdd.spec):
+            home = Slice(0, domain[0], domain[1], running["prefill"], running["decode"])
+            further = self._further_slices(pdd, home)
+        # The KV-path guard holds decode at what runs in all slices.
+        total = {
+            role: n + sum(s.replicas(role) for s in further or ()) for role, n in running.items()
+        }
+        hold = hold_decode_growth(pdd.spec, asked, total, self._kv_path_problem(pdd))
+        plan = plan_scaling(pdd.spec, hold.asks)
+        if domain is None or not placed:
+            self._slices.pop(key, None)
+            self._reservations.set_slices(key, ())
+            return _Scaling(with_hold(plan, hold, asked))  # the planner's first job
+        if home is not None and further is not None:
+            sliced = self._scale_by_slices(pdd, plan, home, further)
+            return replace(sliced, plan=with_hold(sliced.plan, hold, asked))
         grows = any(plan.replicas[role] > running.get(role, 0) for role in names.ROLES)
-        if domain is None or len(running) < len(names.ROLES) or not grows:
-            # nothing placed yet (the planner's first job), or no growth
-            return with_hold(plan, hold, asked)
+        if not grows:
+            return _Scaling(with_hold(plan, hold, asked))
         fleet = self.view.fleet()
         reserved = self._reservations.reserved_elsewhere(key, fleet)
         own = fleet.held.get(key, {})
@@ -520,7 +561,9 @@ class Reconciler:
             return fits_domain(spec, fleet, domain[0], domain[1], reserved, own)
 
         where = f"{domain[0]}={domain[1]}"
-        return with_hold(fit_to_room(pdd.spec, hold.asks, running, fits, where), hold, asked)
+        return _Scaling(
+            with_hold(fit_to_room(pdd.spec, hold.asks, running, fits, where), hold, asked)
+        )
 
     def _kv_path_problem(self, pdd: PDDeployment) -> str:
         """How the KV path is degraded, from the prober pods' latest answers (the source of
@@ -534,6 +577,33 @@ class Reconciler:
             f"KVTransferVerified=False, {outcome.reason}: {measured.measuredGBps:g} GB/s "
             f"measured, {measured.expectedGBps:g} GB/s expected"
         )
+
+    def _scale_by_slices(
+        self, pdd: PDDeployment, plan: ScalingPlan, home: Slice, further: Sequence[Slice]
+    ) -> _Scaling:
+        """Spread the counts over the home slice and the slices running in further domains;
+        remember and reserve them."""
+        key = _key(pdd)
+        fleet = self.view.fleet()
+        reserved = self._reservations.reserved_elsewhere(key, fleet)
+        own = fleet.held.get(key, {})
+        plan, sliced = scale_by_slices(pdd.spec, plan, [home, *further], fleet, reserved, own)
+        self._slices[key] = sliced.slices
+        marks = tuple(slice_reservation(pdd.spec, piece) for piece in sliced.slices[1:])
+        self._reservations.set_slices(key, marks)
+        return _Scaling(plan, sliced.slices)
+
+    def _further_slices(self, pdd: PDDeployment, home: Slice) -> list[Slice]:
+        """The slices beyond the home one that run now: as the last pass planned them, or as
+        status.slices says after a restart of the operator."""
+        remembered = self._slices.get(_key(pdd))
+        if remembered is not None:
+            return [s for s in remembered[1:] if s.level == home.level]
+        return [
+            Slice(s.index, s.level, s.domain, s.prefill, s.decode)
+            for s in pdd.status.slices
+            if s.index > 0 and s.level == home.level and s.domain != home.domain
+        ]
 
     def _placed_domain(self, pdd: PDDeployment) -> tuple[str, str] | None:
         """(level, domain) the slice runs in; None when it is not placed in one."""
@@ -562,6 +632,7 @@ class Reconciler:
         pdd: PDDeployment,
         placement: PlacementResult,
         observed: Mapping[ChildKey, ChildSummary],
+        slices: tuple[Slice, ...] = (),
     ) -> RenderContext:
         # Roles of single-node instances roll by StatefulSet partition; an instance over
         # several nodes is a StatefulSet of its own and is not partitioned.
@@ -570,13 +641,12 @@ class Reconciler:
             for role in names.ROLES
             if role_spec(pdd.spec, role).nodesPerInstance == 1
         }
+        # The coordinated rollout steps the home slice (slices beyond it roll on their own).
+        home = [c for c in observed.values() if _slice_of(pdd, c.key[2]) == 0]
         partitions = rollout_partitions(
-            engine_revision(pdd.spec),
-            replicas,
-            observed.values(),
-            self.view.pods(_key(pdd)),
+            engine_revision(pdd.spec), replicas, home, self.view.pods(_key(pdd))
         )
-        return RenderContext(self.settings, placement.placement, partitions)
+        return RenderContext(self.settings, placement.placement, partitions, slices=slices)
 
     # ------------------------------------------------------------------------------ render
 
@@ -814,9 +884,8 @@ class Reconciler:
         existing = self.view.scalers(key)
         wanted = scale_target_roles(pdd.spec)
         ready = {
-            s.role: s.workload.ready
-            for s in self.view.children(key).values()
-            if s.workload is not None and s.role
+            role: state.ready
+            for role, state in _role_workloads(pdd, self.view.children(key).values()).items()
         }
         try:
             for role in wanted:
@@ -906,24 +975,18 @@ class Reconciler:
         desired: _Desired,
         placement: PlacementResult,
         blocked: _Blocked,
+        scaling: _Scaling,
     ) -> Observed:
         key = _key(pdd)
         children = self.view.children(key)
-        seen: dict[str, list[WorkloadState]] = {}
-        for k, summary in children.items():
-            if summary.workload is not None and summary.role:
-                state = _as_seen(summary.workload, summary.applied_hash, desired.hashes.get(k))
-                seen.setdefault(summary.role, []).append(state)
-        workloads = {
-            role: states[0] if len(states) == 1 else instances_state(states)
-            for role, states in seen.items()
-        }
+        workloads = _role_workloads(pdd, children.values(), desired.hashes)
         pods = self.view.pods(key)
         outcome = _transfer_outcome(pdd, pods)
+        routers = pdd.spec.router.replicas * max(len(scaling.slices), 1)
         wanted = {
-            "prefill": pdd.spec.prefill.replicas,
-            "decode": pdd.spec.decode.replicas,
-            "router": pdd.spec.router.replicas if pdd.spec.router.enabled else 0,
+            "prefill": scaling.plan.replicas["prefill"],
+            "decode": scaling.plan.replicas["decode"],
+            "router": routers if pdd.spec.router.enabled else 0,
         }
         return Observed(
             workloads=workloads,
@@ -1088,6 +1151,43 @@ def _transfer_outcome(pdd: PDDeployment, pods: Sequence[PodSummary]) -> Transfer
     if per_rank_probes(pdd):
         return rank_transfer_outcome(pdd, rank_probers(pdd, pods))
     return transfer_outcome(pdd, prober(pods, pdd.name, pdd.spec.prefill.nodesPerInstance))
+
+
+def _slice_of(pdd: PDDeployment, child_name: str) -> int:
+    """The slice a child belongs to by its name (names.slice_name); 0: the home slice."""
+    for role in (*names.ROLES, "router"):
+        prefix = names.role_name(pdd.name, role) + "-s"
+        if child_name.startswith(prefix) and child_name[len(prefix) :].isdigit():
+            return int(child_name[len(prefix) :])
+    return 0
+
+
+def _role_workloads(
+    pdd: PDDeployment,
+    children: Iterable[ChildSummary],
+    hashes: Mapping[ChildKey, str] | None = None,
+) -> dict[str, WorkloadState]:
+    """Each role's workload state: its StatefulSet (or router Deployment); summed over the
+    slices where it has one per slice, counted in instances where instances span nodes.
+    With the render's `hashes`, a workload not yet at its render counts as unsettled."""
+    seen: dict[str, list[tuple[int, WorkloadState]]] = {}
+    for summary in children:
+        if summary.workload is None or not summary.role:
+            continue
+        state = summary.workload
+        if hashes is not None:
+            state = _as_seen(state, summary.applied_hash, hashes.get(summary.key))
+        seen.setdefault(summary.role, []).append((_slice_of(pdd, summary.key[2]), state))
+    workloads = {}
+    for role, found in seen.items():
+        states = [state for _, state in sorted(found, key=lambda pair: pair[0])]
+        if len(states) == 1:
+            workloads[role] = states[0]
+        elif role in names.ROLES and role_spec(pdd.spec, role).nodesPerInstance > 1:
+            workloads[role] = instances_state(states)
+        else:
+            workloads[role] = slices_state(states)
+    return workloads
 
 
 def _key(pdd: PDDeployment) -> DeploymentKey:

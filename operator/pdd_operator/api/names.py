@@ -37,6 +37,10 @@ MANAGED_BY = "pdd-operator"
 # The operator's own bookkeeping on its children; nothing else reads them.
 ANNOTATION_OWNER_NAME = "pdd.dev/deployment-name"
 ANNOTATION_APPLIED_HASH = "pdd.dev/applied-hash"
+# The slice (index >= 1) a pod beyond the deployment's home domain belongs to; pods of the
+# home slice carry none (their template is what it was before slices existed).
+LABEL_SLICE = "pdd.dev/slice"
+LABEL_APP_INSTANCE = "app.kubernetes.io/instance"
 
 
 def prober_pod_name(name: str, prefill_nodes: int = 1) -> str:
@@ -75,6 +79,18 @@ def instance_id(name: str) -> str:
 def role_name(name: str, role: str) -> str:
     """StatefulSet and headless Service of a role (and the router's Deployment/Service)."""
     return f"{instance_id(name)}-{role}"
+
+
+def slice_name(name: str, role: str, index: int) -> str:
+    """StatefulSet of a role (or the router's Deployment) in slice `index` >= 1: its pods are
+    `<this>-<ordinal>` (`<id>-prefill-s99` is 52 characters at most)."""
+    return f"{role_name(name, role)}-s{index}"
+
+
+def slice_instance(name: str, index: int) -> str:
+    """The app.kubernetes.io/instance of a slice's pods: the home slice's is the instance id,
+    so a router selecting on it pairs only the home slice's pods."""
+    return instance_id(name) if index == 0 else f"{instance_id(name)}-s{index}"
 
 
 def instance_name(name: str, role: str, index: int) -> str:
@@ -123,7 +139,7 @@ def common_labels(name: str, component: str) -> dict[str, str]:
     """Recommended labels plus the pdd.dev ones the operator selects on."""
     return {
         "app.kubernetes.io/name": "pdd",
-        "app.kubernetes.io/instance": instance_id(name),
+        LABEL_APP_INSTANCE: instance_id(name),
         "app.kubernetes.io/component": component,
         "app.kubernetes.io/part-of": "pdd",
         "app.kubernetes.io/managed-by": MANAGED_BY,

@@ -1485,6 +1485,19 @@ class RankTransferStatus(Model):
     message: str = Field(default="", description="Measured vs expected, and what to check.")
 
 
+class SliceStatus(Model):
+    """A group of prefill and decode pods in one topology domain, paired among themselves
+    (docs/autoscaling.md, "Slices"). Slice 0 is the home domain (status.placement)."""
+
+    model_config = ConfigDict(extra="ignore", frozen=True)
+
+    index: int = 0
+    level: str = ""
+    domain: str = ""
+    prefill: int = Field(default=0, description="Prefill pods the slice runs.")
+    decode: int = Field(default=0, description="Decode pods the slice runs.")
+
+
 class TransferStatus(Model):
     model_config = ConfigDict(extra="ignore", frozen=True)
 
@@ -1526,6 +1539,10 @@ class PDDeploymentStatus(Model):
     prefillReplicas: str = Field(default="0/0", description="ready/desired, for kubectl get.")
     decodeReplicas: str = Field(default="0/0", description="ready/desired, for kubectl get.")
     placement: PlacementStatus = Field(default_factory=PlacementStatus)
+    slices: list[SliceStatus] = Field(
+        default_factory=list,
+        description="Autoscaled deployments with a follower: each slice, its domain and counts.",
+    )
     transfer: TransferStatus = Field(default_factory=TransferStatus)
     conditions: list[Condition] = Field(default_factory=list)
 

@@ -301,6 +301,16 @@ def fits_domain(
     return _has_room(found, groups, sum(size * n for size, n in groups), reserved or {})
 
 
+def ranked_domains(
+    spec: PDDeploymentSpec, fleet: Fleet, level: str, own: Mapping[str, int] | None = None
+) -> list[str]:
+    """The level's domains of nodes eligible for the spec, best first as plan_placement ranks
+    them (fewest free GPUs first: big domains stay free for big slices). Where a deployment
+    grows by a slice, the first of these that holds the growth takes it (planning.slices)."""
+    gpudirect = gpudirect_filter(spec, fleet)
+    return [d.name for d in fleet.domains(gpudirect.values, level, own or {})]
+
+
 def _has_room(
     domain: _Domain,
     groups: Sequence[tuple[int, int]],

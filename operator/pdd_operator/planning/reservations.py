@@ -4,15 +4,20 @@ A fleet snapshot counts a GPU as used once a pod is bound to it. Between a slice
 and the binding of its pods, a deployment planned meanwhile would count the same GPUs as free
 and be placed on them too. The ledger remembers where each deployment was placed and how many
 GPUs its slice needs, and hands the planner what the others reserved but do not yet hold.
+A deployment grown beyond its home domain (planning.slices) also reserves each further
+slice's domain; the GPUs its pods hold then count per domain, so a slice's pods do not make
+another slice's domain look taken.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from pdd_operator.api.names import DeploymentKey
+from pdd_operator.api.names import ROLES, DeploymentKey
 from pdd_operator.api.v1alpha1 import PDDeploymentSpec, PlacementStatus
+from pdd_operator.engines.base import role_spec
 from pdd_operator.planning.placement import Fleet, PlacementResult, plan_placement
+from pdd_operator.planning.slices import Slice
 
 Domain = tuple[str, str]  # (level, domain), as plan_placement's `reserved` keys them
 
@@ -25,10 +30,25 @@ class Reservation:
     domain: str
     needed: int
 
-    def unbound(self, fleet: Fleet, key: DeploymentKey) -> int:
+    def unbound(self, fleet: Fleet, key: DeploymentKey, in_domain: bool = False) -> int:
         """The GPUs of this reservation that the snapshot does not count as held by the
-        deployment's own pods yet (planned, or bound after the snapshot was taken)."""
-        return max(self.needed - sum(fleet.held.get(key, {}).values()), 0)
+        deployment's own pods yet (planned, or bound after the snapshot was taken); with
+        `in_domain`, only its pods on the domain's nodes count (a deployment with slices)."""
+        held = fleet.held.get(key, {})
+        if in_domain:
+            held = {
+                node: gpus
+                for node, gpus in held.items()
+                if (facts := fleet.by_name.get(node)) is not None
+                and facts.labels.get(self.level) == self.domain
+            }
+        return max(self.needed - sum(held.values()), 0)
+
+
+def slice_reservation(spec: PDDeploymentSpec, piece: Slice) -> Reservation:
+    """What a slice beyond the home domain reserves in its domain."""
+    needed = sum(piece.replicas(role) * role_spec(spec, role).gpusPerInstance for role in ROLES)
+    return Reservation(piece.level, piece.domain, needed)
 
 
 def reservation_for(spec: PDDeploymentSpec, result: PlacementResult) -> Reservation | None:
@@ -47,6 +67,8 @@ class ReservationLedger:
 
     def __init__(self) -> None:
         self._marks: dict[DeploymentKey, Reservation] = {}
+        # The reservations of slices beyond the home domain, per deployment that has any.
+        self._slices: dict[DeploymentKey, tuple[Reservation, ...]] = {}
         # Summed over all deployments once per snapshot and reservation change, not per pass:
         # at 1,000 deployments the per-pass sum was the operator's largest own cost.
         self._totals: tuple[Fleet, dict[Domain, int]] | None = None
@@ -85,22 +107,41 @@ class ReservationLedger:
     def release(self, key: DeploymentKey) -> None:
         """The deployment is gone or places nothing: its GPUs are nobody's reservation."""
         self.set(key, None)
+        self.set_slices(key, ())
+
+    def set_slices(self, key: DeploymentKey, marks: tuple[Reservation, ...]) -> None:
+        """Reserve the domains of the deployment's slices beyond its home (none: release)."""
+        if self._slices.get(key, ()) == marks:
+            return
+        if marks:
+            self._slices[key] = marks
+        else:
+            self._slices.pop(key, None)
+        self._totals = None
+
+    def _all_marks(self, key: DeploymentKey) -> list[tuple[Reservation, bool]]:
+        """The deployment's reservations, each with whether its held GPUs count per domain."""
+        sliced = key in self._slices
+        home = self._marks.get(key)
+        marks = [(home, sliced)] if home is not None else []
+        return marks + [(mark, True) for mark in self._slices.get(key, ())]
 
     def reserved_elsewhere(self, key: DeploymentKey, fleet: Fleet) -> dict[Domain, int]:
         """GPUs per domain that other deployments reserved and the snapshot does not yet count
         as held by their pods."""
         reserved = dict(self._summed(fleet))
-        mine = self._marks.get(key)
-        if mine is not None and (missing := mine.unbound(fleet, key)):
-            reserved[(mine.level, mine.domain)] -= missing
+        for mine, in_domain in self._all_marks(key):
+            if missing := mine.unbound(fleet, key, in_domain):
+                reserved[(mine.level, mine.domain)] -= missing
         return reserved
 
     def _summed(self, fleet: Fleet) -> dict[Domain, int]:
         if self._totals is None or self._totals[0] is not fleet:
             totals: dict[Domain, int] = {}
-            for other, mark in self._marks.items():
-                if missing := mark.unbound(fleet, other):
-                    where = (mark.level, mark.domain)
-                    totals[where] = totals.get(where, 0) + missing
+            for other in {*self._marks, *self._slices}:
+                for mark, in_domain in self._all_marks(other):
+                    if missing := mark.unbound(fleet, other, in_domain):
+                        where = (mark.level, mark.domain)
+                        totals[where] = totals.get(where, 0) + missing
             self._totals = (fleet, totals)
         return self._totals[1]

@@ -20,12 +20,23 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
+from pdd_operator.api.names import ROLES
 from pdd_operator.api.v1alpha1 import PDDeploymentSpec
 from pdd_operator.engines.base import role_spec
+from pdd_operator.planning.autoscaling import (
+    ScalingPlan,
+    follower_replicas,
+    leader_role,
+    with_replicas,
+)
+from pdd_operator.planning.placement import Fleet, fits_domain, ranked_domains
 
 # Whether the slice's counts {role: replicas} fit the domain, its own pods counted free and
 # other deployments' reservations taken off.
 Fits = Callable[[str, Mapping[str, int]], bool]
+# Slice names end in `-s<index>`: two digits keep `<id>-prefill-s99` within a StatefulSet
+# name's 52 characters.
+MAX_SLICES = 100
 
 
 @dataclass(frozen=True)
@@ -70,6 +81,37 @@ def slices_possible(spec: PDDeploymentSpec) -> bool:
     )
 
 
+def scale_by_slices(
+    spec: PDDeploymentSpec,
+    plan: ScalingPlan,
+    running: Sequence[Slice],
+    fleet: Fleet,
+    reserved: Mapping[tuple[str, str], int],
+    own: Mapping[str, int],
+) -> tuple[ScalingPlan, SlicePlan]:
+    """The scaling plan (totals per role, what the scale targets show) and its slices, for a
+    deployment whose slices `running` run now (slice 0 first). Room is counted in each domain
+    as placement counts it: its free GPUs, the deployment's own pods' counted free, less what
+    other deployments reserved there (`reserved`)."""
+    leader = leader_role(spec)
+    level = running[0].level
+
+    def fits(domain: str, counts: Mapping[str, int]) -> bool:
+        return fits_domain(with_replicas(spec, counts), fleet, level, domain, reserved, own)
+
+    wanted = plan.replicas[leader]
+    grows = wanted > sum(s.replicas(leader) for s in running)
+    candidates = ranked_domains(spec, fleet, level, own) if grows else []
+    sliced = plan_slices(
+        leader, wanted, lambda n: follower_replicas(spec, n), running, fits, candidates
+    )
+    notes = dict(plan.notes)
+    if sliced.note:
+        notes[leader] = sliced.note
+    totals = {role: sliced.total(role) for role in ROLES}
+    return ScalingPlan(totals, notes), sliced
+
+
 def plan_slices(
     leader: str,
     wanted: int,
@@ -90,7 +132,7 @@ def plan_slices(
     else:
         left = _grow_in_order(leader, follow, fits, domains, counts, wanted - have)
         free = [d for d in candidates if d not in domains]
-        while left and free:
+        while left and free and len(domains) < MAX_SLICES:
             domain, take = _next_domain(leader, follow, fits, free, left)
             if take == 0:
                 break

@@ -16,6 +16,7 @@ from pdd_operator.rendering.network_policy import render_network_policies
 from pdd_operator.rendering.roles import render_role
 from pdd_operator.rendering.router import render_router
 from pdd_operator.rendering.sidecar import render_sidecar_access
+from pdd_operator.rendering.slices import render_slices
 
 ChildKey = tuple[str, str, str]  # (apiVersion, kind, name)
 
@@ -28,6 +29,7 @@ def render_children(pdd: PDDeployment, ctx: RenderContext) -> list[dict[str, Any
         *render_claim_templates(pdd),
         *render_gang_objects(pdd),
         *[obj for role in names.ROLES for obj in render_role(pdd, role, ctx)],
+        *render_slices(pdd, ctx),
         *render_router(pdd, ctx),
         *render_disruption_budgets(pdd),
     ]

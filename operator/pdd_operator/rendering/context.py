@@ -11,6 +11,7 @@ from pdd_operator.api.v1alpha1 import PDDeploymentSpec
 from pdd_operator.engines.base import EngineAdapter
 from pdd_operator.engines.registry import ENGINES, adapter_for
 from pdd_operator.planning.placement import Placement
+from pdd_operator.planning.slices import Slice
 
 
 @dataclass(frozen=True)
@@ -26,6 +27,9 @@ class RenderContext:
     placement: Placement = field(default_factory=Placement)
     # StatefulSet partition per role during a coordinated rollout (absent: 0, roll freely).
     partitions: dict[str, int] = field(default_factory=dict)
+    # The slices beyond the home domain (planning.slices); empty while the deployment fits
+    # its home domain.
+    slices: tuple[Slice, ...] = ()
     # spec.engine.type -> adapter; tests add engines here without touching the registry.
     engines: Mapping[str, EngineAdapter] = field(default_factory=lambda: ENGINES)
 

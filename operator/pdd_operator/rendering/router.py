@@ -15,6 +15,7 @@ from pdd_contract.env import PDD_DECODE_SERVICE, PDD_ENGINE_PORT, PDD_MODEL, PDD
 from pdd_operator.api import names
 from pdd_operator.api.v1alpha1 import PDDeployment
 from pdd_operator.engines.base import RouterDiscovery, RouterLaunch
+from pdd_operator.planning.slices import slices_possible
 from pdd_operator.rendering.access import render_account
 from pdd_operator.rendering.context import RenderContext
 from pdd_operator.rendering.merge import merge_template
@@ -38,7 +39,7 @@ def render_router(pdd: PDDeployment, ctx: RenderContext) -> list[dict[str, Any]]
     ]
 
 
-def router_discovery(pdd: PDDeployment) -> RouterDiscovery:
+def router_discovery(pdd: PDDeployment, slice_index: int = 0) -> RouterDiscovery:
     """The pods the router pairs: this deployment's prefill and decode pods of one revision.
 
     The revision is the spec's, the one the StatefulSets' templates carry. During a
@@ -51,8 +52,14 @@ def router_discovery(pdd: PDDeployment) -> RouterDiscovery:
     router pods keep serving the old revision until then. The handover needs no step of its
     own, and the partitions stay out of the router's render: otherwise every rollout step
     would restart the router.
+
+    A deployment that may grow by slices (planning.slices) runs a router per slice, and each
+    pairs only its slice's pods, so a prefill never hands KV blocks to another domain: the
+    home slice's router selects the home `app.kubernetes.io/instance` (its pods' template is
+    unchanged), slice k's router the `pdd.dev/slice` label its pods carry. Static per spec:
+    opening a slice never restarts the home router.
     """
-    revision = {names.LABEL_REVISION: engine_revision(pdd.spec)}
+    revision = {names.LABEL_REVISION: engine_revision(pdd.spec), **_slice_labels(pdd, slice_index)}
     prefill = {**names.selector_labels(pdd.name, "prefill"), **revision, **_leaders(pdd, "prefill")}
     decode = {**names.selector_labels(pdd.name, "decode"), **revision, **_leaders(pdd, "decode")}
     return RouterDiscovery(
@@ -63,17 +70,27 @@ def router_discovery(pdd: PDDeployment) -> RouterDiscovery:
     )
 
 
+def _slice_labels(pdd: PDDeployment, slice_index: int) -> dict[str, str]:
+    if slice_index > 0:
+        return {names.LABEL_SLICE: str(slice_index)}
+    if slices_possible(pdd.spec):
+        return {names.LABEL_APP_INSTANCE: names.slice_instance(pdd.name, 0)}
+    return {}
+
+
 def _leaders(pdd: PDDeployment, role: str) -> dict[str, str]:
     """Where instances span nodes, only their leaders (rank 0) serve requests."""
     return {names.LABEL_POD_INDEX: "0"} if is_multinode(pdd, role) else {}
 
 
-def engine_router(pdd: PDDeployment, ctx: RenderContext) -> RouterLaunch | None:
+def engine_router(
+    pdd: PDDeployment, ctx: RenderContext, slice_index: int = 0
+) -> RouterLaunch | None:
     """The engine's own router, unless spec.router.command runs one of the user's."""
     spec = pdd.spec
     if spec.router.command is not None:
         return None
-    return ctx.engine(spec).router(spec, router_discovery(pdd))
+    return ctx.engine(spec).router(spec, router_discovery(pdd, slice_index))
 
 
 def _readiness_path(pdd: PDDeployment, launch: RouterLaunch) -> str:
@@ -88,10 +105,14 @@ def _readiness_path(pdd: PDDeployment, launch: RouterLaunch) -> str:
     return launch.readiness_path
 
 
-def render_router_deployment(pdd: PDDeployment, ctx: RenderContext) -> dict[str, Any]:
+def render_router_deployment(
+    pdd: PDDeployment, ctx: RenderContext, slice_index: int = 0
+) -> dict[str, Any]:
+    """The router's Deployment; with `slice_index` >= 1, slice k's router (`<id>-router-sk`),
+    whose pods carry the slice's labels and stay behind the one router Service."""
     spec = pdd.spec
     router = spec.router
-    launch = engine_router(pdd, ctx)
+    launch = engine_router(pdd, ctx, slice_index)
     env = [
         {"name": PDD_PREFILL_SERVICE, "value": _service_host(pdd, "prefill")},
         {"name": PDD_DECODE_SERVICE, "value": _service_host(pdd, "decode")},
@@ -144,13 +165,19 @@ def render_router_deployment(pdd: PDDeployment, ctx: RenderContext) -> dict[str,
     }
     if router.podTemplate:
         template = merge_template(template, router.podTemplate)
+    name = names.role_name(pdd.name, "router")
+    selector = names.selector_labels(pdd.name, "router")
+    if slice_index > 0:
+        name = names.slice_name(pdd.name, "router", slice_index)
+        selector = {**selector, names.LABEL_SLICE: str(slice_index)}
+        template["metadata"]["labels"].update(slice_pod_labels(pdd, slice_index))
     return {
         "apiVersion": "apps/v1",
         "kind": "Deployment",
-        "metadata": child_metadata(pdd, names.role_name(pdd.name, "router"), "router"),
+        "metadata": child_metadata(pdd, name, "router"),
         "spec": {
             "replicas": router.replicas,
-            "selector": {"matchLabels": names.selector_labels(pdd.name, "router")},
+            "selector": {"matchLabels": selector},
             # No old router pod goes before a new one is Ready: that is what hands a rollout
             # over from the old engine revision to the new (router_discovery).
             "strategy": {
@@ -159,6 +186,14 @@ def render_router_deployment(pdd: PDDeployment, ctx: RenderContext) -> dict[str,
             },
             "template": template,
         },
+    }
+
+
+def slice_pod_labels(pdd: PDDeployment, slice_index: int) -> dict[str, str]:
+    """What a pod of slice k >= 1 carries on top of the home slice's labels."""
+    return {
+        names.LABEL_SLICE: str(slice_index),
+        names.LABEL_APP_INSTANCE: names.slice_instance(pdd.name, slice_index),
     }
 
 

@@ -15,6 +15,7 @@ from pdd_operator.api.v1alpha1 import (
     PDDeploymentStatus,
     PlacementStatus,
     RoleStatus,
+    SliceStatus,
     TransferStatus,
 )
 from pdd_operator.planning.placement import PlacementResult
@@ -53,6 +54,22 @@ class WorkloadState:
             and self.updated == self.desired
             and self.ready == self.desired
         )
+
+
+def slices_state(states: Sequence[WorkloadState]) -> WorkloadState:
+    """A role run by one StatefulSet per slice (or a router Deployment per slice), counted in
+    pods over all of them; settled only when each is. `states` starts with the home slice's,
+    whose revisions stand for the role's."""
+    return WorkloadState(
+        exists=True,
+        current_revision=states[0].current_revision,
+        update_revision=states[0].update_revision,
+        desired=sum(s.desired for s in states),
+        ready=sum(s.ready for s in states),
+        updated=sum(s.updated for s in states),
+        pods=sum(s.pods for s in states),
+        generation=0 if all(s.settled for s in states) else 1,
+    )
 
 
 def instances_state(states: Sequence[WorkloadState]) -> WorkloadState:
@@ -102,6 +119,8 @@ class Observed:
     # Autoscaled deployments only (None otherwise): why decode's scale-up is held ("" when
     # it is not), planning.autoscaling.hold_decode_growth.
     scaling_held: str | None = None
+    # Autoscaled deployments that may grow by slices: each slice (planning.slices).
+    slices: Sequence[SliceStatus] = ()
     gang: GangReadiness | None = None  # the gang scheduler, where instances span nodes
 
 
@@ -156,6 +175,7 @@ def compute_status(pdd: PDDeployment, observed: Observed, now: str) -> PDDeploym
         prefillReplicas=f"{roles['prefill'].ready}/{roles['prefill'].desired}",
         decodeReplicas=f"{roles['decode'].ready}/{roles['decode'].desired}",
         placement=_placement_status(pdd, observed),
+        slices=list(observed.slices),
         transfer=_transfer_status(pdd, observed),
         conditions=conditions,
     )
