@@ -168,3 +168,20 @@ def test_a_placement_reserves_its_whole_slice_in_its_domain(
     result: PlacementResult, expected: Reservation | None
 ) -> None:
     assert reservation_for(spec(12), result) == expected
+
+
+def test_slices_reserve_their_domains_and_held_gpus_count_per_domain() -> None:
+    """A deployment with a slice in c2: its pods bound in c2 free c2's reservation only; the
+    home reservation in c1 still counts what c1 lacks."""
+    ledger = ledger_with({A: Reservation(CLIQUE, "c1", 8)})
+    ledger.set_slices(A, (Reservation(CLIQUE, "c2", 6),))
+    nodes = [*clique("c1", 16, nodes=2), *clique("c2", 16, nodes=2)]
+    # A's 4 GPUs bound in c2: with per-domain counting, c1 still misses all 8 of its own.
+    fleet = Fleet(nodes, held={A: {"c2-0": 4}})
+    assert nonzero(ledger.reserved_elsewhere(B, fleet)) == {(CLIQUE, "c1"): 8, (CLIQUE, "c2"): 2}
+    assert nonzero(ledger.reserved_elsewhere(A, fleet)) == {}
+    ledger.set_slices(A, ())  # the slice emptied (its pods gone): c2 is free for others again
+    fleet = Fleet(nodes)
+    assert nonzero(ledger.reserved_elsewhere(B, fleet)) == {(CLIQUE, "c1"): 8}
+    ledger.release(A)
+    assert nonzero(ledger.reserved_elsewhere(B, fleet)) == {}
