@@ -30,8 +30,9 @@ from helpers.metrics_api import (
 )
 from helpers.operator_proc import OPERATOR_USER, OperatorProcess, install_crd
 from helpers.waits import wait_for
-from pdd_localcluster import LocalControlPlane, NodeSimulator, gpu_fleet
+from pdd_localcluster import LocalControlPlane, NodeSimulator, SimNode, gpu_fleet
 from pdd_localcluster.controlplane import DEFAULT_CONTROLLERS
+from pdd_localcluster.nodes import gpu_node_capacity, gpu_node_labels
 
 GROUP, VERSION, PLURAL, SCALERS = "pdd.dev", "v1alpha1", "pddeployments", "pddrolescalers"
 METRIC = "vllm_num_requests_waiting"
@@ -54,7 +55,7 @@ class Load:
 @pytest.fixture(scope="module")
 def hpa_cluster(
     tmp_path_factory: pytest.TempPathFactory,
-) -> Iterator[tuple[LocalControlPlane, client.ApiClient, Load]]:
+) -> Iterator[tuple[LocalControlPlane, client.ApiClient, Load, NodeSimulator]]:
     state = tmp_path_factory.mktemp("hpa-controlplane")
     plane = LocalControlPlane(
         state,
@@ -69,23 +70,23 @@ def hpa_cluster(
     with (
         plane,
         network_namespace("10.199.7") as (netns, _, ns_ip),
-        NodeSimulator(plane.kubeconfig, gpu_fleet(1, 2, zone="zone-h")),
+        NodeSimulator(plane.kubeconfig, gpu_fleet(1, 2, zone="zone-h")) as sim,
     ):
         api = config.new_client_from_config(config_file=str(plane.kubeconfig))
         sock = listen_in(netns, ns_ip)
         with CustomMetricsServer(sock, api, load, state / "metrics-certs") as server:
             register(api, "custom-metrics", ns_ip, server.port)
             wait_for(lambda: api_service_available(api), 60, what="the APIService Available")
-            yield plane, api, load
+            yield plane, api, load, sim
         api.close()
 
 
 @pytest.fixture(scope="module")
 def hpa_operator(
-    hpa_cluster: tuple[LocalControlPlane, client.ApiClient, Load],
+    hpa_cluster: tuple[LocalControlPlane, client.ApiClient, Load, NodeSimulator],
     tmp_path_factory: pytest.TempPathFactory,
 ) -> Iterator[OperatorProcess]:
-    plane, api, _ = hpa_cluster
+    plane, api, _, _ = hpa_cluster
     install_crd(api)
     log = tmp_path_factory.mktemp("hpa-operator") / "operator.log"
     proc = OperatorProcess(plane.kubeconfig_for(OPERATOR_USER), log, resync_seconds=2.0).start()
@@ -164,10 +165,10 @@ def _hpa_at_target(api: client.ApiClient, ns: str, name: str) -> Any:
 
 
 def test_the_stock_hpa_scales_decode_on_a_load_metric_and_prefill_follows(
-    hpa_cluster: tuple[LocalControlPlane, client.ApiClient, Load],
+    hpa_cluster: tuple[LocalControlPlane, client.ApiClient, Load, NodeSimulator],
     hpa_operator: OperatorProcess,
 ) -> None:
-    _, api, load = hpa_cluster
+    _, api, load, _ = hpa_cluster
     ns, name = new_namespace(api, "hpa"), "llama"
     body = pdd_body(
         name,
@@ -207,3 +208,92 @@ def test_the_stock_hpa_scales_decode_on_a_load_metric_and_prefill_follows(
     wait_for(lambda: len(engine_pod_uids(api, ns)) == 2, 60, what="pods gone")
     survivors = engine_pod_uids(api, ns)
     assert all(before.get(pod) == uid for pod, uid in survivors.items()), survivors
+
+
+# Two domains of the slices test's own, under a level no other node carries and tainted so
+# that no other pod lands there: `near` (4 GPUs, the first slice's best fit) and `far` (8).
+SLICE_LEVEL = "pdd.test/hpa-slices"
+SLICE_TAINT = {"key": "pdd.test/hpa-slices", "value": "true", "effect": "NoSchedule"}
+
+
+@pytest.fixture(scope="module")
+def slice_domains(
+    hpa_cluster: tuple[LocalControlPlane, client.ApiClient, Load, NodeSimulator],
+) -> Iterator[dict[str, str]]:
+    """node name -> its domain; deleted after the module."""
+    sim = hpa_cluster[3]
+    nodes = [
+        SimNode(
+            f"hpa-slices-{domain}",
+            labels={**gpu_node_labels(gpus, f"clique-hpa-{domain}"), SLICE_LEVEL: domain},
+            capacity=gpu_node_capacity(gpus),
+            taints=(SLICE_TAINT,),
+        )
+        for domain, gpus in (("near", 4), ("far", 8))
+    ]
+    sim.add_nodes(nodes)
+    yield {n.name: n.labels[SLICE_LEVEL] for n in nodes}
+    for node in nodes:
+        sim.delete_node(node.name)
+
+
+def slices(api: client.ApiClient, ns: str, name: str) -> list[tuple[str, int, int]]:
+    obj = client.CustomObjectsApi(api).get_namespaced_custom_object(
+        GROUP, VERSION, ns, PLURAL, name
+    )
+    shown = obj.get("status", {}).get("slices", [])
+    return [(s["domain"], s["prefill"], s["decode"]) for s in shown]
+
+
+def test_the_stock_hpa_grows_a_deployment_by_a_slice_and_shrinks_the_newest_first(
+    hpa_cluster: tuple[LocalControlPlane, client.ApiClient, Load, NodeSimulator],
+    hpa_operator: OperatorProcess,
+    slice_domains: dict[str, str],
+) -> None:
+    _, api, load, _ = hpa_cluster
+    ns, name = new_namespace(api, "hpa-slices"), "llama"
+    toleration = {**SLICE_TAINT, "operator": "Equal"}
+    role = {"gpusPerInstance": 1, "tolerations": [toleration]}
+    body = pdd_body(
+        name,
+        ns,
+        prefill={"replicas": 1, **role},
+        decode={"replicas": 2, **role},
+        autoscaling={
+            "decode": {"minReplicas": 1, "maxReplicas": 8},
+            "prefill": {"minReplicas": 1, "maxReplicas": 4},
+            "follower": "prefill",
+            "ratio": {"prefill": 1, "decode": 2},
+        },
+        topology={"placement": "required", "levels": [SLICE_LEVEL]},
+    )
+    client.CustomObjectsApi(api).create_namespaced_custom_object(GROUP, VERSION, ns, PLURAL, body)
+    wait_for(lambda: ready_counts(api, ns, name) == ("1/1", "2/2"), 120, what="1P/2D ready")
+    assert slices(api, ns, name) == [("near", 1, 2)]
+    home = engine_pod_uids(api, ns)
+
+    # 50 waiting requests at 10 per pod: the HPA asks for 5 decodes. near (4 GPUs) holds
+    # 2 decodes + 1 prefill and no more: 3 decodes and 2 prefills open slice 1 in far.
+    load.total[ns] = 50
+    client.AutoscalingV2Api(api).create_namespaced_horizontal_pod_autoscaler(ns, decode_hpa(name))
+    wait_for(lambda: slices(api, ns, name) == [("near", 1, 2), ("far", 2, 3)], 90, what="slice 1")
+    wait_for(lambda: ready_counts(api, ns, name) == ("3/3", "5/5"), 120, what="3P/5D ready")
+    hpa = wait_for(lambda: _hpa_at_target(api, ns, f"{name}-decode"), 60, what="HPA at 10/pod")
+    assert hpa.status.desired_replicas == 5  # its selector averages over both slices' pods
+    pods = client.CoreV1Api(api).list_namespaced_pod(ns, label_selector="pdd.dev/role").items
+    for pod in pods:
+        if pod.metadata.labels["pdd.dev/role"] in ("prefill", "decode"):
+            in_slice = pod.metadata.labels.get("pdd.dev/slice", "0")
+            want = "near" if in_slice == "0" else "far"
+            assert slice_domains[pod.spec.node_name] == want, pod.metadata.name
+    after = engine_pod_uids(api, ns)
+    assert {pod: after.get(pod) for pod in home} == home  # no running pod replaced
+
+    # Load falls to 10: the HPA asks for 1 decode; slice 1 is emptied and removed first.
+    load.total[ns] = 10
+    wait_for(lambda: slices(api, ns, name) == [("near", 1, 1)], 90, what="slice 1 removed")
+    wait_for(lambda: len(engine_pod_uids(api, ns)) == 2, 60, what="pods gone")
+    survivors = engine_pod_uids(api, ns)
+    assert all(home.get(pod) == uid for pod, uid in survivors.items()), survivors
+    apps = client.AppsV1Api(api)
+    assert not [s for s in apps.list_namespaced_stateful_set(ns).items if "-s1" in s.metadata.name]
