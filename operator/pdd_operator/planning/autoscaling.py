@@ -191,8 +191,9 @@ def fit_to_room(
     where: str,
 ) -> ScalingPlan:
     """The plan for `asked`, its growth cut back until `fits` (the counts fit the domain the
-    slice runs in, `where`). Only growth is cut: no role goes below what it runs now, and a
-    shrinking role is never held up. The ask that is cut is the target whose role grows the
+    slice runs in, `where`), for a deployment that cannot grow by slices (planning.slices).
+    Only growth is cut: no role goes below what it runs now, and a shrinking role is never
+    held up. The ask that is cut is the target whose role grows the
     most, one pod at a time, so a follower shrinks with its leader."""
     plan = plan_scaling(spec, asked)
     asks = {role: plan.replicas[role] for role in scale_target_roles(spec)}
@@ -211,8 +212,9 @@ def fit_to_room(
     for role in cut:
         notes[role] = (
             f"asked for {asked.get(role, initial_replicas(spec, role))}, runs "
-            f"{plan.replicas[role]}: no room for more in {where} (slices in another domain "
-            "are not supported yet: raise capacity there or lower the ask)"
+            f"{plan.replicas[role]}: no room for more in {where} (growing into another "
+            "domain needs spec.autoscaling.follower, so that each slice keeps the ratio: "
+            "set it, raise capacity there or lower the ask)"
         )
     return ScalingPlan(plan.replicas, notes)
 
