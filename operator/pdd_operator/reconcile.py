@@ -531,22 +531,26 @@ class Reconciler:
             and _slice_of(pdd, s.key[2]) == 0
         }
         domain = self._placed_domain(pdd)
+        known = self._known_slices(pdd)
+        if known and domain is not None and slices_possible(pdd.spec):
+            # A home StatefulSet missing (deleted by hand, not indexed yet) runs what the
+            # last plan gave it: the slices beyond it are kept, never pruned for that.
+            running = {role: running.get(role, known[0].replicas(role)) for role in names.ROLES}
         placed = domain is not None and len(running) == len(names.ROLES)
-        home = further = None
+        home: Slice | None = None
+        further: list[Slice] = []
         if domain is not None and placed and slices_possible(pdd.spec):
             home = Slice(0, domain[0], domain[1], running["prefill"], running["decode"])
-            further = self._further_slices(pdd, home)
-        # The KV-path guard holds decode at what runs in all slices.
-        total = {
-            role: n + sum(s.replicas(role) for s in further or ()) for role, n in running.items()
-        }
+            further = [s for s in known[1:] if s.level == home.level and s.domain != home.domain]
+        # The KV-path guard holds decode at what runs in all slices together.
+        total = {role: n + sum(s.replicas(role) for s in further) for role, n in running.items()}
         hold = hold_decode_growth(pdd.spec, asked, total, self._kv_path_problem(pdd))
         plan = plan_scaling(pdd.spec, hold.asks)
         if domain is None or not placed:
             self._slices.pop(key, None)
             self._reservations.set_slices(key, ())
             return _Scaling(with_hold(plan, hold, asked))  # the planner's first job
-        if home is not None and further is not None:
+        if home is not None:
             sliced = self._scale_by_slices(pdd, plan, home, further)
             return replace(sliced, plan=with_hold(sliced.plan, hold, asked))
         grows = any(plan.replicas[role] > running.get(role, 0) for role in names.ROLES)
@@ -593,17 +597,13 @@ class Reconciler:
         self._reservations.set_slices(key, marks)
         return _Scaling(plan, sliced.slices)
 
-    def _further_slices(self, pdd: PDDeployment, home: Slice) -> list[Slice]:
-        """The slices beyond the home one that run now: as the last pass planned them, or as
-        status.slices says after a restart of the operator."""
+    def _known_slices(self, pdd: PDDeployment) -> tuple[Slice, ...]:
+        """The slices that run now, home first: as the last pass planned them, or as
+        status.slices says after a restart of the operator (empty: none known)."""
         remembered = self._slices.get(_key(pdd))
         if remembered is not None:
-            return [s for s in remembered[1:] if s.level == home.level]
-        return [
-            Slice(s.index, s.level, s.domain, s.prefill, s.decode)
-            for s in pdd.status.slices
-            if s.index > 0 and s.level == home.level and s.domain != home.domain
-        ]
+            return remembered
+        return tuple(Slice(**s.model_dump()) for s in pdd.status.slices)
 
     def _placed_domain(self, pdd: PDDeployment) -> tuple[str, str] | None:
         """(level, domain) the slice runs in; None when it is not placed in one."""

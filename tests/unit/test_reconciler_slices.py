@@ -155,3 +155,34 @@ async def test_growth_beyond_the_home_domain_opens_a_slice_and_shrinking_empties
         {"index": 0, "level": LEVEL, "domain": "a", "prefill": 2, "decode": 3}
     ]
     assert {name: templates(cluster)[name] for name in before} == before
+
+
+async def grown(cluster: FakeCluster) -> Reconciler:
+    """The deployment at decode 8: 2P/4D at home in a, 2P/4D in slice 1 in b."""
+    cluster.fleet_snapshot = fleet()
+    rec = reconciler_for(cluster)
+    await settle(cluster, rec)
+    cluster.scale(NS, "llama-decode", 8)
+    await settle(cluster, rec)
+    assert counts(cluster, "-s1") == {"prefill": 2, "decode": 4}
+    return rec
+
+
+async def test_a_restarted_operator_keeps_the_slices_status_lists_and_writes_nothing() -> None:
+    cluster = FakeCluster(body())
+    await grown(cluster)
+    # Clique d (6 GPUs) would now be the best fit for a new slice: slice 1 stays in b.
+    cluster.fleet_snapshot = Fleet([*fleet().nodes, NodeFacts("node-d", {LEVEL: "d"}, 6, 0)])
+    writes = len(cluster.writes)
+    await reconciler_for(cluster).reconcile(KEY)  # a new process: nothing in memory
+    assert cluster.writes[writes:] == []
+    assert counts(cluster, "-s1") == {"prefill": 2, "decode": 4}
+
+
+async def test_a_home_statefulset_deleted_by_hand_comes_back_and_the_slice_stays() -> None:
+    cluster = FakeCluster(body())
+    rec = await grown(cluster)
+    cluster.deleted_by_hand(NS, ("apps/v1", "StatefulSet", "llama-decode"))
+    await settle(cluster, rec)
+    assert counts(cluster) == {"prefill": 2, "decode": 4}
+    assert counts(cluster, "-s1") == {"prefill": 2, "decode": 4}
