@@ -231,10 +231,8 @@ def slice_domains(
         )
         for domain, gpus in (("near", 4), ("far", 8))
     ]
-    sim.add_nodes(nodes)
-    yield {n.name: n.labels[SLICE_LEVEL] for n in nodes}
-    for node in nodes:
-        sim.delete_node(node.name)
+    with sim.nodes_for_a_while(nodes):
+        yield {n.name: n.labels[SLICE_LEVEL] for n in nodes}
 
 
 def slices(api: client.ApiClient, ns: str, name: str) -> list[tuple[str, int, int]]:

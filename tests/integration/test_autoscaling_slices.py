@@ -52,10 +52,8 @@ def domain_nodes(node_sim: NodeSimulator) -> Iterator[dict[str, str]]:
         for domain, count in DOMAINS.items()
         for i in range(count)
     ]
-    node_sim.add_nodes(nodes)
-    yield {n.name: n.labels[LEVEL] for n in nodes}
-    for node in nodes:
-        node_sim.delete_node(node.name)
+    with node_sim.nodes_for_a_while(nodes):
+        yield {n.name: n.labels[LEVEL] for n in nodes}
 
 
 def custom(api: client.ApiClient) -> client.CustomObjectsApi:
