@@ -210,8 +210,11 @@ class PodPeerSource:
     Needs ``list`` and ``watch`` on ``pods`` in the namespace. Pods are read directly, not
     through the role Services' EndpointSlices: engines still loading (not Ready) must already
     exchange metadata, and the routers discover the same pods the same way. A pod counts only
-    when its controller is the role's StatefulSet, so a pod that merely copies the labels is
-    never a peer.
+    when its controller is the role's StatefulSet or one of the role's slice StatefulSets
+    (`<role StatefulSet>-s<k>`: a deployment grown beyond its topology domain), so a pod that
+    merely copies the labels is never a peer. Which prefill a decode pairs with is the
+    router's choice (one per slice); the peer view only has to know every agent it may be
+    handed.
     """
 
     def __init__(
@@ -291,10 +294,12 @@ def endpoints_from_pods(
     """The pods that run with an address, of the role StatefulSets, one entry per pod.
 
     A role whose instances span nodes has one StatefulSet per instance, `<role's>-<i>`
-    (pdd_operator.api.names.instance_name): its ranks are peers of that role too."""
+    (pdd_operator.api.names.instance_name), and a deployment grown beyond its topology
+    domain one per slice, `<role's>-s<k>` (names.slice_name): their pods are peers of that
+    role too."""
     found: list[PeerEndpoint] = []
     for pod in pods:
-        role = _role_of(_controller_statefulset(pod) or "", workloads)
+        role = role_of_statefulset(_controller_statefulset(pod) or "", workloads)
         ip = pod.status.pod_ip if pod.status else None
         if role is None or not ip or pod.status.phase in ("Succeeded", "Failed"):
             continue
@@ -303,12 +308,18 @@ def endpoints_from_pods(
     return found
 
 
-def _role_of(statefulset: str, workloads: Mapping[str, str]) -> str | None:
-    """The role of a role StatefulSet or of one of its instances (`<name>-<digits>`)."""
-    if statefulset in workloads:
-        return workloads[statefulset]
-    base, _, index = statefulset.rpartition("-")
-    return workloads.get(base) if index.isdigit() else None
+def role_of_statefulset(name: str, workloads: Mapping[str, str]) -> str | None:
+    """The role a StatefulSet runs: a role StatefulSet's, or that of the role StatefulSet one
+    of whose instances (`<name>-<i>`) or slices (`<name>-s<k>`, k >= 1) it is; None for any
+    other."""
+    if name in workloads:
+        return workloads[name]
+    base, _, index = name.rpartition("-")
+    if index.isdigit():
+        return workloads.get(base)
+    if index[:1] == "s" and index[1:].isdigit() and not index[1:].startswith("0"):
+        return workloads.get(base)
+    return None
 
 
 def _controller_statefulset(pod: Any) -> str | None:

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import pytest
 from kubernetes import client
 
-from pdd_sidecar.peers import PeerEndpoint, endpoints_from_pods
+from pdd_sidecar.peers import PeerEndpoint, endpoints_from_pods, role_of_statefulset
 
 WORKLOADS = {"kv-prefill": "prefill", "kv-decode": "decode"}
 
@@ -56,6 +57,33 @@ def test_ranks_of_instances_that_span_nodes_are_peers_of_their_role() -> None:
         ("prefill", "kv-prefill-1-1"),
         ("decode", "kv-decode-0-0"),
     ]
+
+
+def test_pods_of_a_slice_of_a_role_are_peers_of_that_role() -> None:
+    pods = [pod("kv-prefill-s1-0", "kv-prefill-s1"), pod("kv-decode-s12-3", "kv-decode-s12")]
+    assert [(p.role, p.pod) for p in endpoints_from_pods(pods, WORKLOADS, 8099)] == [
+        ("prefill", "kv-prefill-s1-0"),
+        ("decode", "kv-decode-s12-3"),
+    ]
+
+
+@pytest.mark.parametrize(
+    ("name", "role"),
+    [
+        ("kv-prefill", "prefill"),
+        ("kv-prefill-s1", "prefill"),
+        ("kv-decode-s99", "decode"),
+        ("kv-prefill-s0", None),  # slice 0 is the role StatefulSet itself
+        ("kv-prefill-s01", None),
+        ("kv-prefill-s", None),
+        ("kv-prefill-sx", None),
+        ("kv-prefill-0", "prefill"),  # an instance over nodes
+        ("kv-router-s1", None),
+        ("other-s1", None),
+    ],
+)
+def test_the_role_of_a_statefulset_by_its_name(name: str, role: str | None) -> None:
+    assert role_of_statefulset(name, WORKLOADS) == role
 
 
 def test_a_deleting_pod_is_listed_as_terminating() -> None:
