@@ -7,7 +7,7 @@ and the session's simulated fleet is left as it was."""
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -43,20 +43,26 @@ class OwnNodes:
 
 @contextlib.contextmanager
 def running_nodes(
-    control_plane: LocalControlPlane, state: Path, nodes: OwnNodes, address_block: str
+    control_plane: LocalControlPlane,
+    state: Path,
+    nodes: OwnNodes,
+    address_block: str,
+    extra: Sequence[SimNode] = (),
 ) -> Iterator[PodRuntime]:
-    """`nodes` registered, their pods run as local processes at addresses of `address_block`
-    ("127.87": 127.87.0.1 and on); deleted and stopped after the block."""
+    """`nodes` (and `extra`, nodes a test labels and taints itself) registered, their pods run
+    as local processes at addresses of `address_block` ("127.87": 127.87.0.1 and on); deleted
+    and stopped after the block."""
     runtime = PodRuntime(control_plane.kubeconfig, state, options=QUICK)
     addresses = iter(f"{address_block}.{i // 250}.{i % 250 + 1}" for i in range(5000))
     labels = {**gpu_node_labels(clique=nodes.key.rsplit("/", 1)[-1]), nodes.key: "true"}
     specs = [SimNode(name, labels=labels, taints=(nodes.taint,)) for name in nodes.names]
+    specs += extra
     sim = NodeSimulator(control_plane.kubeconfig, specs, pod_ips=addresses, runtime=runtime).start()
     try:
         yield runtime
     finally:
-        for name in nodes.names:
-            sim.delete_node(name)
+        for spec in specs:
+            sim.delete_node(spec.name)
         sim.stop()
 
 

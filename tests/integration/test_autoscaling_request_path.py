@@ -8,6 +8,9 @@ be the same pod before, during and after (a scaling step restarts nothing). What
 router answers is its own: vllm-router a 503, smg 1.13.0 a 404 model_not_found (it routes in
 its multi-model mode under service discovery, and no option of it turns that into a 503:
 docs/autoscaling.md, "SGLang's router at zero").
+
+Slices: grown beyond its domain, a deployment's requests through each slice's router are
+prefilled and decoded by that slice's pods only, their KV handed over and verified.
 """
 
 from __future__ import annotations
@@ -22,11 +25,25 @@ from helpers.operator_proc import OperatorProcess
 from helpers.running_pods import OwnNodes, refengine_pdd, running_nodes
 from helpers.traffic import complete
 from helpers.waits import wait_for
-from pdd_localcluster import LocalControlPlane
+from pdd_localcluster import LocalControlPlane, SimNode, gpu_node_labels
+from pdd_localcluster.nodes import gpu_node_capacity
 from pdd_localcluster.runtime import PodRuntime
 
 GROUP, VERSION, PLURAL, SCALERS = "pdd.dev", "v1alpha1", "pddeployments", "pddrolescalers"
 NODES = OwnNodes("pdd.test/autoscaling-path", ("as-rp-0",))
+# Two domains for the slices test, under a level only they carry, tainted for that test's
+# pods alone, of 2 GPUs each: one holds one prefill and one decode, and no more.
+SLICE_LEVEL = "pdd.test/request-path-slices"
+SLICE_TAINT = {"key": SLICE_LEVEL, "value": "true", "effect": "NoSchedule"}
+SLICE_NODES = [
+    SimNode(
+        f"as-rp-{domain}",
+        labels={**gpu_node_labels(gpus, clique=f"rp-{domain}"), SLICE_LEVEL: domain},
+        capacity=gpu_node_capacity(gpus),
+        taints=(SLICE_TAINT,),
+    )
+    for domain, gpus in (("near", 2), ("far", 2))
+]
 TIMEOUT_S = 20.0
 READY_S = 240.0
 # engine -> what its router answers at zero: status and the message in its body.
@@ -41,7 +58,7 @@ def runtime(
     control_plane: LocalControlPlane, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[PodRuntime]:
     state = tmp_path_factory.mktemp("autoscaling-path")
-    with running_nodes(control_plane, state, NODES, "127.88") as rt:
+    with running_nodes(control_plane, state, NODES, "127.88", SLICE_NODES) as rt:
         yield rt
 
 
@@ -150,3 +167,96 @@ def test_scale_to_zero_answers_at_once_and_scaling_back_serves_again(
     assert back.served.get("kv_verified"), back
     assert conditions(pdd(api_client, ns, name))["ScaledToZero"]["status"] == "False"
     assert router_pod(core, ns, name).metadata.uid == router.metadata.uid
+
+
+def served_by(url: str, prompt: str) -> tuple[str, str]:
+    """The (prefill, decode) pods one completion went through, its KV handoff verified."""
+    outcome = wait_for(
+        lambda: (o := complete(url, "tiny", prompt, timeout=TIMEOUT_S)).ok and o,
+        60,
+        what=f"a completion through {url}",
+    )
+    assert outcome.served.get("kv_verified"), outcome
+    return outcome.served["prefill"], outcome.served["decode"]
+
+
+def pods_on_slice_nodes(core: client.CoreV1Api) -> list[str]:
+    return [
+        p.metadata.name
+        for node in SLICE_NODES
+        for p in core.list_pod_for_all_namespaces(field_selector=f"spec.nodeName={node.name}").items
+    ]
+
+
+def slice_router(core: client.CoreV1Api, ns: str, name: str, index: int) -> str:
+    """The URL of the ready router pod of one slice (the home's carries no slice label)."""
+    pods = core.list_namespaced_pod(
+        ns, label_selector=f"pdd.dev/deployment={name},pdd.dev/role=router"
+    ).items
+    ready = [
+        p
+        for p in pods
+        if p.metadata.labels.get("pdd.dev/slice", "0") == str(index)
+        and p.status.pod_ip
+        and not p.metadata.deletion_timestamp
+        and any(c.type == "Ready" and c.status == "True" for c in p.status.conditions or [])
+    ]
+    assert len(ready) == 1, [p.metadata.name for p in pods]
+    return f"http://{ready[0].status.pod_ip}:8000"
+
+
+@pytest.mark.parametrize("engine", ["vllm", "sglang"])
+def test_each_slice_router_pairs_only_its_slice_on_the_request_path(
+    engine: str,
+    operator: OperatorProcess,
+    api_client: client.ApiClient,
+    namespace: str,
+    runtime: PodRuntime,
+) -> None:
+    """Real pods and the real routers: the home slice in one domain, slice 1 in the other once
+    decode asks for 2; every completion through a slice's router is prefilled and decoded by that
+    slice's pods (the engines report which pods served it), its KV verified."""
+    core, name, ns = client.CoreV1Api(api_client), "tiny-slices", namespace
+    toleration = {**SLICE_TAINT, "operator": "Equal"}
+    role = {"replicas": 1, "gpusPerInstance": 1, "tolerations": [toleration]}
+    # The other engine's run may still be leaving these nodes (its namespace is deleted in
+    # the background).
+    wait_for(lambda: not pods_on_slice_nodes(core), 120, what="the slice nodes empty")
+    obj = refengine_pdd(
+        name,
+        engine,
+        NODES,
+        replicas=1,
+        prefill=role,
+        decode=role,
+        topology={"placement": "required", "levels": [SLICE_LEVEL]},
+        autoscaling={"decode": {"minReplicas": 1, "maxReplicas": 2}, "follower": "prefill"},
+    )
+    client.CustomObjectsApi(api_client).create_namespaced_custom_object(
+        GROUP, VERSION, ns, PLURAL, obj
+    )
+    wait_for(lambda: at(api_client, ns, name, 1), READY_S, what="1P/1D Ready")
+    home_domain = pdd(api_client, ns, name)["status"]["placement"]["domain"]
+    other = {"near": "far", "far": "near"}[home_domain]
+
+    scale_decode(api_client, ns, name, 2)  # the home is full: slice 1 opens in the other
+    wait_for(lambda: at(api_client, ns, name, 2), READY_S, what="2P/2D Ready over two slices")
+    shown = pdd(api_client, ns, name)["status"]["slices"]
+    assert [(s["domain"], s["prefill"], s["decode"]) for s in shown] == [
+        (home_domain, 1, 1),
+        (other, 1, 1),
+    ]
+    home, far = slice_router(core, ns, name, 0), slice_router(core, ns, name, 1)
+    for i in range(4):  # both routers see both slices' pods in the namespace: none crosses
+        assert served_by(home, f"home {i} " * 8) == (f"{name}-prefill-0", f"{name}-decode-0")
+        assert served_by(far, f"far {i} " * 8) == (f"{name}-prefill-s1-0", f"{name}-decode-s1-0")
+
+    scale_decode(api_client, ns, name, 1)  # slice 1 is emptied and removed
+    wait_for(
+        lambda: (
+            len(pdd(api_client, ns, name)["status"]["slices"]) == 1 and at(api_client, ns, name, 1)
+        ),
+        READY_S,
+        what="slice 1 removed",
+    )
+    assert served_by(home, "home again " * 8) == (f"{name}-prefill-0", f"{name}-decode-0")
