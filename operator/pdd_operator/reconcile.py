@@ -522,31 +522,13 @@ class Reconciler:
             return _Scaling(plan_scaling(pdd.spec, {}))
         key = _key(pdd)
         asked = {role: s.replicas for role, s in self.view.scalers(key).items()}
-        running = {
-            s.role: s.workload.desired
-            for s in self.view.children(key).values()
-            if s.key[1] == "StatefulSet"
-            and s.workload is not None
-            and s.role
-            and _slice_of(pdd, s.key[2]) == 0
-        }
         domain = self._placed_domain(pdd)
-        known = self._known_slices(pdd)
-        if known and domain is not None and slices_possible(pdd.spec):
-            # A home StatefulSet missing (deleted by hand, not indexed yet) runs what the
-            # last plan gave it: the slices beyond it are kept, never pruned for that.
-            running = {role: running.get(role, known[0].replicas(role)) for role in names.ROLES}
-        placed = domain is not None and len(running) == len(names.ROLES)
-        home: Slice | None = None
-        further: list[Slice] = []
-        if domain is not None and placed and slices_possible(pdd.spec):
-            home = Slice(0, domain[0], domain[1], running["prefill"], running["decode"])
-            further = [s for s in known[1:] if s.level == home.level and s.domain != home.domain]
+        running, home, further = self._running(pdd, domain)
         # The KV-path guard holds decode at what runs in all slices together.
         total = {role: n + sum(s.replicas(role) for s in further) for role, n in running.items()}
         hold = hold_decode_growth(pdd.spec, asked, total, self._kv_path_problem(pdd))
         plan = plan_scaling(pdd.spec, hold.asks)
-        if domain is None or not placed:
+        if domain is None or len(running) < len(names.ROLES):
             self._slices.pop(key, None)
             self._reservations.set_slices(key, ())
             return _Scaling(with_hold(plan, hold, asked))  # the planner's first job
@@ -568,6 +550,32 @@ class Reconciler:
         return _Scaling(
             with_hold(fit_to_room(pdd.spec, hold.asks, running, fits, where), hold, asked)
         )
+
+    def _running(
+        self, pdd: PDDeployment, domain: tuple[str, str] | None
+    ) -> tuple[dict[str, int], Slice | None, list[Slice]]:
+        """What runs per role in the home slice's StatefulSets and, for a deployment that may
+        grow by slices and is placed, the home slice and the slices running beyond it."""
+        running = {
+            s.role: s.workload.desired
+            for s in self.view.children(_key(pdd)).values()
+            if s.key[1] == "StatefulSet"
+            and s.workload is not None
+            and s.role
+            and _slice_of(pdd, s.key[2]) == 0
+        }
+        if domain is None or not slices_possible(pdd.spec):
+            return running, None, []
+        known = self._known_slices(pdd)
+        if known:
+            # A home StatefulSet missing (deleted by hand, not indexed yet) runs what the
+            # last plan gave it: the slices beyond it are kept, never pruned for that.
+            running = {role: running.get(role, known[0].replicas(role)) for role in names.ROLES}
+        if len(running) < len(names.ROLES):
+            return running, None, []
+        home = Slice(0, domain[0], domain[1], running["prefill"], running["decode"])
+        further = [s for s in known[1:] if s.level == home.level and s.domain != home.domain]
+        return running, home, further
 
     def _kv_path_problem(self, pdd: PDDeployment) -> str:
         """How the KV path is degraded, from the prober pods' latest answers (the source of
