@@ -18,6 +18,7 @@ from kubernetes import client
 
 from helpers.factories import pdd_body
 from helpers.operator_proc import OperatorProcess
+from helpers.pdd_objects import condition, get_pdd
 from helpers.waits import wait_for
 from pdd_localcluster import NodeSimulator, SimNode
 from pdd_localcluster.nodes import gpu_node_capacity, gpu_node_labels
@@ -36,15 +37,6 @@ def custom(api: client.ApiClient) -> client.CustomObjectsApi:
     return client.CustomObjectsApi(api)
 
 
-def get_pdd(api: client.ApiClient, ns: str) -> dict[str, Any]:
-    return custom(api).get_namespaced_custom_object(GROUP, VERSION, ns, PLURAL, "llama")
-
-
-def condition(body: dict[str, Any], type_: str) -> dict[str, Any]:
-    found = [c for c in body.get("status", {}).get("conditions", []) if c["type"] == type_]
-    return found[0] if found else {}
-
-
 def scale(api: client.ApiClient, ns: str, role: str, replicas: int) -> None:
     """A write to the scale target's /scale subresource, as the HPA controller makes it."""
     custom(api).patch_namespaced_custom_object_scale(
@@ -54,7 +46,7 @@ def scale(api: client.ApiClient, ns: str, role: str, replicas: int) -> None:
 
 def running(api: client.ApiClient, ns: str, prefill: int, decode: int) -> dict[str, Any] | None:
     """The PDDeployment once Ready at these counts (status written for its generation)."""
-    body = get_pdd(api, ns)
+    body = get_pdd(api, ns, "llama")
     status = body.get("status", {})
     want = (f"{prefill}/{prefill}", f"{decode}/{decode}")
     if (status.get("prefillReplicas"), status.get("decodeReplicas")) != want:
@@ -136,7 +128,7 @@ def test_decode_scales_on_its_target_prefill_follows_and_no_pod_moves(
     scale(api_client, ns, "decode", 0)
     zero = wait_for(
         lambda: (
-            (b := get_pdd(api_client, ns))
+            (b := get_pdd(api_client, ns, "llama"))
             and condition(b, "ScaledToZero").get("status") == "True"
             and b["status"]["decodeReplicas"] == "0/0"
             and b["status"]["prefillReplicas"] == "0/0"

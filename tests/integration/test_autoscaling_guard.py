@@ -19,6 +19,7 @@ from kubernetes import client
 
 from helpers.factories import pdd_body
 from helpers.operator_proc import OperatorProcess
+from helpers.pdd_objects import condition, get_pdd
 from helpers.waits import wait_for
 
 GROUP, VERSION, PLURAL, SCALERS = "pdd.dev", "v1alpha1", "pddeployments", "pddrolescalers"
@@ -37,15 +38,6 @@ def custom(api: client.ApiClient) -> client.CustomObjectsApi:
     return client.CustomObjectsApi(api)
 
 
-def get_pdd(api: client.ApiClient, ns: str) -> dict[str, Any]:
-    return custom(api).get_namespaced_custom_object(GROUP, VERSION, ns, PLURAL, NAME)
-
-
-def condition(body: dict[str, Any], type_: str) -> dict[str, Any]:
-    found = [c for c in body.get("status", {}).get("conditions", []) if c["type"] == type_]
-    return found[0] if found else {}
-
-
 def scale_decode(api: client.ApiClient, ns: str, replicas: int) -> None:
     custom(api).patch_namespaced_custom_object_scale(
         GROUP, VERSION, ns, SCALERS, f"{NAME}-decode", {"spec": {"replicas": replicas}}
@@ -53,7 +45,7 @@ def scale_decode(api: client.ApiClient, ns: str, replicas: int) -> None:
 
 
 def running(api: client.ApiClient, ns: str, prefill: int, decode: int) -> dict[str, Any] | None:
-    body = get_pdd(api, ns)
+    body = get_pdd(api, ns, NAME)
     status = body.get("status", {})
     want = (f"{prefill}/{prefill}", f"{decode}/{decode}")
     if (status.get("prefillReplicas"), status.get("decodeReplicas")) != want:
@@ -122,12 +114,14 @@ def test_a_degraded_kv_path_holds_decode_scale_ups_and_the_gauges_say_so(
         "pdd_kv_transfer_verified": (labels, 1.0),
     }
     wait_for(lambda: gauges(operator, ns) == verified, 30, what="the verified gauges")
-    assert condition(get_pdd(api_client, ns), "ScalingHeld")["status"] == "False"
+    assert condition(get_pdd(api_client, ns, NAME), "ScalingHeld")["status"] == "False"
 
     # Fallen back to TCP: verified 0, and a decode scale-up is held at what runs.
     answer(core, ns, transport="tcp", gbps=0.5)
     wait_for(
-        lambda: condition(get_pdd(api_client, ns), "KVTransferVerified").get("status") == "False",
+        lambda: (
+            condition(get_pdd(api_client, ns, NAME), "KVTransferVerified").get("status") == "False"
+        ),
         30,
         what="KVTransferVerified=False",
     )
@@ -139,7 +133,8 @@ def test_a_degraded_kv_path_holds_decode_scale_ups_and_the_gauges_say_so(
     scale_decode(api_client, ns, 6)
     held = wait_for(
         lambda: (
-            (c := condition(get_pdd(api_client, ns), "ScalingHeld")).get("status") == "True" and c
+            (c := condition(get_pdd(api_client, ns, NAME), "ScalingHeld")).get("status") == "True"
+            and c
         ),
         30,
         what="ScalingHeld=True",
@@ -167,12 +162,12 @@ def test_a_degraded_kv_path_holds_decode_scale_ups_and_the_gauges_say_so(
     # Scaling down is never held.
     scale_decode(api_client, ns, 1)
     wait_for(lambda: running(api_client, ns, 1, 1), 120, what="1P/1D Ready")
-    assert condition(get_pdd(api_client, ns), "ScalingHeld")["status"] == "False"
+    assert condition(get_pdd(api_client, ns, NAME), "ScalingHeld")["status"] == "False"
 
     # Held again, then the path is verified: the ask goes through.
     scale_decode(api_client, ns, 4)
     wait_for(
-        lambda: condition(get_pdd(api_client, ns), "ScalingHeld").get("status") == "True",
+        lambda: condition(get_pdd(api_client, ns, NAME), "ScalingHeld").get("status") == "True",
         30,
         what="held again",
     )

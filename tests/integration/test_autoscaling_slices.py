@@ -19,6 +19,7 @@ from kubernetes import client
 
 from helpers.factories import pdd_body
 from helpers.operator_proc import OperatorProcess
+from helpers.pdd_objects import get_pdd
 from helpers.waits import wait_for
 from pdd_localcluster import NodeSimulator, SimNode
 from pdd_localcluster.nodes import gpu_node_capacity, gpu_node_labels
@@ -60,10 +61,6 @@ def custom(api: client.ApiClient) -> client.CustomObjectsApi:
     return client.CustomObjectsApi(api)
 
 
-def get_pdd(api: client.ApiClient, ns: str) -> dict[str, Any]:
-    return custom(api).get_namespaced_custom_object(GROUP, VERSION, ns, PLURAL, "llama")
-
-
 def scale(api: client.ApiClient, ns: str, replicas: int) -> None:
     custom(api).patch_namespaced_custom_object_scale(
         GROUP, VERSION, ns, SCALERS, "llama-decode", {"spec": {"replicas": replicas}}
@@ -89,7 +86,7 @@ def settled(
 ) -> dict[str, Any] | None:
     """The PDDeployment once status.slices says `slices` (domain, prefill, decode), Ready,
     with exactly that many engine pods, all ready."""
-    body = get_pdd(api, ns)
+    body = get_pdd(api, ns, "llama")
     status = body.get("status", {})
     shown = [(s["domain"], s["prefill"], s["decode"]) for s in status.get("slices", [])]
     if shown != slices:
@@ -228,6 +225,6 @@ def test_growth_beyond_the_domain_opens_a_slice_and_shrinking_empties_the_newest
     assert gone
     assert identities(engine_pods(api_client, ns)) == home
     assert apps.read_namespaced_deployment("llama-router", ns).metadata.uid == home_router
-    final = get_pdd(api_client, ns)
+    final = get_pdd(api_client, ns, "llama")
     assert final["status"]["decode"]["revision"] == revision
     assert (final["spec"], final["metadata"]["generation"]) == (spec, generation)

@@ -10,6 +10,7 @@ from kubernetes.client.exceptions import ApiException
 
 from helpers.factories import pdd_body
 from helpers.operator_proc import OPERATOR_USER, OperatorProcess
+from helpers.pdd_objects import condition, get_pdd, ready_body
 from helpers.waits import wait_for, wait_namespaces_gone
 
 GROUP, VERSION, PLURAL = "pdd.dev", "v1alpha1", "pddeployments"
@@ -21,33 +22,16 @@ def custom(api_client: client.ApiClient) -> client.CustomObjectsApi:
     return client.CustomObjectsApi(api_client)
 
 
-def get_pdd(api_client: client.ApiClient, ns: str, name: str) -> dict[str, Any]:
-    return custom(api_client).get_namespaced_custom_object(GROUP, VERSION, ns, PLURAL, name)
-
-
 def patch_spec(api_client: client.ApiClient, ns: str, name: str, spec: dict[str, Any]) -> None:
     custom(api_client).patch_namespaced_custom_object(
         GROUP, VERSION, ns, PLURAL, name, {"spec": spec}
     )
 
 
-def condition(body: dict[str, Any], type_: str) -> dict[str, Any]:
-    for cond in body.get("status", {}).get("conditions", []):
-        if cond["type"] == type_:
-            return cond
-    return {}
-
-
-def ready(api_client: client.ApiClient, ns: str, name: str) -> dict[str, Any] | None:
-    body = get_pdd(api_client, ns, name)
-    fresh = body.get("status", {}).get("observedGeneration") == body["metadata"]["generation"]
-    return body if fresh and condition(body, "Ready").get("status") == "True" else None
-
-
 def wait_ready(
     api_client: client.ApiClient, ns: str, name: str, timeout: float = 120
 ) -> dict[str, Any]:
-    return wait_for(lambda: ready(api_client, ns, name), timeout, what=f"{ns}/{name} Ready")
+    return wait_for(lambda: ready_body(api_client, ns, name), timeout, what=f"{ns}/{name} Ready")
 
 
 def statefulset(api_client: client.ApiClient, ns: str, name: str) -> client.V1StatefulSet:

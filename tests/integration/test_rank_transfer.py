@@ -27,6 +27,7 @@ from kubernetes import client
 
 from helpers.factories import pdd_body
 from helpers.operator_proc import OperatorProcess
+from helpers.pdd_objects import condition, get_pdd, ready_body
 from helpers.sidecar_proc import (
     Sidecar,
     deployment_token,
@@ -71,25 +72,8 @@ def create(api: client.ApiClient, ns: str) -> None:
     client.CustomObjectsApi(api).create_namespaced_custom_object(GROUP, VERSION, ns, PLURAL, body)
 
 
-def pdd(api: client.ApiClient, ns: str) -> dict[str, Any]:
-    return client.CustomObjectsApi(api).get_namespaced_custom_object(
-        GROUP, VERSION, ns, PLURAL, NAME
-    )
-
-
-def condition(body: dict[str, Any], type_: str) -> dict[str, Any]:
-    conditions = body.get("status", {}).get("conditions", [])
-    return next((c for c in conditions if c["type"] == type_), {})
-
-
-def ready(api: client.ApiClient, ns: str) -> bool:
-    body = pdd(api, ns)
-    fresh = body.get("status", {}).get("observedGeneration") == body["metadata"]["generation"]
-    return fresh and condition(body, "Ready").get("status") == "True"
-
-
 def verdict(api: client.ApiClient, ns: str, status: str, reason: str) -> dict[str, Any] | None:
-    body = pdd(api, ns)
+    body = get_pdd(api, ns, NAME)
     cond = condition(body, "KVTransferVerified")
     return body if (cond.get("status"), cond.get("reason")) == (status, reason) else None
 
@@ -104,7 +88,7 @@ def test_every_prefill_rank_probes_its_pair_and_a_degraded_rank_is_named(
 ) -> None:
     ns, core = namespace, client.CoreV1Api(api_client)
     create(api_client, ns)
-    wait_for(lambda: ready(api_client, ns), 180, what="the PDDeployment Ready")
+    wait_for(lambda: ready_body(api_client, ns, NAME), 180, what="the PDDeployment Ready")
     pods = {name: running_pod(core, ns, name) for name in (*PREFILL, *DECODE)}
 
     # One round: the same request id on every prefill rank, each with its own decode pair.
@@ -119,7 +103,7 @@ def test_every_prefill_rank_probes_its_pair_and_a_degraded_rank_is_named(
     for name in DECODE:  # decode pods are measured against, never asked
         assert REQUEST not in (core.read_namespaced_pod(name, ns).metadata.annotations or {})
 
-    uid = pdd(api_client, ns)["metadata"]["uid"]
+    uid = get_pdd(api_client, ns, NAME)["metadata"]["uid"]
     token_file = tmp_path / "token"
     token = deployment_token(core, ns, NAME, uid, token_file)
     kubeconfig = service_account_kubeconfig(

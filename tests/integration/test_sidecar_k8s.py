@@ -27,6 +27,7 @@ from kubernetes.client.exceptions import ApiException
 
 from helpers.factories import small_pdd_body
 from helpers.operator_proc import OperatorProcess
+from helpers.pdd_objects import condition, get_pdd, ready_body
 from helpers.sidecar_proc import (
     Sidecar,
     deployment_token,
@@ -63,23 +64,6 @@ def create(api: client.ApiClient, ns: str) -> None:
     client.CustomObjectsApi(api).create_namespaced_custom_object(GROUP, VERSION, ns, PLURAL, body)
 
 
-def pdd(api: client.ApiClient, ns: str) -> dict[str, Any]:
-    return client.CustomObjectsApi(api).get_namespaced_custom_object(
-        GROUP, VERSION, ns, PLURAL, NAME
-    )
-
-
-def condition(body: dict[str, Any], type_: str) -> dict[str, Any]:
-    conditions = body.get("status", {}).get("conditions", [])
-    return next((c for c in conditions if c["type"] == type_), {})
-
-
-def ready(api: client.ApiClient, ns: str) -> bool:
-    body = pdd(api, ns)
-    fresh = body.get("status", {}).get("observedGeneration") == body["metadata"]["generation"]
-    return fresh and condition(body, "Ready").get("status") == "True"
-
-
 def test_real_sidecars_discover_replace_and_probe(
     operator: OperatorProcess,
     control_plane: Any,
@@ -90,14 +74,14 @@ def test_real_sidecars_discover_replace_and_probe(
 ) -> None:
     ns, core = namespace, client.CoreV1Api(api_client)
     create(api_client, ns)
-    wait_for(lambda: ready(api_client, ns), 90, what="the PDDeployment Ready")
+    wait_for(lambda: ready_body(api_client, ns, NAME), 90, what="the PDDeployment Ready")
 
     pods = {name: running_pod(core, ns, name) for name in
             ("kv-prefill-0", "kv-decode-0", "kv-decode-1")}  # fmt: skip
     revision = pods["kv-prefill-0"].metadata.labels[REVISION_LABEL]
     assert {p.metadata.labels[REVISION_LABEL] for p in pods.values()} == {revision}
 
-    uid = pdd(api_client, ns)["metadata"]["uid"]
+    uid = get_pdd(api_client, ns, NAME)["metadata"]["uid"]
     token_file = tmp_path / "token"
     token = deployment_token(core, ns, NAME, uid, token_file)
     kubeconfig = service_account_kubeconfig(
@@ -154,7 +138,7 @@ def test_real_sidecars_discover_replace_and_probe(
     assert prefill.get("/v1/status")["last_probe"]["verified"] is True
 
     def judged() -> dict[str, Any] | None:
-        body = pdd(api_client, ns)
+        body = get_pdd(api_client, ns, NAME)
         verdict = condition(body, "KVTransferVerified")
         transfer = body.get("status", {}).get("transfer", {})
         return body if verdict.get("status") == "False" and transfer.get("measuredGBps") else None
