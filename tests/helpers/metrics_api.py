@@ -35,6 +35,10 @@ CLONE_NEWNET = 0x40000000
 
 # (namespace, metric name, pod names) -> value per pod name
 PodMetrics = Callable[[str, str, list[str]], Mapping[str, float]]
+# (namespace, resource, object name, metric name) -> the object's value, None: not served
+ObjectMetrics = Callable[[str, str, str, str], float | None]
+# The kinds of the objects ObjectMetrics may describe, by resource (as an adapter lists them).
+OBJECT_KINDS = {"services": "Service"}
 
 
 @contextmanager
@@ -92,15 +96,23 @@ def listen_in(netns: str, address: str, port: int = 0) -> socket.socket:
 
 
 class CustomMetricsServer:
-    """Serves discovery and pod metrics of `custom.metrics.k8s.io/v1beta2` over TLS on a
-    socket given to it. `pod_metrics` answers for the pods the request's label selector picks
-    (listed from the API server, as an adapter would). Every request is recorded."""
+    """Serves discovery, pod and object metrics of `custom.metrics.k8s.io/v1beta2` over TLS
+    on a socket given to it. `pod_metrics` answers for the pods the request's label selector
+    picks (listed from the API server, as an adapter would); `object_metrics` for one object
+    of OBJECT_KINDS (a Service: what an HPA that scales from zero reads, as no pod is there
+    to measure). Every request is recorded."""
 
     def __init__(
-        self, sock: socket.socket, api: client.ApiClient, pod_metrics: PodMetrics, cert_dir: Path
+        self,
+        sock: socket.socket,
+        api: client.ApiClient,
+        pod_metrics: PodMetrics,
+        cert_dir: Path,
+        object_metrics: ObjectMetrics | None = None,
     ) -> None:
         self.api = api
         self.pod_metrics = pod_metrics
+        self.object_metrics = object_metrics
         self.requests: list[str] = []
         cert, key = _self_signed(cert_dir)
         address = sock.getsockname()
@@ -131,6 +143,14 @@ class CustomMetricsServer:
             namespace, pod, metric = parts[1], parts[3], parts[4]
             selector = (query.get("labelSelector") or [""])[0]
             return 200, self._pod_values(namespace, pod, metric, selector)
+        # namespaces/{ns}/{resource}/{name}/{metric}
+        if path.startswith(base + "/namespaces/") and len(parts) == 5 and parts[2] in OBJECT_KINDS:
+            namespace, resource, name, metric = parts[1], parts[2], parts[3], parts[4]
+            served = self.object_metrics
+            value = None if served is None else served(namespace, resource, name, metric)
+            if value is not None:
+                described = {"kind": OBJECT_KINDS[resource], "namespace": namespace, "name": name}
+                return 200, _value_list([(described | {"apiVersion": "/v1"}, metric, value)])
         return 404, {"kind": "Status", "apiVersion": "v1", "status": "Failure", "code": 404}
 
     def _pod_values(self, namespace: str, pod: str, metric: str, selector: str) -> dict[str, Any]:
@@ -138,26 +158,31 @@ class CustomMetricsServer:
         pods = core.list_namespaced_pod(namespace, label_selector=selector or None).items
         names = [p.metadata.name for p in pods if pod in ("*", p.metadata.name)]
         values = self.pod_metrics(namespace, metric, names)
-        now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-        items = [
-            {
-                "describedObject": {
-                    "kind": "Pod", "namespace": namespace, "name": name, "apiVersion": "/v1"
-                },
-                "metric": {"name": metric},
-                "timestamp": now,
-                "windowSeconds": 60,
-                "value": f"{int(values[name] * 1000)}m",
-            }
-            for name in names
-            if name in values
-        ]  # fmt: skip
-        return {
-            "kind": "MetricValueList",
-            "apiVersion": f"{GROUP}/{VERSION}",
-            "metadata": {},
-            "items": items,
+        pod_ref = {"kind": "Pod", "namespace": namespace, "apiVersion": "/v1"}
+        return _value_list(
+            [(pod_ref | {"name": name}, metric, values[name]) for name in names if name in values]
+        )
+
+
+def _value_list(values: list[tuple[dict[str, str], str, float]]) -> dict[str, Any]:
+    """A MetricValueList of (described object, metric, value)."""
+    now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    items = [
+        {
+            "describedObject": described,
+            "metric": {"name": metric},
+            "timestamp": now,
+            "windowSeconds": 60,
+            "value": f"{int(value * 1000)}m",
         }
+        for described, metric, value in values
+    ]
+    return {
+        "kind": "MetricValueList",
+        "apiVersion": f"{GROUP}/{VERSION}",
+        "metadata": {},
+        "items": items,
+    }
 
 
 def register(api: client.ApiClient, namespace: str, address: str, port: int) -> None:
@@ -221,12 +246,13 @@ def _discovery() -> dict[str, Any]:
         "groupVersion": f"{GROUP}/{VERSION}",
         "resources": [
             {
-                "name": "pods/*",
+                "name": f"{resource}/*",
                 "singularName": "",
                 "namespaced": True,
                 "kind": "MetricValueList",
                 "verbs": ["get"],
             }
+            for resource in ("pods", *OBJECT_KINDS)
         ],
     }
 

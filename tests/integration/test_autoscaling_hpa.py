@@ -1,5 +1,6 @@
 """The stock HPA controller of kube-controller-manager scales decode through its PDDRoleScaler
-on a load metric, and prefill follows the ratio.
+on a load metric, and prefill follows the ratio; it grows a deployment by a slice; and, with
+the HPAScaleToZero gate on, it takes both roles to zero and back on a router metric.
 
 This module runs a control plane of its own: the session's has no HPA controller and no
 aggregation routing. The HPA reads `custom.metrics.k8s.io` through the API server's
@@ -40,7 +41,8 @@ TARGET_PER_POD = 10
 
 
 class Load:
-    """Waiting requests in all, per deployment namespace, spread evenly over its pods."""
+    """Waiting requests in all, per deployment namespace: spread evenly over its pods, and
+    as a whole on its router's Service (what an HPA reads to scale up from zero pods)."""
 
     def __init__(self) -> None:
         self.total: dict[str, float] = {}
@@ -50,6 +52,12 @@ class Load:
         with self.lock:
             total = self.total.get(namespace, 0.0) if metric == METRIC else 0.0
         return {pod: total / len(pods) for pod in pods} if pods else {}
+
+    def on_router(self, namespace: str, resource: str, name: str, metric: str) -> float | None:
+        if (resource, metric) != ("services", METRIC) or not name.endswith("-router"):
+            return None
+        with self.lock:
+            return self.total.get(namespace)
 
 
 @pytest.fixture(scope="module")
@@ -65,6 +73,8 @@ def hpa_cluster(
         extra_apiserver_args=["--enable-aggregator-routing=true"],
         # The default 15 s sync and 5 min downscale window would only make the test slow.
         extra_controller_manager_args=["--horizontal-pod-autoscaler-sync-period=2s"],
+        # minReplicas 0 (alpha since 1.16, still off by default in 1.35).
+        feature_gates={"HPAScaleToZero": True},
     )
     load = Load()
     with (
@@ -74,7 +84,8 @@ def hpa_cluster(
     ):
         api = config.new_client_from_config(config_file=str(plane.kubeconfig))
         sock = listen_in(netns, ns_ip)
-        with CustomMetricsServer(sock, api, load, state / "metrics-certs") as server:
+        certs = state / "metrics-certs"
+        with CustomMetricsServer(sock, api, load, certs, object_metrics=load.on_router) as server:
             register(api, "custom-metrics", ns_ip, server.port)
             wait_for(lambda: api_service_available(api), 60, what="the APIService Available")
             yield plane, api, load, sim
@@ -295,3 +306,72 @@ def test_the_stock_hpa_grows_a_deployment_by_a_slice_and_shrinks_the_newest_firs
     assert all(home.get(pod) == uid for pod, uid in survivors.items()), survivors
     apps = client.AppsV1Api(api)
     assert not [s for s in apps.list_namespaced_stateful_set(ns).items if "-s1" in s.metadata.name]
+
+
+def zero_hpa(name: str) -> dict[str, Any]:
+    """An HPA that may scale decode to zero: with no pod left to average over, it reads the
+    waiting requests on the router's Service (an Object metric, AverageValue per replica:
+    ceil(waiting / target), whatever runs now)."""
+    hpa = decode_hpa(name)
+    hpa["spec"]["minReplicas"] = 0
+    hpa["spec"]["metrics"] = [
+        {
+            "type": "Object",
+            "object": {
+                "describedObject": {
+                    "apiVersion": "v1",
+                    "kind": "Service",
+                    "name": f"{name}-router",
+                },
+                "metric": {"name": METRIC},
+                "target": {"type": "AverageValue", "averageValue": str(TARGET_PER_POD)},
+            },
+        }
+    ]
+    return hpa
+
+
+def test_the_stock_hpa_scales_both_roles_to_zero_and_back(
+    hpa_cluster: tuple[LocalControlPlane, client.ApiClient, Load, NodeSimulator],
+    hpa_operator: OperatorProcess,
+) -> None:
+    _, api, load, _ = hpa_cluster
+    ns, name = new_namespace(api, "hpa-zero"), "llama"
+    body = pdd_body(
+        name,
+        ns,
+        prefill={"replicas": 1, "gpusPerInstance": 1},
+        decode={"replicas": 1, "gpusPerInstance": 1},
+        autoscaling={"decode": {"minReplicas": 0, "maxReplicas": 4}, "follower": "prefill"},
+    )
+    objects = client.CustomObjectsApi(api)
+    objects.create_namespaced_custom_object(GROUP, VERSION, ns, PLURAL, body)
+    wait_for(lambda: ready_counts(api, ns, name) == ("1/1", "1/1"), 120, what="1P/1D ready")
+    router = router_pod_uids(api, ns)
+
+    # Nothing waits: the HPA asks for 0 decodes and prefill follows to 0.
+    load.total[ns] = 0
+    client.AutoscalingV2Api(api).create_namespaced_horizontal_pod_autoscaler(ns, zero_hpa(name))
+    wait_for(lambda: replicas(api, ns, name) == {"prefill": 0, "decode": 0}, 90, what="0P/0D")
+    wait_for(lambda: scaled_to_zero(api, ns, name) == "True", 60, what="ScaledToZero=True")
+    wait_for(lambda: not engine_pod_uids(api, ns), 60, what="engine pods gone")
+
+    # 30 requests wait at the router: the HPA asks for ceil(30 / 10) = 3 from zero.
+    load.total[ns] = 30
+    wait_for(lambda: replicas(api, ns, name) == {"prefill": 3, "decode": 3}, 90, what="3P/3D")
+    wait_for(lambda: ready_counts(api, ns, name) == ("3/3", "3/3"), 120, what="3P/3D ready")
+    wait_for(lambda: scaled_to_zero(api, ns, name) == "False", 60, what="ScaledToZero=False")
+    assert router_pod_uids(api, ns) == router  # the router stayed up all along
+
+
+def router_pod_uids(api: client.ApiClient, ns: str) -> set[str]:
+    pods = client.CoreV1Api(api).list_namespaced_pod(ns, label_selector="pdd.dev/role=router")
+    return {p.metadata.uid for p in pods.items if not p.metadata.deletion_timestamp}
+
+
+def scaled_to_zero(api: client.ApiClient, ns: str, name: str) -> str:
+    obj = client.CustomObjectsApi(api).get_namespaced_custom_object(
+        GROUP, VERSION, ns, PLURAL, name
+    )
+    found = [c for c in obj.get("status", {}).get("conditions", []) if c["type"] == "ScaledToZero"]
+    return str(found[0]["status"]) if found else ""
