@@ -1039,9 +1039,9 @@ class Reconciler:
     async def _request_rank_probes_if_due(
         self, pdd: PDDeployment, observed: Observed, now: str
     ) -> str:
-        """Instances over several nodes: stamp one request id on every ready prefill rank,
-        each with the decode pod it measures against; the request time, or "" when none
-        was made."""
+        """Probers with a named peer (the ranks of instances over several nodes, or the
+        slices): stamp the round's request id on every ready one that is due, each with the
+        decode pod it measures against; the request id, or "" when none was made."""
         probers = rank_probers(pdd, self.view.pods(_key(pdd)))
         asked = ""
         for pod, request in rank_probe_requests(pdd, is_ready(observed), probers, now):
@@ -1051,7 +1051,7 @@ class Reconciler:
                 log.warning("could not request a transfer probe from %s: %s", pod, err)
                 continue
             self._count_write("probe-request", "Pod")
-            asked = now
+            asked = request[names.ANNOTATION_PROBE_REQUEST]
         return asked
 
     async def _write_status(

@@ -100,6 +100,20 @@ def settled(
     return body
 
 
+def probe_peer(api: client.ApiClient, ns: str, pod: str) -> str | None:
+    """The decode pod the operator asked `pod` to probe against (pdd.dev/probe-peer)."""
+    annotations = client.CoreV1Api(api).read_namespaced_pod(pod, ns).metadata.annotations
+    return (annotations or {}).get("pdd.dev/probe-peer")
+
+
+def prober_pods(api: client.ApiClient, ns: str) -> list[str]:
+    """The pods the sidecar Role lets patch themselves (their probe answers), once it lists
+    more than the home's."""
+    role = client.RbacAuthorizationV1Api(api).read_namespaced_role("llama-sidecar", ns)
+    names = next(r.resource_names for r in role.rules if r.verbs == ["patch"])
+    return names if len(names) > 1 else []
+
+
 def router_selectors(api: client.ApiClient, ns: str, name: str) -> dict[str, str]:
     """The router Deployment's --prefill-selector and --decode-selector as selector strings."""
     deployment = client.AppsV1Api(api).read_namespaced_deployment(name, ns)
@@ -191,6 +205,15 @@ def test_growth_beyond_the_domain_opens_a_slice_and_shrinking_empties_the_newest
                 and domain_nodes[p.spec.node_name] == domain
             }
             assert set(chosen) == want, (router, role_name, selector)
+    # Each slice's KV path is measured inside it: slice 1's first prefill pod is asked to
+    # probe slice 1's first decode pod, and the sidecar Role lets it write its answer.
+    asked = wait_for(
+        lambda: probe_peer(api_client, ns, "llama-prefill-s1-0"), 60, what="slice 1 asked"
+    )
+    assert asked == "llama-decode-s1-0"
+    assert probe_peer(api_client, ns, "llama-prefill-0") == "llama-decode-0"
+    writers = wait_for(lambda: prober_pods(api_client, ns) or None, 30, what="sidecar Role")
+    assert writers == ["llama-prefill-0", "llama-prefill-s1-0"]
     assert up["status"]["decode"]["revision"] == revision
     assert (up["spec"], up["metadata"]["generation"]) == (spec, generation)
     grown = identities(pods)

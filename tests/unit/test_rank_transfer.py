@@ -107,6 +107,19 @@ def test_a_round_is_not_asked_again_before_the_interval() -> None:
     assert [name for name, _ in asked] == ["llama-prefill-0-0"]  # the ready one
 
 
+def test_a_rank_never_asked_is_asked_between_rounds_with_the_rounds_id() -> None:
+    """A replaced rank pod (no request on it yet) is measured now, not an interval later;
+    the others are left until the next round."""
+    round_id = "2026-12-01T02:59:59Z"
+    pdd = with_requested(deployment((1, 2), (1, 2)), round_id)
+    pods = [replace(pod("llama-prefill-0-0"), probe_request=round_id),
+            pod("llama-prefill-0-1")]  # fmt: skip
+    asked = rank_probe_requests(pdd, True, rank_probers(pdd, pods), NOW)
+    assert asked == [("llama-prefill-0-1", {REQUEST: round_id, PEER: "llama-decode-0-1"})]
+    # Not while the deployment is not Ready, and never a first round this way.
+    assert rank_probe_requests(pdd, False, rank_probers(pdd, pods), NOW) == []
+
+
 def with_requested(pdd: PDDeployment, requested: str) -> PDDeployment:
     status = pdd.status.model_copy(update={"transfer": TransferStatus(requestedAt=requested)})
     return pdd.model_copy(update={"status": status})

@@ -1465,7 +1465,8 @@ MAX_TRANSFER_RANKS = 32
 
 
 class RankTransferStatus(Model):
-    """One prefill rank's own measurement, where instances span nodes."""
+    """One prober's own measurement: a prefill rank's, where instances span nodes, or the
+    first prefill pod of a slice's, where the deployment may grow by slices."""
 
     model_config = ConfigDict(extra="ignore", frozen=True)
 
@@ -1474,6 +1475,9 @@ class RankTransferStatus(Model):
     instance: int = Field(default=0, description="The instance `pod` is a rank of.")
     rank: int = Field(default=0, description="Its rank in that instance (0: the leader).")
     peer: str = Field(default="", description="The decode pod it measured against.")
+    slice: int | None = Field(
+        default=None, description="The slice whose path it measured (status.slices' index)."
+    )
     path: str = ""
     transport: str = ""
     measuredGBps: float = 0.0

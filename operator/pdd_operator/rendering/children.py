@@ -24,7 +24,7 @@ ChildKey = tuple[str, str, str]  # (apiVersion, kind, name)
 def render_children(pdd: PDDeployment, ctx: RenderContext) -> list[dict[str, Any]]:
     """Children in apply order: access objects and claim templates before the pods using them."""
     objects = [
-        *render_sidecar_access(pdd),
+        *render_sidecar_access(pdd, ctx.slices),
         *render_network_policies(pdd, ctx),
         *render_claim_templates(pdd),
         *render_gang_objects(pdd),

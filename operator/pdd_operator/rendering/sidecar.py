@@ -9,6 +9,7 @@ by rendering.network_policy, with or without a sidecar (the engines' side channe
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from pdd_contract.env import (
@@ -31,6 +32,7 @@ from pdd_operator.api import names
 from pdd_operator.api.v1alpha1 import SIDECAR_CONTAINER, PDDeployment, PDDeploymentSpec
 from pdd_operator.engines.base import EngineAdapter
 from pdd_operator.planning.probe_pairs import per_rank_probes, probe_pairs
+from pdd_operator.planning.slices import Slice
 from pdd_operator.rendering.access import api_access_mount, api_access_volume, render_account
 from pdd_operator.rendering.context import RenderContext
 from pdd_operator.rendering.transfer import transfer_env
@@ -175,21 +177,22 @@ def side_channel_env(adapter: EngineAdapter, spec: PDDeploymentSpec) -> list[dic
     return env
 
 
-def render_sidecar_access(pdd: PDDeployment) -> list[dict[str, Any]]:
-    """ServiceAccount, Role and RoleBinding for peer discovery."""
+def render_sidecar_access(pdd: PDDeployment, slices: Sequence[Slice] = ()) -> list[dict[str, Any]]:
+    """ServiceAccount, Role and RoleBinding for peer discovery; `slices`: those beyond the
+    home domain this pass runs (their first prefill pods probe too)."""
     if not sidecar_enabled(pdd.spec):
         return []
     account = names.sidecar_account_name(pdd.name)
     rules = [
         # Peers are the deployment's pods (the routers discover the same way).
         {"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list", "watch"]},
-        # The prober pods (one, or every prefill rank asked) write their results on
-        # themselves only.
+        # The prober pods (one, or every prefill rank or slice asked) write their results
+        # on themselves only.
         {
             "apiGroups": [""],
             "resources": ["pods"],
             "verbs": ["patch"],
-            "resourceNames": _probers(pdd),
+            "resourceNames": _probers(pdd, slices),
         },
     ]
     return render_account(account, pdd.namespace, _meta(pdd, account), rules)
@@ -219,9 +222,9 @@ def _prober(pdd: PDDeployment) -> str:
     return names.prober_pod_name(pdd.name, pdd.spec.prefill.nodesPerInstance)
 
 
-def _probers(pdd: PDDeployment) -> list[str]:
+def _probers(pdd: PDDeployment, slices: Sequence[Slice]) -> list[str]:
     if per_rank_probes(pdd):
-        return [pair.pod for pair in probe_pairs(pdd)] or [_prober(pdd)]
+        return [pair.pod for pair in probe_pairs(pdd, slices)] or [_prober(pdd)]
     return [_prober(pdd)]
 
 

@@ -113,18 +113,25 @@ def rank_probers(pdd: PDDeployment, pods: Sequence[PodSummary]) -> list[RankProb
 def rank_probe_requests(
     pdd: PDDeployment, ready: bool, probers: Sequence[RankProber], now: str
 ) -> list[tuple[str, dict[str, str]]]:
-    """The annotations to stamp when a round is due: the same request id on every ready
-    prefill rank, each with the decode pod it measures against."""
-    if not rank_probe_due(pdd, ready, [p.pod for p in probers], now):
+    """The annotations to stamp: when a round is due, the same request id on every ready
+    prober, each with the decode pod it measures against; between rounds, the last round's
+    id on a ready prober never asked yet (a slice just opened, a rank pod replaced), so a
+    new path is measured now rather than an interval later."""
+    if rank_probe_due(pdd, ready, [p.pod for p in probers], now):
+        return [_request(p, now) for p in probers if p.pod.ready]
+    verification = pdd.spec.kvTransfer.verification
+    last = max([pdd.status.transfer.requestedAt, *(p.pod.probe_request for p in probers)])
+    if not verification.enabled or not ready or not last:
         return []
-    return [
-        (
-            p.pair.pod,
-            {names.ANNOTATION_PROBE_REQUEST: now, names.ANNOTATION_PROBE_PEER: p.pair.peer},
-        )
-        for p in probers
-        if p.pod.ready
-    ]
+    return [_request(p, last) for p in probers if p.pod.ready and not p.pod.probe_request]
+
+
+def _request(prober: RankProber, request_id: str) -> tuple[str, dict[str, str]]:
+    annotations = {
+        names.ANNOTATION_PROBE_REQUEST: request_id,
+        names.ANNOTATION_PROBE_PEER: prober.pair.peer,
+    }
+    return prober.pair.pod, annotations
 
 
 def rank_transfer_outcome(
@@ -140,7 +147,7 @@ def rank_transfer_outcome(
     failing = sum(1 for _, outcome in measured if not outcome.ok)
     unmeasured = len(probe_pairs(pdd)) - len(measured)
     message = _rank_summary(worst_pair, worst, failing, len(measured), unmeasured)
-    reason = REASON_RANK_DEGRADED if failing else REASON_VERIFIED
+    reason = _reason(worst_pair, worst, failing)
     status = worst.status.model_copy(update={"message": message, "ranks": ranks})
     return TransferOutcome(status, not failing, reason)
 
@@ -159,6 +166,7 @@ def _rank_line(pair: ProbePair, outcome: TransferOutcome) -> RankTransferStatus:
         instance=pair.instance,
         rank=pair.rank,
         peer=pair.peer,
+        slice=pair.slice,
         path=status.path,
         transport=status.transport,
         measuredGBps=status.measuredGBps,
@@ -169,18 +177,32 @@ def _rank_line(pair: ProbePair, outcome: TransferOutcome) -> RankTransferStatus:
     )
 
 
+def _reason(worst_pair: ProbePair, worst: TransferOutcome, failing: int) -> str:
+    """A slice's path fails for its own reason (TCPFallback, ...: the message names the
+    slice); a rank's as RankPathDegraded, its own reason in the message."""
+    if not failing:
+        return REASON_VERIFIED
+    return worst.reason if worst_pair.slice is not None else REASON_RANK_DEGRADED
+
+
 def _rank_summary(
     pair: ProbePair, worst: TransferOutcome, failing: int, measured: int, unmeasured: int
 ) -> str:
-    who = f"{pair.pod} (prefill instance {pair.instance} rank {pair.rank} -> {pair.peer})"
-    if failing:
-        head = f"{failing} of {measured} measured ranks degraded; worst {who}: {worst.reason}: "
-        tail = "; every rank's path is in status.transfer.ranks"
+    if pair.slice is not None:
+        what, who = "slices", f"{pair.pod} (slice {pair.slice} -> {pair.peer})"
     else:
-        head = f"all {measured} measured ranks verified; slowest {who}: "
+        what, who = (
+            "ranks",
+            f"{pair.pod} (prefill instance {pair.instance} rank {pair.rank} -> {pair.peer})",
+        )
+    if failing:
+        head = f"{failing} of {measured} measured {what} degraded; worst {who}: {worst.reason}: "
+        tail = f"; every {what[:-1]}'s path is in status.transfer.ranks"
+    else:
+        head = f"all {measured} measured {what} verified; slowest {who}: "
         tail = ""
     if unmeasured:
-        tail += f"; {unmeasured} rank(s) not measured yet"
+        tail += f"; {unmeasured} {what[:-1]}(s) not measured yet"
     return head + worst.status.message + tail
 
 
