@@ -120,8 +120,7 @@ def follower_replicas(spec: PDDeploymentSpec, leader: int) -> int:
 
 
 def _follow(spec: PDDeploymentSpec, auto: AutoscalingSpec, counts: Mapping[str, int]) -> int:
-    follower = auto.follower
-    leader = "decode" if follower == "prefill" else "prefill"
+    follower, leader = auto.follower, leader_role(spec)
     if counts[leader] == 0:
         return 0
     share = Fraction(getattr(auto.ratio, follower), getattr(auto.ratio, leader))
