@@ -189,20 +189,18 @@ def _rank_summary(
     pair: ProbePair, worst: TransferOutcome, failing: int, measured: int, unmeasured: int
 ) -> str:
     if pair.slice is not None:
-        what, who = "slices", f"{pair.pod} (slice {pair.slice} -> {pair.peer})"
+        noun, where = "slice", f"slice {pair.slice}"
     else:
-        what, who = (
-            "ranks",
-            f"{pair.pod} (prefill instance {pair.instance} rank {pair.rank} -> {pair.peer})",
-        )
+        noun, where = "rank", f"prefill instance {pair.instance} rank {pair.rank}"
+    who = f"{pair.pod} ({where} -> {pair.peer})"
     if failing:
-        head = f"{failing} of {measured} measured {what} degraded; worst {who}: {worst.reason}: "
-        tail = f"; every {what[:-1]}'s path is in status.transfer.ranks"
+        head = f"{failing} of {measured} measured {noun}s degraded; worst {who}: {worst.reason}: "
+        tail = f"; every {noun}'s path is in status.transfer.ranks"
     else:
-        head = f"all {measured} measured {what} verified; slowest {who}: "
+        head = f"all {measured} measured {noun}s verified; slowest {who}: "
         tail = ""
     if unmeasured:
-        tail += f"; {unmeasured} {what[:-1]}(s) not measured yet"
+        tail += f"; {unmeasured} {noun}(s) not measured yet"
     return head + worst.status.message + tail
 
 
