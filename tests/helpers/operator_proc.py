@@ -25,6 +25,8 @@ SCALER_CRD_FILE = ROOT / "crds" / "pdd.dev_pddrolescalers.yaml"
 # The operator's static user on the integration tier's control plane: its writes show in the
 # audit log under this name.
 OPERATOR_USER = "pdd-operator"
+# A user with no rights until a test grants some (an operator confined by Roles).
+CONFINED_USER = "pdd-confined"
 
 
 def load_crd() -> dict[str, Any]:

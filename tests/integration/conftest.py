@@ -13,7 +13,7 @@ import pytest
 from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
 
-from helpers.operator_proc import OPERATOR_USER, OperatorProcess, operator_on
+from helpers.operator_proc import CONFINED_USER, OPERATOR_USER, OperatorProcess, operator_on
 from pdd_localcluster import LocalControlPlane, NodeSimulator, gpu_fleet
 
 INTEGRATION_DIR = Path(__file__).parent
@@ -57,7 +57,9 @@ def control_plane(
     # The operator runs as its own user, so the audit log tells its writes from everyone's;
     # its lists and watches too: what it asks the apiserver to send (test_operator_watches).
     with LocalControlPlane(
-        state, users={OPERATOR_USER: ["system:masters"]}, audit_reads_of=[OPERATOR_USER]
+        state,
+        users={OPERATOR_USER: ["system:masters"], CONFINED_USER: []},
+        audit_reads_of=[OPERATOR_USER],
     ) as cp:
         banner = (
             f"kube-apiserver {cp.version}, etcd {cp.etcd_version} at {cp.server}, "

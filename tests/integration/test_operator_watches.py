@@ -14,6 +14,7 @@ from helpers.waits import wait_for
 from pdd_localcluster import LocalControlPlane
 
 OURS = "app.kubernetes.io/managed-by=pdd-operator"
+BOUND = "spec.nodeName!="
 # The selected kinds this control plane serves (Workload and PodGroup need feature gates or
 # Volcano; kopf does not watch what is not served).
 SELECTED = (
@@ -49,13 +50,32 @@ def test_the_operator_asks_only_for_its_own_objects(
     assert set(selectors) == {OURS}
 
 
-@pytest.mark.parametrize("resource", ["pods", "nodes"])
-def test_pods_and_nodes_are_still_watched_whole(
-    control_plane: LocalControlPlane, operator: OperatorProcess, resource: str
+def selectors(control_plane: LocalControlPlane, resource: str) -> set[tuple[str, str]]:
+    """(labelSelector, fieldSelector) of each list and watch of `resource` by the operator."""
+    found = set()
+    for _, uri in control_plane.reads_by(OPERATOR_USER, resource):
+        query = parse_qs(urlsplit(uri).query)
+        found.add((query.get("labelSelector", [""])[0], query.get("fieldSelector", [""])[0]))
+    return found
+
+
+def test_pods_come_as_our_own_and_as_bound_ones_for_the_gpu_count(
+    control_plane: LocalControlPlane, operator: OperatorProcess
 ) -> None:
-    """The GPU capacity index needs every bound pod and every Node; this also shows the
-    audit log would show a watch without a selector."""
-    selectors = wait_for(
-        lambda: label_selectors(control_plane, resource), 30, what=f"a watch of {resource}"
+    """kopf's watch of our pods is label-selected; the fleet watch asks for every pod bound
+    to a node (GPU capacity), never for pods still pending."""
+    found = wait_for(
+        lambda: (s := selectors(control_plane, "pods")) >= {(OURS, ""), ("", BOUND)} and s,
+        30,
+        what="both watches of pods",
     )
-    assert "" in selectors
+    assert found == {(OURS, ""), ("", BOUND)}
+
+
+def test_nodes_are_watched_whole_once(
+    control_plane: LocalControlPlane, operator: OperatorProcess
+) -> None:
+    """Every Node is the fleet; this also shows the audit log would show a read without a
+    selector."""
+    found = wait_for(lambda: selectors(control_plane, "nodes"), 30, what="a watch of nodes")
+    assert found == {("", "")}

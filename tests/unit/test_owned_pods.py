@@ -53,7 +53,6 @@ def view(children: list[ChildSummary], pods: list[PodSummary], sets: dict[str, s
         "child_deployments": {KEY: [c for c in children if c.key[1] == "Deployment"]},
         "replicaset_index": {(NS, owner): [rs] for rs, owner in sets.items()},
         "pod_index": pod_index,
-        "node_index": {},
     }
     return IndexView(indexes)
 

@@ -18,8 +18,7 @@ from pdd_operator.config import OperatorConfig
 from pdd_operator.handlers.runtime import OperatorRuntime
 from pdd_operator.handlers.view import CHILD_INDEX_PREFIX, IndexView
 from pdd_operator.kube.client import load_configuration
-from pdd_operator.kube.resources import CHILD_KINDS, ROLE_SCALER, Kind
-from pdd_operator.planning.compact import compact_node, compact_pod
+from pdd_operator.kube.resources import CHILD_KINDS, POD, ROLE_SCALER, Kind
 from pdd_operator.reconcile import Reconciler
 from pdd_operator.rendering.context import OperatorSettings
 from pdd_operator.status.observe import (
@@ -34,7 +33,7 @@ log = logging.getLogger(__name__)
 MANAGED = {"app.kubernetes.io/managed-by": names.MANAGED_BY}
 REPLICASETS = Kind("apps/v1", "ReplicaSet", "replicasets")
 # Every handler of these kinds filters on MANAGED, so the apiserver may filter for us.
-OWN_LABELLED_KINDS = (*CHILD_KINDS, ROLE_SCALER, REPLICASETS)
+OWN_LABELLED_KINDS = (*CHILD_KINDS, ROLE_SCALER, REPLICASETS, POD)
 
 
 @kopf.on.login()
@@ -90,8 +89,8 @@ def watch_only_ours(settings: kopf.OperatorSettings) -> None:
     kopf's `labels=` filters run in the operator: without these the apiserver sends every
     StatefulSet, Service, Secret... of the whole cluster, and each is parsed and dropped.
     kopf opens one watch per resource and applies a selector to all its handlers, so a kind
-    qualifies only when all of its handlers want our objects alone. Pods do not: the GPU
-    capacity index needs every bound pod; Nodes neither (all of them are the fleet).
+    qualifies only when all of its handlers want our objects alone. Every Node and every bound
+    pod (for GPU capacity) comes from the fleet watch instead (handlers/fleet.py).
     """
     selector = ",".join(f"{k}={v}" for k, v in MANAGED.items())
     for kind in OWN_LABELLED_KINDS:
@@ -186,26 +185,11 @@ async def replicaset_index(namespace: str | None, body: kopf.Body, **_: Any) -> 
     return {(namespace or "", owner): uid} if owner and uid else None
 
 
-@kopf.index("v1", "pods", field="spec.nodeName", value=kopf.PRESENT)
-async def gpu_pod_index(body: kopf.Body, **_: Any) -> Any:
-    pod = compact_pod(body)
-    return {body["spec"]["nodeName"]: pod} if pod else None
-
-
-@kopf.index("v1", "nodes")
-async def node_index(name: str, body: kopf.Body, memo: kopf.Memo, **_: Any) -> Any:
-    compact = compact_node(body)
-    runtime: OperatorRuntime | None = memo.get("runtime")
-    if runtime:
-        runtime.fleet.saw_node(name, compact)
-    return {name: compact}
-
-
 @kopf.on.event(api.GROUP, api.VERSION, api.PLURAL)
 async def on_pddeployment(
     namespace: str | None, name: str, body: kopf.Body, memo: kopf.Memo, **kwargs: Any
 ) -> None:
-    reconciler = _reconciler(memo, kwargs)
+    reconciler = await _reconciler(memo, kwargs)
     key = (namespace or "", name)
     version = body.get("metadata", {}).get("resourceVersion", "")
     if not reconciler.is_own_status_write(key, version):
@@ -238,11 +222,15 @@ async def _coalesced(memo: kopf.Memo, key: tuple[str, str], kwargs: dict[str, An
     """Child and pod events come in bursts (a pod is scheduled, bound, started, ready): the
     pass waits a moment so that one pass answers the whole burst."""
     runtime: OperatorRuntime = memo["runtime"]
-    await _reconciler(memo, kwargs).reconcile(key, runtime.config.coalesce_seconds)
+    reconciler = await _reconciler(memo, kwargs)
+    await reconciler.reconcile(key, runtime.config.coalesce_seconds)
 
 
-def _reconciler(memo: kopf.Memo, kwargs: dict[str, Any]) -> Reconciler:
+async def _reconciler(memo: kopf.Memo, kwargs: dict[str, Any]) -> Reconciler:
+    """The reconciler over the handler's indexes, once the fleet was listed (kopf waits for its
+    own indexes to be complete before any handler runs; the fleet watch is ours)."""
     runtime: OperatorRuntime = memo["runtime"]
+    await runtime.fleet_watch.synced()
     indexes = {k: v for k, v in kwargs.items() if isinstance(v, kopf.Index)}
     view = IndexView(indexes, runtime.fleet)
     runtime.remember_view(view)

@@ -11,7 +11,8 @@ from dataclasses import dataclass, field
 from typing import Any, cast
 
 from pdd_operator.config import OperatorConfig
-from pdd_operator.handlers.view import FleetCache, IndexView
+from pdd_operator.handlers.fleet import FleetCache, FleetState, FleetWatch
+from pdd_operator.handlers.view import IndexView
 from pdd_operator.kube.client import API_CONNECTIONS, KubeApi, load_api_client
 from pdd_operator.metrics import OperatorMetrics
 from pdd_operator.reconcile import ClusterView, Reconciler
@@ -27,7 +28,8 @@ class OperatorRuntime:
     kube: KubeApi
     metrics: OperatorMetrics
     settings: OperatorSettings
-    fleet: FleetCache = field(default_factory=FleetCache)
+    fleet_watch: FleetWatch
+    fleet: FleetCache
     # The children's owned-fields digests, reused across their status-only events.
     digests: LiveDigests = field(default_factory=LiveDigests)
     _reconciler: Reconciler | None = None
@@ -49,7 +51,17 @@ class OperatorRuntime:
         asyncio.get_running_loop().set_default_executor(
             ThreadPoolExecutor(max_workers=API_CONNECTIONS, thread_name_prefix="pdd-api")
         )
-        runtime = cls(config=config, kube=kube, metrics=metrics, settings=settings)
+        state = FleetState()
+        fleet_watch = FleetWatch(kube, state, config.namespaces)
+        fleet_watch.start()
+        runtime = cls(
+            config=config,
+            kube=kube,
+            metrics=metrics,
+            settings=settings,
+            fleet_watch=fleet_watch,
+            fleet=FleetCache(state),
+        )
         runtime.tasks.append(asyncio.create_task(runtime.resync_forever()))
         return runtime
 
@@ -60,6 +72,7 @@ class OperatorRuntime:
             view = self.last_view
             if view is None:
                 continue
+            await self.fleet_watch.synced()
             for key in list(view.indexes["pdd_index"].keys()):
                 pass_ = self.reconciler(view).reconcile(key)
                 try:
@@ -87,6 +100,7 @@ class OperatorRuntime:
         return self._reconciler
 
     async def stop(self) -> None:
+        self.fleet_watch.stop()
         for task in self.tasks:
             task.cancel()
         await asyncio.gather(*self.tasks, return_exceptions=True)

@@ -1,17 +1,16 @@
-"""The reconciler's view of the cluster, read from kopf's watch-fed indexes (no LIST calls)."""
+"""The reconciler's view of the cluster: kopf's watch-fed indexes of our own objects and the
+fleet watch's Nodes and GPU pods (no LIST calls in a pass)."""
 
 from __future__ import annotations
 
-import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 import kopf
 
-from pdd_contract.labels import LABEL_DEPLOYMENT
 from pdd_operator.api.names import DeploymentKey
-from pdd_operator.planning.node_facts import gpu_usage, node_facts, with_usage
-from pdd_operator.planning.placement import Fleet, NodeFacts
+from pdd_operator.handlers.fleet import FleetCache
+from pdd_operator.planning.placement import Fleet
 from pdd_operator.status.observe import (
     ChildKey,
     ChildSummary,
@@ -28,49 +27,6 @@ def _values(index: kopf.Index[Any, Any], key: Any) -> list[Any]:
         return list(index[key])
     except KeyError:
         return []
-
-
-class FleetCache:
-    """GPU use per node across the whole fleet, re-indexed at most every `max_age` seconds.
-
-    Walking every Node and every GPU pod, and grouping the nodes into domains, costs
-    milliseconds at fleet size; doing it once per reconcile of every deployment would be
-    quadratic. GPU use may be a second stale (the scheduler has the last word, and slices
-    planned meanwhile are counted by the reconciler's reservations); a Node change rebuilds
-    the snapshot at the next pass.
-    """
-
-    def __init__(self, max_age: float = 1.0) -> None:
-        self.max_age = max_age
-        self._at = -1e9
-        self._fleet = Fleet(())
-        self._nodes: dict[str, Mapping[str, Any]] = {}
-        self._nodes_changed = True
-        self._bases: list[NodeFacts] = []
-
-    def saw_node(self, name: str, compact: Mapping[str, Any]) -> None:
-        """A Node event: rebuild at the next pass when what the planner reads of it changed
-        (a snapshot without a node that just joined would place a slice by the wrong fleet);
-        status heartbeats that change nothing of that keep the snapshot."""
-        if self._nodes.get(name) != compact:
-            self._nodes[name] = compact
-            self._nodes_changed = True
-            self._at = -1e9
-
-    def fleet(self, indexes: Mapping[str, kopf.Index[Any, Any]]) -> Fleet:
-        now = time.monotonic()
-        if now - self._at > self.max_age:
-            node_index = indexes["node_index"]
-            # Nodes change rarely; only GPU use is recounted every time. A deleted Node is
-            # noticed by the count (kopf drops it from the index without an index call).
-            if self._nodes_changed or len(self._bases) != len(node_index):
-                self._bases = node_facts(n for s in node_index.values() for n in s)
-                self._nodes_changed = False
-            pods = (pod for store in indexes["gpu_pod_index"].values() for pod in store)
-            usage = gpu_usage(pods, LABEL_DEPLOYMENT)
-            self._fleet = Fleet(with_usage(self._bases, usage.used), usage.held)
-            self._at = now
-        return self._fleet
 
 
 class IndexView:
@@ -119,12 +75,12 @@ class IndexView:
         return str(body.get("metadata", {}).get("uid", "")) if body else ""
 
     def node_ready(self, name: str) -> bool | None:
-        nodes = _values(self.indexes["node_index"], name)
-        if not nodes:
+        node = self.fleet_cache.node(name)
+        if node is None:
             return None
-        conditions = nodes[0]["status"]["conditions"]
+        conditions = node["status"]["conditions"]
         return any(c["type"] == "Ready" and c["status"] == "True" for c in conditions)
 
     def fleet(self) -> Fleet:
         """Every node's GPUs, as the planner indexes them (its own pods included as used)."""
-        return self.fleet_cache.fleet(self.indexes)
+        return self.fleet_cache.fleet()

@@ -10,7 +10,7 @@ import json
 import logging
 import random
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
@@ -32,10 +32,8 @@ T = TypeVar("T")
 RETRYABLE = {409, 429, 500, 502, 503, 504}
 
 
-# Ask for an object's metadata only (the API server's PartialObjectMetadata form).
-METADATA_ONLY = "application/json;as=PartialObjectMetadata;g=meta.k8s.io;v=v1"
-
 API_CONNECTIONS = 32  # as many as the worker threads that call the API at once
+WATCH_CHUNK = 64 * 1024
 JSON = "application/json"
 # The object's metadata only (name, labels, ...): the API server leaves out everything else.
 METADATA_ONLY = "application/json;as=PartialObjectMetadata;g=meta.k8s.io;v=v1"
@@ -200,6 +198,61 @@ class KubeApi:
             return True
         return any(r.get("name") == plural for r in found.get("resources") or [])
 
+    def list_page(
+        self,
+        path: str,
+        limit: int,
+        continue_token: str = "",
+        selectors: Iterable[tuple[str, str]] = (),
+    ) -> dict[str, Any]:
+        """One page of a collection (a list in pages keeps the API server's answers, and our
+        memory, bounded on a large fleet)."""
+        query = [*selectors, ("limit", str(limit))]
+        if continue_token:
+            query.append(("continue", continue_token))
+        return _retry(lambda: self._call("GET", path, None, query, ""))
+
+    def watch(
+        self,
+        path: str,
+        resource_version: str,
+        timeout_s: int,
+        selectors: Iterable[tuple[str, str]] = (),
+    ) -> Iterator[dict[str, Any]]:
+        """The watch events of a collection from `resource_version`, one decoded event per
+        line of the stream, bookmarks included, until the API server ends the watch after
+        `timeout_s`. Runs in a thread of its own (the stream blocks between events).
+
+        Raises WatchExpired when the server no longer has that version (list again)."""
+        params = [
+            *selectors,
+            ("watch", "true"),
+            ("resourceVersion", resource_version),
+            ("allowWatchBookmarks", "true"),
+            ("timeoutSeconds", str(timeout_s)),
+        ]
+        request = self.api.param_serialize(
+            "GET",
+            path,
+            query_params=params,
+            header_params={"Accept": JSON},
+            auth_settings=["BearerToken"],
+        )
+        # A read that waits longer than the server's own timeout means the stream is dead.
+        response = self.api.call_api(*request, _request_timeout=(10, timeout_s + 30))
+        try:
+            if response.status == 410:
+                raise WatchExpired(path)
+            if not 200 <= response.status <= 299:
+                response.read()
+                raise ApiException(http_resp=response)
+            for event in _json_lines(response.response.stream(WATCH_CHUNK)):
+                if event.get("type") == "ERROR":
+                    raise _watch_error(path, event.get("object") or {})
+                yield event
+        finally:
+            response.response.release_conn()
+
     def _exists(self, path: str, accept: str) -> bool:
         try:
             _retry(lambda: self._call("GET", path, None, [], JSON, False, accept))
@@ -238,6 +291,31 @@ class KubeApi:
             return {}
         data = json.loads(response.data or b"{}")
         return data if isinstance(data, dict) else {}
+
+
+class WatchExpired(Exception):
+    """The API server no longer has the version a watch asked for (410 Gone): list again."""
+
+
+def _watch_error(path: str, status: Mapping[str, Any]) -> Exception:
+    """The Status a watch stream ends with: 410 Gone (as an HTTP status or, from the watch
+    cache, as an ERROR event) means list again; anything else is an error."""
+    if status.get("code") == 410:
+        return WatchExpired(path)
+    return RuntimeError(f"watch of {path}: {status.get('message') or status}")
+
+
+def _json_lines(chunks: Iterable[bytes]) -> Iterator[dict[str, Any]]:
+    """Decode a stream of newline-delimited JSON objects (an event may span chunks)."""
+    pending = b""
+    for chunk in chunks:
+        pending += chunk
+        *lines, pending = pending.split(b"\n")
+        for line in lines:
+            if line.strip():
+                yield json.loads(line)
+    if pending.strip():
+        yield json.loads(pending)
 
 
 def _retry(

@@ -49,6 +49,7 @@ CHILD_KINDS: tuple[Kind, ...] = (
 )
 SECRET = Kind("v1", "Secret", "secrets")
 POD = Kind("v1", "Pod", "pods")
+NODE = Kind("v1", "Node", "nodes", namespaced=False)
 PERSISTENT_VOLUME_CLAIM = Kind("v1", "PersistentVolumeClaim", "persistentvolumeclaims")
 PDDEPLOYMENT = Kind("pdd.dev/v1alpha1", "PDDeployment", "pddeployments")
 # Scale targets: created once and then written by the HPA/KEDA (spec) and the operator

@@ -1,0 +1,91 @@
+"""The fleet watch's pure parts: the compact store it keeps, and how a watch stream is read."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+
+from pdd_contract.resources import GPU_RESOURCE
+from pdd_operator.handlers.fleet import FleetCache, FleetState
+from pdd_operator.kube.client import WatchExpired, _json_lines, _watch_error
+
+
+def node(name: str, gpus: int = 8, ready: str = "True", heartbeat: str = "t0") -> dict[str, Any]:
+    return {
+        "metadata": {"name": name, "labels": {"pdd.test/x": "1"}},
+        "status": {
+            "allocatable": {GPU_RESOURCE: str(gpus), "cpu": "64"},
+            "conditions": [
+                {"type": "Ready", "status": ready, "lastHeartbeatTime": heartbeat},
+                {"type": "MemoryPressure", "status": "False", "lastHeartbeatTime": heartbeat},
+            ],
+        },
+    }
+
+
+def pod(uid: str, node_name: str, gpus: int, phase: str = "Running") -> dict[str, Any]:
+    limits = {GPU_RESOURCE: str(gpus)} if gpus else {}
+    return {
+        "metadata": {"uid": uid, "namespace": "ns", "name": uid},
+        "spec": {"nodeName": node_name, "containers": [{"resources": {"limits": limits}}]},
+        "status": {"phase": phase},
+    }
+
+
+def test_a_heartbeat_changes_nothing_kept_and_so_no_version() -> None:
+    state = FleetState()
+    state.nodes.apply("ADDED", node("n1"))
+    version = state.nodes.version
+    state.nodes.apply("MODIFIED", node("n1", heartbeat="t1"))
+    assert state.nodes.version == version
+    state.nodes.apply("MODIFIED", node("n1", ready="False", heartbeat="t2"))
+    assert state.nodes.version == version + 1
+    assert state.nodes.get("n1")["status"]["conditions"] == [{"type": "Ready", "status": "False"}]
+
+
+def test_pods_without_gpus_or_finished_are_not_kept() -> None:
+    state = FleetState()
+    state.pod_store().apply("ADDED", pod("a", "n1", gpus=0))
+    state.pod_store().apply("ADDED", pod("b", "n1", gpus=2))
+    assert [p["spec"]["nodeName"] for p in state.gpu_pods()] == ["n1"]
+    state.pod_store().apply("MODIFIED", pod("b", "n1", gpus=2, phase="Succeeded"))
+    assert len(state.gpu_pods()) == 0
+
+
+def test_deleted_and_relisted_objects_leave_the_store() -> None:
+    state = FleetState()
+    for name in ("n1", "n2", "n3"):
+        state.nodes.apply("ADDED", node(name))
+    state.nodes.apply("DELETED", node("n1"))
+    state.nodes.reset([node("n2")])  # n3 went while no watch ran
+    assert [n["metadata"]["name"] for n in state.nodes.values()] == ["n2"]
+
+
+def test_the_fleet_is_rebuilt_when_a_node_changes_even_within_its_max_age() -> None:
+    state = FleetState()
+    cache = FleetCache(state, max_age=3600)
+    state.nodes.apply("ADDED", node("n1", gpus=8))
+    assert [n.name for n in cache.fleet().nodes] == ["n1"]
+    state.nodes.apply("ADDED", node("n2", gpus=8))
+    assert sorted(n.name for n in cache.fleet().nodes) == ["n1", "n2"]
+
+
+def test_watch_lines_are_decoded_across_chunk_boundaries() -> None:
+    events = [{"type": "ADDED", "object": {"n": i}} for i in range(3)]
+    stream = "\n".join(json.dumps(e) for e in events).encode()
+    chunks = [stream[i : i + 7] for i in range(0, len(stream), 7)]
+    assert list(_json_lines(chunks)) == events
+
+
+def test_a_410_status_means_list_again_and_anything_else_is_an_error() -> None:
+    gone = {"kind": "Status", "status": "Failure", "reason": "Expired", "code": 410,
+            "message": "too old resource version: 1 (5012)"}  # fmt: skip
+    assert isinstance(_watch_error("/api/v1/nodes", gone), WatchExpired)
+    other = {"kind": "Status", "status": "Failure", "reason": "InternalError", "code": 500,
+             "message": "etcd is down"}  # fmt: skip
+    error = _watch_error("/api/v1/nodes", other)
+    assert not isinstance(error, WatchExpired)
+    with pytest.raises(RuntimeError, match="etcd is down"):
+        raise error
