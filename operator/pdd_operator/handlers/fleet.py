@@ -206,6 +206,7 @@ class FleetWatch:
                 self._stop.wait(delay)
 
     def _relist(self, collection: Collection) -> str:
+        started = time.monotonic()
         bodies: list[Mapping[str, Any]] = []
         token, version = "", ""
         while True:
@@ -217,6 +218,13 @@ class FleetWatch:
             if not token:
                 break
         collection.store.reset(bodies)
+        log.info(
+            "listed %d %s in %.1fs (%d kept)",
+            len(bodies),
+            collection.what,
+            time.monotonic() - started,
+            len(collection.store),
+        )
         self._mark_listed(collection)
         return version
 
