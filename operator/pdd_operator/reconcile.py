@@ -227,6 +227,9 @@ TOKEN_RECHECK_S = 300.0
 # How long a discovery answer about a gang scheduler's API holds (it changes when a cluster
 # admin enables a feature gate or installs Kueue/Volcano: rare, and worth a pass then).
 GANG_API_RECHECK_S = 30.0
+# How long an engine StatefulSet may be short of pods before its Events are read for a
+# refused creation (its controller makes the pods of a new one within moments, more under load).
+SHORTAGE_GRACE_S = 5.0
 
 
 class Reconciler:
@@ -253,6 +256,8 @@ class Reconciler:
         self._tokens: dict[DeploymentKey, _TokenCheck] = {}
         self.token_recheck_s = token_recheck_s
         self._short_attempts: dict[DeploymentKey, int] = {}
+        self._short_since: dict[DeploymentKey, float] = {}
+        self.shortage_grace_s = SHORTAGE_GRACE_S
         self._reservations = ReservationLedger()
         # The slices each deployment grown beyond its home domain runs (status.slices says the
         # same once written; this holds between the pass that opens one and that write).
@@ -312,6 +317,7 @@ class Reconciler:
         self._model_attempts.pop(key, None)
         self._tokens.pop(key, None)
         self._short_attempts.pop(key, None)
+        self._short_since.pop(key, None)
         if self.metrics:
             self.metrics.forget_kv_transfer(key)
         if (retry := self._retries.pop(key, None)) is not None:
@@ -956,11 +962,17 @@ class Reconciler:
         ]
         if not short:
             self._short_attempts.pop(key, None)
+            self._short_since.pop(key, None)
             return []
         attempt = self._short_attempts.get(key, 0)
         self._short_attempts[key] = attempt + 1
         first, most = self._model_retry
         self._retry_later(key, min(first * 2**attempt, most))
+        # Every new StatefulSet is short of pods for a moment while its controller creates
+        # them: ask for Events only once a shortage has outlasted that.
+        since = self._short_since.setdefault(key, time.monotonic())
+        if time.monotonic() - since < self.shortage_grace_s:
+            return []
         found = await asyncio.gather(
             *(asyncio.to_thread(self._refusal, pdd.namespace, summary) for summary in short)
         )

@@ -168,10 +168,15 @@ def test_a_foreign_label_and_annotation_are_kept_without_writes(
     foreign = {"metadata": {"labels": {"team": "search"}, "annotations": {"owner": "alice"}}}
     apps.patch_namespaced_stateful_set(DECODE, namespace, foreign)
     core.patch_namespaced_service(DECODE, namespace, foreign)
+    # Those events change nothing a pass reads, so they may trigger none: a change to the
+    # PDDeployment's metadata makes sure that a pass reads the children as they are now.
+    client.CustomObjectsApi(api_client).patch_namespaced_custom_object(
+        GROUP, VERSION, namespace, PLURAL, NAME, {"metadata": {"annotations": {"pdd.test/x": "1"}}}
+    )
     wait_for(
         lambda: operator.metric("pdd_operator_reconciles_total") > reconciles_before,
         CORRECTED_WITHIN,
-        what="a pass answering the child events",
+        what="a pass after the foreign label",
     )
     time.sleep(5)  # room for a write loop to show
 

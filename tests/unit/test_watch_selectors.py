@@ -27,8 +27,8 @@ def test_each_selected_kind_gets_our_label_selector_and_nothing_else_does() -> N
     for kind in OWN_LABELLED_KINDS:
         res = resource(kind.group, kind.version, kind.plural)
         assert settings.watching.label_selectors.collect(res) == [OURS], kind.plural
-    for unselected in (resource("", "v1", "pods"), resource("", "v1", "nodes")):
-        assert settings.watching.label_selectors.collect(unselected) == []
+    nodes = resource("", "v1", "nodes")
+    assert settings.watching.label_selectors.collect(nodes) == []
     pdds = resource("pdd.dev", "v1alpha1", "pddeployments")
     assert settings.watching.label_selectors.collect(pdds) == []
 
@@ -41,7 +41,9 @@ def test_every_handler_of_a_selected_kind_filters_on_our_label() -> None:
         assert all(h.labels == MANAGED for h in found), kind.plural
 
 
-def test_pods_have_a_handler_that_wants_every_pod() -> None:
-    """Why pods are not selected: the GPU capacity index takes any bound pod."""
-    found = handlers_of(resource("", "v1", "pods"))
-    assert any(not h.labels for h in found)
+def test_kopf_watches_no_nodes_and_only_our_pods() -> None:
+    """Every Node and every bound pod come from the fleet watch (handlers/fleet.py): kopf's
+    per-object handling of them kept a realistic fleet from ever being reconciled."""
+    assert handlers_of(resource("", "v1", "nodes")) == []
+    pods = handlers_of(resource("", "v1", "pods"))
+    assert pods and all(h.labels == MANAGED for h in pods)

@@ -139,7 +139,9 @@ def _child_indexer(plural: str) -> Any:
         runtime: OperatorRuntime | None = memo.get("runtime")
         if runtime is None:
             return {key: summarize_child(body, OperatorSettings.field_manager)}
-        return {key: summarize_child(body, runtime.settings.field_manager, runtime.digests)}
+        summary = summarize_child(body, runtime.settings.field_manager, runtime.digests)
+        runtime.changes.saw(summary.uid, summary)
+        return {key: summary}
 
     return index
 
@@ -171,9 +173,15 @@ async def on_scaler(body: kopf.Body, memo: kopf.Memo, **kwargs: Any) -> None:
 # Pods by their controller's uid (a StatefulSet's or a ReplicaSet's): the view follows the
 # owner chain from the PDDeployment's uid, so a pod that copies the labels is no one's.
 @kopf.index("v1", "pods", labels=MANAGED)
-async def pod_index(namespace: str | None, body: kopf.Body, **_: Any) -> Any:
+async def pod_index(namespace: str | None, body: kopf.Body, memo: kopf.Memo, **_: Any) -> Any:
     owner = controller_uid(body)
-    return {(namespace or "", owner): summarize_pod(body)} if owner else None
+    if not owner:
+        return None
+    summary = summarize_pod(body)
+    runtime: OperatorRuntime | None = memo.get("runtime")
+    if runtime is not None:
+        runtime.changes.saw(summary.uid, summary)
+    return {(namespace or "", owner): summary}
 
 
 # The router Deployment's ReplicaSets (they carry its pod template's labels): the link between
@@ -199,7 +207,7 @@ async def on_pddeployment(
 def _child_event_handler() -> Any:
     async def handler(body: kopf.Body, memo: kopf.Memo, **kwargs: Any) -> None:
         key = owner_key(body)
-        if key:
+        if _worth_a_pass(memo, body, kwargs) and key:
             await _coalesced(memo, key, kwargs)
 
     return handler
@@ -214,8 +222,16 @@ for _kind in CHILD_KINDS:
 @kopf.on.event("v1", "pods", labels=MANAGED)
 async def on_pod(namespace: str | None, body: kopf.Body, memo: kopf.Memo, **kwargs: Any) -> None:
     owner = body.get("metadata", {}).get("annotations", {}).get(names.ANNOTATION_OWNER_NAME)
-    if owner:
+    if _worth_a_pass(memo, body, kwargs) and owner:
         await _coalesced(memo, (namespace or "", owner), kwargs)
+
+
+def _worth_a_pass(memo: kopf.Memo, body: kopf.Body, kwargs: dict[str, Any]) -> bool:
+    """Whether the event changed what a pass reads of the object (handlers/changes.py).
+    Asked for every event, so that a deletion always forgets the object's looks."""
+    runtime: OperatorRuntime = memo["runtime"]
+    uid = str(body.get("metadata", {}).get("uid", ""))
+    return runtime.changes.worth_a_pass(uid, kwargs.get("type"))
 
 
 async def _coalesced(memo: kopf.Memo, key: tuple[str, str], kwargs: dict[str, Any]) -> None:

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any, cast
 
 from pdd_operator.config import OperatorConfig
+from pdd_operator.handlers.changes import ChangeFilter
 from pdd_operator.handlers.fleet import FleetCache, FleetState, FleetWatch
 from pdd_operator.handlers.view import IndexView
 from pdd_operator.kube.client import API_CONNECTIONS, KubeApi, load_api_client
@@ -32,6 +33,8 @@ class OperatorRuntime:
     fleet: FleetCache
     # The children's owned-fields digests, reused across their status-only events.
     digests: LiveDigests = field(default_factory=LiveDigests)
+    # Which child and pod events change what a pass reads (the others trigger none).
+    changes: ChangeFilter = field(default_factory=ChangeFilter)
     _reconciler: Reconciler | None = None
     last_view: IndexView | None = None
     # A handler's context: kopf.event() finds kopf's event queue through context variables
