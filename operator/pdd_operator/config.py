@@ -171,8 +171,7 @@ class OperatorConfig:
         0,
         env="PDD_WORKER_LIMIT",
         parse=_count,
-        help="kopf's per-object workers; 0: unlimited. A limit below the number of watched "
-        "Nodes and Pods deadlocks start-up",
+        help="kopf's workers, one per PDDeployment handled at once; 0: unlimited",
     )
     max_concurrent_passes: int = _option(
         64,

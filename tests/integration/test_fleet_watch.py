@@ -1,4 +1,4 @@
-"""The operator's own list+watch of Nodes and bound Pods (handlers/fleet.py) against a real
+"""The operator's own list+watch of Nodes and bound Pods (handlers/fleet.py, listwatch.py) on a real
 API server: what it keeps and what it drops (tests/unit/test_fleet_store.py has the rest)."""
 
 from __future__ import annotations
@@ -16,18 +16,20 @@ from helpers.waits import wait_for
 from pdd_contract.resources import GPU_RESOURCE
 from pdd_localcluster import LocalControlPlane, NodeSimulator
 from pdd_localcluster.nodes import SimNode, gpu_node_capacity, gpu_node_labels
-from pdd_operator.handlers.fleet import FleetState, FleetWatch
+from pdd_operator.handlers.fleet import FleetState, fleet_collections
+from pdd_operator.handlers.listwatch import Watches
 from pdd_operator.kube.client import KubeApi, load_api_client
 
 TAINT = {"key": "pdd.test/fleet-watch", "value": "true", "effect": "NoSchedule"}
 
 
 class RunningWatch:
-    """A FleetWatch on an event loop of its own thread, as the operator runs it."""
+    """The fleet's informers on an event loop of their own thread, as the operator runs them."""
 
     def __init__(self, kube: KubeApi, namespaces: tuple[str, ...] = ()) -> None:
         self.state = FleetState()
-        self.watch = FleetWatch(kube, self.state, namespaces)
+        self.watch = Watches(kube)
+        self.watch.add(fleet_collections(self.state, namespaces))
         self.loop = asyncio.new_event_loop()
         self.thread = threading.Thread(target=self.loop.run_forever, daemon=True)
         self.thread.start()

@@ -1,4 +1,4 @@
-"""A deployment's children and pods are found by owner uid (handlers.view over the indexes),
+"""A deployment's children and pods are found by owner uid (handlers.view over the stores),
 never by labels or annotations that another object can copy."""
 
 from __future__ import annotations
@@ -6,8 +6,11 @@ from __future__ import annotations
 from typing import Any
 
 from pdd_operator.api import names
+from pdd_operator.handlers.owned import OwnedObjects, owned_collections
 from pdd_operator.handlers.view import IndexView
-from pdd_operator.status.observe import ChildSummary, PodSummary, summarize_child, summarize_pod
+from pdd_operator.status.drift import LiveDigests
+
+Body = dict[str, Any]
 
 NS = "team-a"
 KEY = (NS, "kv")
@@ -19,8 +22,8 @@ def ref(kind: str, name: str, uid: str) -> dict[str, Any]:
     return {"apiVersion": "x/v1", "kind": kind, "name": name, "uid": uid, "controller": True}
 
 
-def child(kind: str, name: str, uid: str, owner_uid: str) -> ChildSummary:
-    body = {
+def child(kind: str, name: str, uid: str, owner_uid: str) -> dict[str, Any]:
+    return {
         "apiVersion": "apps/v1",
         "kind": kind,
         "metadata": {
@@ -32,29 +35,33 @@ def child(kind: str, name: str, uid: str, owner_uid: str) -> ChildSummary:
         },
         "spec": {"replicas": 1},
     }
-    return summarize_child(body, "pdd-operator")
 
 
-def pod(name: str, *owners: dict[str, Any]) -> PodSummary:
+def pod(name: str, *owners: dict[str, Any]) -> dict[str, Any]:
     meta = {"name": name, "namespace": NS, "uid": f"uid-{name}", "labels": LABELS}
     meta |= {"annotations": COPIED, "ownerReferences": list(owners)}
-    return summarize_pod({"metadata": meta, "spec": {}, "status": {}})
+    return {"metadata": meta, "spec": {}, "status": {}}
 
 
-def view(children: list[ChildSummary], pods: list[PodSummary], sets: dict[str, str]) -> IndexView:
-    """The indexes as handlers.operator fills them: pods under their controller's uid."""
-    pod_index: dict[tuple[str, str], list[PodSummary]] = {}
-    for p in pods:
-        pod_index.setdefault((NS, p.owner_uid), []).append(p)
+def replicaset(uid: str, deployment_uid: str) -> dict[str, Any]:
+    meta = {"name": uid, "namespace": NS, "uid": uid, "labels": LABELS}
+    return {"metadata": meta | {"ownerReferences": [ref("Deployment", "d", deployment_uid)]}}
+
+
+def view(children: list[Body], pods: list[Body], sets: dict[str, str]) -> IndexView:
+    """The stores as the informers fill them (handlers/owned.py), from these bodies."""
+    owned = OwnedObjects()
+    for collection in owned_collections(owned, (), "pdd-operator", LiveDigests(), None):
+        plural = collection.path.rsplit("/", 1)[-1]
+        found = {
+            "statefulsets": [c for c in children if c["kind"] == "StatefulSet"],
+            "deployments": [c for c in children if c["kind"] == "Deployment"],
+            "replicasets": [replicaset(rs, owner) for rs, owner in sets.items()],
+            "pods": pods,
+        }
+        collection.sink.reset(found.get(plural, []))
     body = {"metadata": {"name": "kv", "namespace": NS, "uid": "uid-kv"}}
-    indexes: dict[str, Any] = {
-        "pdd_index": {KEY: [body]},
-        "child_statefulsets": {KEY: [c for c in children if c.key[1] == "StatefulSet"]},
-        "child_deployments": {KEY: [c for c in children if c.key[1] == "Deployment"]},
-        "replicaset_index": {(NS, owner): [rs] for rs, owner in sets.items()},
-        "pod_index": pod_index,
-    }
-    return IndexView(indexes)
+    return IndexView({KEY: body}, owned)
 
 
 def test_pods_of_the_deployments_statefulsets_and_router_replicasets_are_its_own() -> None:

@@ -1,49 +1,41 @@
-"""The operator's server-side label selectors: only on kinds whose every kopf handler filters
-on our label (kopf applies a resource's selector to all of its handlers)."""
+"""What the operator watches, and how: kopf only PDDeployments; the informers every other
+kind, our own objects selected by our label on the API server, Nodes and bound pods whole."""
 
 from __future__ import annotations
 
-import kopf
 from kopf._core.intents.registries import get_default_registry
 
-from pdd_operator.handlers.operator import MANAGED, OWN_LABELLED_KINDS, watch_only_ours
+import pdd_operator.handlers.operator  # noqa: F401  (registers the kopf handlers)
+from pdd_operator.handlers.fleet import FleetState, fleet_collections
+from pdd_operator.handlers.owned import OwnedObjects, owned_collections
+from pdd_operator.kube.resources import CHILD_KINDS
+from pdd_operator.status.drift import LiveDigests
 
-OURS = "app.kubernetes.io/managed-by=pdd-operator"
+OURS = ("labelSelector", "app.kubernetes.io/managed-by=pdd-operator")
 
 
-def resource(group: str, version: str, plural: str) -> kopf.Resource:
-    return kopf.Resource(group, version, plural)
-
-
-def handlers_of(res: kopf.Resource) -> list[object]:
+def kopf_resources() -> set[tuple[str, str]]:
     registry = get_default_registry()
     regs = (registry._indexing, registry._watching, registry._spawning, registry._changing)
-    return [h for reg in regs for h in reg.get_all_handlers() if h.selector.check(res)]
+    selectors = {h.selector for reg in regs for h in reg.get_all_handlers()}
+    return {(s.group or "", s.plural or s.any_name or "") for s in selectors if s is not None}
 
 
-def test_each_selected_kind_gets_our_label_selector_and_nothing_else_does() -> None:
-    settings = kopf.OperatorSettings()
-    watch_only_ours(settings)
-    for kind in OWN_LABELLED_KINDS:
-        res = resource(kind.group, kind.version, kind.plural)
-        assert settings.watching.label_selectors.collect(res) == [OURS], kind.plural
-    nodes = resource("", "v1", "nodes")
-    assert settings.watching.label_selectors.collect(nodes) == []
-    pdds = resource("pdd.dev", "v1alpha1", "pddeployments")
-    assert settings.watching.label_selectors.collect(pdds) == []
+def test_kopf_handles_pddeployments_only_and_indexes_nothing() -> None:
+    assert kopf_resources() == {("pdd.dev", "pddeployments")}
+    assert not list(get_default_registry()._indexing.get_all_handlers())
 
 
-def test_every_handler_of_a_selected_kind_filters_on_our_label() -> None:
-    """Else the selector would hide from a handler objects it wants."""
-    for kind in OWN_LABELLED_KINDS:
-        found = handlers_of(resource(kind.group, kind.version, kind.plural))
-        assert found, kind.plural
-        assert all(h.labels == MANAGED for h in found), kind.plural
+def test_every_own_kind_is_label_selected_and_confined_to_the_namespaces_given() -> None:
+    collections = owned_collections(OwnedObjects(), ("a", "b"), "m", LiveDigests(), None)
+    plurals = {c.path.rsplit("/", 1)[-1] for c in collections}
+    assert {k.plural for k in CHILD_KINDS} | {"pods", "replicasets", "pddrolescalers"} == plurals
+    assert all(c.selectors == (OURS,) for c in collections)
+    assert {c.path.split("/namespaces/")[1].split("/")[0] for c in collections} == {"a", "b"}
+    assert len(collections) == 2 * len(plurals)
 
 
-def test_kopf_watches_no_nodes_and_only_our_pods() -> None:
-    """Every Node and every bound pod come from the fleet watch (handlers/fleet.py): kopf's
-    per-object handling of them kept a realistic fleet from ever being reconciled."""
-    assert handlers_of(resource("", "v1", "nodes")) == []
-    pods = handlers_of(resource("", "v1", "pods"))
-    assert pods and all(h.labels == MANAGED for h in pods)
+def test_nodes_whole_and_pods_bound_to_a_node() -> None:
+    nodes, pods = fleet_collections(FleetState())
+    assert (nodes.path, nodes.selectors) == ("/api/v1/nodes", ())
+    assert (pods.path, pods.selectors) == ("/api/v1/pods", (("fieldSelector", "spec.nodeName!="),))

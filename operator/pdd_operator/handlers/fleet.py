@@ -1,17 +1,12 @@
 """The fleet the planner places on: every Node and every bound pod that holds GPUs.
 
-The operator lists and watches these two collections itself, one thread each, keeping a few
-hundred bytes per object (planning/compact.py). kopf is not used for them: it handles every
-watched object as a task of its own, and on 2,000 nodes with a kubelet's ordinary traffic
-(status reports, three daemon pods a node, foreign GPU pods) its Pod and Node streams never
-caught up, so no PDDeployment was reconciled at all. Only pods bound to a node are asked for
-(a field selector); which of them hold GPUs is not something the API server can select.
+Listed and watched by the operator's own informers (handlers/listwatch.py), keeping a few
+hundred bytes per object (planning/compact.py). Only pods bound to a node are asked for (a
+field selector); which of them hold GPUs is not something the API server can select.
 """
 
 from __future__ import annotations
 
-import asyncio
-import logging
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping
@@ -19,13 +14,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from pdd_contract.labels import LABEL_DEPLOYMENT
-from pdd_operator.kube.client import KubeApi, WatchExpired, api_error_message
+from pdd_operator.handlers.listwatch import Collection
 from pdd_operator.kube.resources import NODE, POD
 from pdd_operator.planning.compact import compact_node, compact_pod
 from pdd_operator.planning.node_facts import gpu_usage, node_facts, with_usage
 from pdd_operator.planning.placement import Fleet, NodeFacts
-
-log = logging.getLogger(__name__)
 
 BOUND_PODS = ("fieldSelector", "spec.nodeName!=")
 Compactor = Callable[[Mapping[str, Any]], dict[str, Any] | None]
@@ -130,117 +123,18 @@ class FleetCache:
         return self.state.nodes.get(name)
 
 
-@dataclass(frozen=True)
-class Collection:
-    what: str  # for log lines
-    path: str
-    query: tuple[tuple[str, str], ...]
-    store: CompactStore
-
-
-class FleetWatch:
-    """Lists, then watches, Nodes and bound Pods into a FleetState, a thread per collection."""
-
-    PAGE = 500
-    WATCH_TIMEOUT_S = 300
-
-    def __init__(self, kube: KubeApi, state: FleetState, namespaces: Iterable[str] = ()) -> None:
-        """`namespaces`: the pods of these only (an operator confined to them by its Roles
-        may not list pods elsewhere, and so counts only their GPU use); none: all."""
-        self.kube = kube
-        self.state = state
-        self.collections = (
-            Collection("nodes", NODE.path(None), (), state.nodes),
-            *(
-                Collection(
-                    f"bound pods{f' in {ns}' if ns else ''}",
-                    POD.path(ns or None),
-                    (BOUND_PODS,),
-                    state.pod_store(ns),
-                )
-                for ns in (tuple(namespaces) or ("",))
-            ),
-        )
-        self._stop = threading.Event()
-        self._listed: set[str] = set()
-        self._ready = asyncio.Event()
-        self._loop: asyncio.AbstractEventLoop | None = None
-
-    def start(self) -> None:
-        """Start the threads; call from the event loop (the first lists set `synced`)."""
-        self._loop = asyncio.get_running_loop()
-        for collection in self.collections:
-            threading.Thread(
-                target=self._follow,
-                args=(collection,),
-                name=f"pdd-watch-{collection.what}",
-                daemon=True,
-            ).start()
-
-    async def synced(self) -> None:
-        """Wait until both collections were listed once (a plan on half a fleet is wrong)."""
-        await self._ready.wait()
-
-    def stop(self) -> None:
-        self._stop.set()
-
-    def _follow(self, collection: Collection) -> None:
-        failures = 0
-        while not self._stop.is_set():
-            try:
-                version = self._relist(collection)
-                failures = 0
-                while not self._stop.is_set():
-                    version = self._watch(collection, version)
-            except WatchExpired:
-                log.info("the watch of %s expired; listing them again", collection.what)
-            except Exception as err:  # the API server went away, or refused: try again
-                failures += 1
-                delay = min(2.0**failures, 30.0)
-                log.warning(
-                    "watching %s failed (%s); listing again in %.0fs",
-                    collection.what,
-                    api_error_message(err),
-                    delay,
-                )
-                self._stop.wait(delay)
-
-    def _relist(self, collection: Collection) -> str:
-        started = time.monotonic()
-        bodies: list[Mapping[str, Any]] = []
-        token, version = "", ""
-        while True:
-            page = self.kube.list_page(collection.path, self.PAGE, token, collection.query)
-            bodies.extend(page.get("items") or [])
-            meta = page.get("metadata") or {}
-            version = str(meta.get("resourceVersion") or version)
-            token = str(meta.get("continue") or "")
-            if not token:
-                break
-        collection.store.reset(bodies)
-        log.info(
-            "listed %d %s in %.1fs (%d kept)",
-            len(bodies),
-            collection.what,
-            time.monotonic() - started,
-            len(collection.store),
-        )
-        self._mark_listed(collection)
-        return version
-
-    def _mark_listed(self, collection: Collection) -> None:
-        self._listed.add(collection.what)
-        if len(self._listed) == len(self.collections) and self._loop is not None:
-            self._loop.call_soon_threadsafe(self._ready.set)
-
-    def _watch(self, collection: Collection, version: str) -> str:
-        """Follow one watch until the API server ends it; the version to go on from."""
-        events = self.kube.watch(collection.path, version, self.WATCH_TIMEOUT_S, collection.query)
-        for event in events:
-            kind, body = event.get("type"), event.get("object") or {}
-            if kind != "BOOKMARK":
-                collection.store.apply(str(kind), body)
-            version = str((body.get("metadata") or {}).get("resourceVersion") or version)
-            if self._stop.is_set():
-                break
-        return version
+def fleet_collections(state: FleetState, namespaces: Iterable[str] = ()) -> list[Collection]:
+    """Every Node, and the bound pods of `namespaces` (none: of all). An operator confined to
+    namespaces by its Roles may not list pods elsewhere, and so counts only their GPU use."""
+    return [
+        Collection("nodes", NODE.path(None), (), state.nodes),
+        *(
+            Collection(
+                f"bound pods{f' in {ns}' if ns else ''}",
+                POD.path(ns or None),
+                (BOUND_PODS,),
+                state.pod_store(ns),
+            )
+            for ns in (tuple(namespaces) or ("",))
+        ),
+    ]

@@ -10,13 +10,15 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, cast
 
+from pdd_operator.api.names import DeploymentKey
 from pdd_operator.config import OperatorConfig
-from pdd_operator.handlers.changes import ChangeFilter
-from pdd_operator.handlers.fleet import FleetCache, FleetState, FleetWatch
+from pdd_operator.handlers.fleet import FleetCache, FleetState, fleet_collections
+from pdd_operator.handlers.listwatch import Watches
+from pdd_operator.handlers.owned import OwnedObjects, owned_collections
 from pdd_operator.handlers.view import IndexView
 from pdd_operator.kube.client import API_CONNECTIONS, KubeApi, load_api_client
 from pdd_operator.metrics import OperatorMetrics
-from pdd_operator.reconcile import ClusterView, Reconciler
+from pdd_operator.reconcile import Reconciler
 from pdd_operator.rendering.context import OperatorSettings
 from pdd_operator.status.drift import LiveDigests
 
@@ -29,18 +31,16 @@ class OperatorRuntime:
     kube: KubeApi
     metrics: OperatorMetrics
     settings: OperatorSettings
-    fleet_watch: FleetWatch
-    fleet: FleetCache
-    # The children's owned-fields digests, reused across their status-only events.
-    digests: LiveDigests = field(default_factory=LiveDigests)
-    # Which child and pod events change what a pass reads (the others trigger none).
-    changes: ChangeFilter = field(default_factory=ChangeFilter)
-    _reconciler: Reconciler | None = None
-    last_view: IndexView | None = None
+    watches: Watches
+    view: IndexView
+    reconciler: Reconciler
+    # The PDDeployments as kopf last handed them (written by the handler only).
+    pdds: dict[DeploymentKey, Mapping[str, Any]]
     # A handler's context: kopf.event() finds kopf's event queue through context variables
-    # that only handlers have, and the resync task runs outside them.
+    # that only handlers have; passes started by the informers and the resync run outside.
     handler_context: contextvars.Context | None = None
     tasks: list[asyncio.Task[None]] = field(default_factory=list)
+    _passes: set[asyncio.Task[None]] = field(default_factory=set)
 
     @classmethod
     def start(cls, config: OperatorConfig) -> OperatorRuntime:
@@ -49,69 +49,87 @@ class OperatorRuntime:
         metrics = OperatorMetrics()
         if config.metrics_port:
             metrics.serve(config.metrics_port)
+        loop = asyncio.get_running_loop()
         # API calls run in threads (asyncio.to_thread); the default pool has cpu+4 threads,
         # which serialises the applies of many deployments behind each other.
-        asyncio.get_running_loop().set_default_executor(
+        loop.set_default_executor(
             ThreadPoolExecutor(max_workers=API_CONNECTIONS, thread_name_prefix="pdd-api")
         )
-        state = FleetState()
-        fleet_watch = FleetWatch(kube, state, config.namespaces)
-        fleet_watch.start()
-        runtime = cls(
-            config=config,
-            kube=kube,
-            metrics=metrics,
-            settings=settings,
-            fleet_watch=fleet_watch,
-            fleet=FleetCache(state),
+        pdds: dict[DeploymentKey, Mapping[str, Any]] = {}
+        state, owned = FleetState(), OwnedObjects()
+        view = IndexView(pdds, owned, FleetCache(state))
+        reconciler = Reconciler(
+            kube,
+            view,
+            settings,
+            _kopf_event,
+            metrics,
+            max_concurrent=config.max_concurrent_passes,
+            token_recheck_s=config.resync_seconds,
         )
+        watches = Watches(kube)
+        runtime = cls(config, kube, metrics, settings, watches, view, reconciler, pdds)
+
+        def trigger(key: DeploymentKey) -> None:  # from an informer's thread
+            loop.call_soon_threadsafe(runtime.start_pass, key)
+
+        watches.add(fleet_collections(state, config.namespaces))
+        watches.add(
+            owned_collections(
+                owned, config.namespaces, settings.field_manager, LiveDigests(), trigger
+            )
+        )
+        watches.start()
         runtime.tasks.append(asyncio.create_task(runtime.resync_forever()))
         return runtime
+
+    def start_pass(self, key: DeploymentKey) -> None:
+        """A pass for a change an informer saw. Before any kopf handler ran there is no
+        context to post events from, and no deployment known: kopf's own start-up events
+        give every deployment its first pass."""
+        if self.handler_context is None:
+            return
+        task = asyncio.create_task(self._coalesced_pass(key), context=self.handler_context)
+        self._passes.add(task)
+        task.add_done_callback(self._passes.discard)
+
+    async def _coalesced_pass(self, key: DeploymentKey) -> None:
+        """Child and pod events come in bursts (a pod is scheduled, bound, started, ready):
+        the pass waits a moment so that one pass answers the whole burst."""
+        await self.watches.synced()
+        try:
+            await self.reconciler.reconcile(key, self.config.coalesce_seconds)
+        except Exception:  # one bad object must not go unreported, nor stop others
+            log.exception("reconcile of %s/%s failed", *key)
 
     async def resync_forever(self) -> None:
         """Level-triggered safety net: reconcile every PDDeployment each resync period."""
         while True:
             await asyncio.sleep(self.config.resync_seconds)
-            view = self.last_view
-            if view is None:
+            if self.handler_context is None:
                 continue
-            await self.fleet_watch.synced()
-            for key in list(view.indexes["pdd_index"].keys()):
-                pass_ = self.reconciler(view).reconcile(key)
+            await self.watches.synced()
+            for key in list(self.pdds):
+                pass_ = self.reconciler.reconcile(key)
                 try:
                     await asyncio.create_task(pass_, context=self.handler_context)
                 except Exception:  # one bad object must not stop the loop
                     log.exception("resync of %s/%s failed", *key)
 
-    def remember_view(self, view: IndexView) -> None:
-        self.last_view = view
+    def remember_handler_context(self) -> None:
         if self.handler_context is None:
             self.handler_context = contextvars.copy_context()
 
-    def reconciler(self, view: ClusterView) -> Reconciler:
-        if self._reconciler is None:
-            self._reconciler = Reconciler(
-                self.kube,
-                view,
-                self.settings,
-                _kopf_event,
-                self.metrics,
-                max_concurrent=self.config.max_concurrent_passes,
-                token_recheck_s=self.config.resync_seconds,
-            )
-        self._reconciler.view = view
-        return self._reconciler
-
     async def stop(self) -> None:
-        self.fleet_watch.stop()
-        for task in self.tasks:
+        self.watches.stop()
+        for task in [*self.tasks, *self._passes]:
             task.cancel()
-        await asyncio.gather(*self.tasks, return_exceptions=True)
+        await asyncio.gather(*self.tasks, *self._passes, return_exceptions=True)
 
 
 def _kopf_event(body: Mapping[str, Any], type_: str, reason: str, message: str) -> None:
     import kopf
 
-    # The PDDeployment as the index holds it: a plain copy of the watched object's raw body.
+    # The PDDeployment as the handler stored it: a plain copy of the watched object's body.
     raw = cast(kopf.RawBody, dict(body))
     kopf.event(kopf.Body(raw), type=type_, reason=reason, message=message[:1000])

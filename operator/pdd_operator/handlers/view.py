@@ -1,15 +1,14 @@
-"""The reconciler's view of the cluster: kopf's watch-fed indexes of our own objects and the
-fleet watch's Nodes and GPU pods (no LIST calls in a pass)."""
+"""The reconciler's view of the cluster, from the operator's own informers (no LIST calls in
+a pass): the PDDeployments kopf hands it, our own objects, and the fleet."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-import kopf
-
 from pdd_operator.api.names import DeploymentKey
 from pdd_operator.handlers.fleet import FleetCache
+from pdd_operator.handlers.owned import OwnedObjects
 from pdd_operator.planning.placement import Fleet
 from pdd_operator.status.observe import (
     ChildKey,
@@ -19,56 +18,42 @@ from pdd_operator.status.observe import (
     owned_pods,
 )
 
-CHILD_INDEX_PREFIX = "child_"
-
-
-def _values(index: kopf.Index[Any, Any], key: Any) -> list[Any]:
-    try:
-        return list(index[key])
-    except KeyError:
-        return []
-
 
 class IndexView:
-    """Adapts the kopf indexes passed to a handler to the reconciler's ClusterView."""
+    """Adapts the informers' stores to the reconciler's ClusterView."""
 
     def __init__(
-        self, indexes: Mapping[str, kopf.Index[Any, Any]], fleet: FleetCache | None = None
+        self,
+        pdds: Mapping[DeploymentKey, Mapping[str, Any]],
+        owned: OwnedObjects,
+        fleet: FleetCache | None = None,
     ) -> None:
-        self.indexes = indexes
+        self.pdds = pdds
+        self.owned = owned
         self.fleet_cache = fleet or FleetCache(max_age=0)
 
     def pdd_body(self, key: DeploymentKey) -> Mapping[str, Any] | None:
-        bodies = _values(self.indexes["pdd_index"], key)
-        return bodies[0] if bodies else None
+        return self.pdds.get(key)
 
     def children(self, key: DeploymentKey) -> Mapping[ChildKey, ChildSummary]:
         """The children whose controller reference names this PDDeployment's uid (a name can
         be copied, and one of a deleted deployment's namesake is another object)."""
         uid = self._uid(key)
-        out: dict[ChildKey, ChildSummary] = {}
-        for index_name, index in self.indexes.items():
-            if index_name.startswith(CHILD_INDEX_PREFIX):
-                for summary in _values(index, key):
-                    if summary.owner_uid == uid:
-                        out[summary.key] = summary
-        return out
+        return {s.key: s for s in self.owned.children_of(key) if s.owner_uid == uid}
 
     def pods(self, key: DeploymentKey) -> Sequence[PodSummary]:
         namespace = key[0]
         return owned_pods(
             self._uid(key),
             self.children(key).values(),
-            lambda uid: _values(self.indexes["replicaset_index"], (namespace, uid)),
-            lambda uid: _values(self.indexes["pod_index"], (namespace, uid)),
+            lambda uid: self.owned.replicasets_of(namespace, uid),
+            lambda uid: self.owned.pods_of(namespace, uid),
         )
 
     def scalers(self, key: DeploymentKey) -> Mapping[str, ScalerSummary]:
         """The deployment's scale targets by role (those its uid controls)."""
         uid = self._uid(key)
-        index = self.indexes.get("scaler_index")
-        found = _values(index, key) if index is not None else []
-        return {s.role: s for s in found if s.owner_uid == uid and uid}
+        return {s.role: s for s in self.owned.scalers_of(key) if s.owner_uid == uid and uid}
 
     def _uid(self, key: DeploymentKey) -> str:
         body = self.pdd_body(key)

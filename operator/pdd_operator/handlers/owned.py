@@ -1,0 +1,213 @@
+"""The operator's own objects as a pass reads them: every child, pod, router ReplicaSet and
+scale target carrying its managed-by label (selected by the API server), kept as summaries.
+
+An event that changes a summary gets its deployment a pass; most events change none (a new
+resourceVersion, a StatefulSet status rewritten with the same counts, a container moving from
+waiting to running while the pod is not ready) and cost only their decoding.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import threading
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from pdd_operator.api import names
+from pdd_operator.api.names import DeploymentKey
+from pdd_operator.handlers.listwatch import Collection
+from pdd_operator.kube.resources import CHILD_KINDS, POD, ROLE_SCALER, Kind
+from pdd_operator.status.drift import LiveDigests
+from pdd_operator.status.observe import (
+    ChildSummary,
+    PodSummary,
+    ScalerSummary,
+    controller_uid,
+    owner_key,
+    summarize_child,
+    summarize_pod,
+    summarize_scaler,
+)
+
+MANAGED = {"app.kubernetes.io/managed-by": names.MANAGED_BY}
+OURS = ("labelSelector", ",".join(f"{k}={v}" for k, v in MANAGED.items()))
+REPLICASETS = Kind("apps/v1", "ReplicaSet", "replicasets")
+
+Group = tuple[str, str]
+Summarize = Callable[[Mapping[str, Any]], tuple[Group, Any] | None]
+DeploymentOf = Callable[[Mapping[str, Any]], DeploymentKey | None]
+Trigger = Callable[[DeploymentKey], None]
+
+
+@dataclass(frozen=True)
+class _Entry:
+    group: Group
+    summary: Any
+    deployment: DeploymentKey | None
+
+
+class GroupedStore:
+    """One collection's summaries by uid, looked up by group (an owner's key or uid)."""
+
+    def __init__(
+        self, summarize: Summarize, deployment_of: DeploymentOf, on_change: Trigger | None
+    ) -> None:
+        self._summarize = summarize
+        self._deployment_of = deployment_of
+        self._on_change = on_change
+        self._entries: dict[str, _Entry] = {}
+        self._groups: dict[Group, dict[str, Any]] = {}
+        self._lock = threading.Lock()
+        self._listed = False
+
+    def get(self, group: Group) -> list[Any]:
+        with self._lock:
+            return list(self._groups.get(group, {}).values())
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def apply(self, event_type: str, body: Mapping[str, Any]) -> None:
+        uid = str(body.get("metadata", {}).get("uid", ""))
+        new = None if event_type == "DELETED" else self._entry(body)
+        with self._lock:
+            old = self._entries.get(uid)
+            self._put(uid, old, new)
+        self._tell(old, new)
+
+    def reset(self, bodies: Iterable[Mapping[str, Any]]) -> None:
+        """A fresh list: everything it lacks goes. The first one triggers nothing (at start
+        every deployment gets a pass anyway); later ones, after a watch was lost, trigger a
+        pass for what changed meanwhile."""
+        fresh = {
+            str(b.get("metadata", {}).get("uid", "")): entry
+            for b in bodies
+            if (entry := self._entry(b)) is not None
+        }
+        with self._lock:
+            old_entries, self._entries = self._entries, {}
+            self._groups = {}
+            for uid, entry in fresh.items():
+                self._put(uid, None, entry)
+            first, self._listed = not self._listed, True
+        if not first:
+            for uid in old_entries.keys() | fresh.keys():
+                self._tell(old_entries.get(uid), fresh.get(uid))
+
+    def _entry(self, body: Mapping[str, Any]) -> _Entry | None:
+        found = self._summarize(body)
+        if found is None:
+            return None
+        return _Entry(found[0], found[1], self._deployment_of(body))
+
+    def _put(self, uid: str, old: _Entry | None, new: _Entry | None) -> None:
+        if old is not None:
+            group = self._groups.get(old.group, {})
+            group.pop(uid, None)
+            if not group:
+                self._groups.pop(old.group, None)
+        if new is None:
+            self._entries.pop(uid, None)
+        else:
+            self._entries[uid] = new
+            self._groups.setdefault(new.group, {})[uid] = new.summary
+
+    def _tell(self, old: _Entry | None, new: _Entry | None) -> None:
+        if self._on_change is None or _looks(old) == _looks(new):
+            return
+        for entry in (old, new):
+            if entry is not None and entry.deployment is not None:
+                self._on_change(entry.deployment)
+                return
+
+
+def _looks(entry: _Entry | None) -> Any:
+    """What a pass reads of an entry: a child's resourceVersion changes with every write and
+    no pass decision reads it alone."""
+    if entry is None:
+        return None
+    summary = entry.summary
+    if isinstance(summary, ChildSummary):
+        summary = dataclasses.replace(summary, resource_version="")
+    return entry.group, summary, entry.deployment
+
+
+@dataclass
+class OwnedObjects:
+    """The stores of every watched collection of our own objects."""
+
+    children: list[GroupedStore] = field(default_factory=list)
+    pods: list[GroupedStore] = field(default_factory=list)
+    replicasets: list[GroupedStore] = field(default_factory=list)
+    scalers: list[GroupedStore] = field(default_factory=list)
+
+    def children_of(self, key: DeploymentKey) -> list[ChildSummary]:
+        return [c for store in self.children for c in store.get(key)]
+
+    def pods_of(self, namespace: str, owner_uid: str) -> list[PodSummary]:
+        return [p for store in self.pods for p in store.get((namespace, owner_uid))]
+
+    def replicasets_of(self, namespace: str, deployment_uid: str) -> list[str]:
+        return [u for store in self.replicasets for u in store.get((namespace, deployment_uid))]
+
+    def scalers_of(self, key: DeploymentKey) -> list[ScalerSummary]:
+        return [s for store in self.scalers for s in store.get(key)]
+
+
+def owned_collections(
+    owned: OwnedObjects,
+    namespaces: Iterable[str],
+    field_manager: str,
+    digests: LiveDigests,
+    trigger: Trigger | None,
+) -> list[Collection]:
+    """One collection per kind (and namespace, where the operator is confined to some),
+    label-selected, each feeding its store in `owned`."""
+
+    def child(body: Mapping[str, Any]) -> tuple[Group, Any] | None:
+        key = owner_key(body)
+        return (key, summarize_child(body, field_manager, digests)) if key else None
+
+    def pod(body: Mapping[str, Any]) -> tuple[Group, Any] | None:
+        owner = controller_uid(body)
+        return ((_namespace(body), owner), summarize_pod(body)) if owner else None
+
+    def replicaset(body: Mapping[str, Any]) -> tuple[Group, Any] | None:
+        owner, uid = controller_uid(body, "Deployment"), body.get("metadata", {}).get("uid")
+        return ((_namespace(body), owner), str(uid)) if owner and uid else None
+
+    def scaler(body: Mapping[str, Any]) -> tuple[Group, Any] | None:
+        key = owner_key(body)
+        return (key, summarize_scaler(body)) if key else None
+
+    kinds: list[tuple[Kind, Summarize, DeploymentOf, list[GroupedStore]]] = [
+        *((kind, child, owner_key, owned.children) for kind in CHILD_KINDS),
+        (POD, pod, _pod_deployment, owned.pods),
+        (REPLICASETS, replicaset, _no_deployment, owned.replicasets),
+        (ROLE_SCALER, scaler, owner_key, owned.scalers),
+    ]
+    collections = []
+    for kind, summarize, deployment_of, stores in kinds:
+        for ns in tuple(namespaces) or ("",):
+            store = GroupedStore(summarize, deployment_of, trigger)
+            stores.append(store)
+            what = f"{kind.plural}{f' in {ns}' if ns else ''}"
+            collections.append(Collection(what, kind.path(ns or None), (OURS,), store))
+    return collections
+
+
+def _namespace(body: Mapping[str, Any]) -> str:
+    return str(body.get("metadata", {}).get("namespace", ""))
+
+
+def _pod_deployment(body: Mapping[str, Any]) -> DeploymentKey | None:
+    """A pod names its deployment in an annotation (its owner is a StatefulSet or ReplicaSet)."""
+    annotations = body.get("metadata", {}).get("annotations") or {}
+    owner = annotations.get(names.ANNOTATION_OWNER_NAME)
+    return (_namespace(body), str(owner)) if owner else None
+
+
+def _no_deployment(body: Mapping[str, Any]) -> DeploymentKey | None:
+    """A router ReplicaSet's changes reach its deployment through its pods' events."""
+    return None
