@@ -51,7 +51,7 @@ class AftercareConfig:
     idle_s: float
     soak_s: float
     soak_extra: int  # churn deployments alive at most (K)
-    soak_lifetime_s: float  # each lives this long, so one is created every lifetime/K
+    soak_lifetime_s: float  # each lives about this long: one is created every lifetime/K s
     poll_s: float = 0.2  # how often the restart polls the new process's metrics
     restart_resync_s: float = SHIPPED_RESYNC_S
 
@@ -183,35 +183,35 @@ def restart(scene: Scene) -> dict[str, Any]:
 
 
 def soak(scene: Scene) -> dict[str, Any]:
-    """Bounded churn: at most K extra deployments alive, one created every lifetime/K
-    seconds and each deleted after its lifetime; the operator's RSS sampled throughout. Then
-    every churn deployment deleted, and the operator's per-deployment state (the tracked
-    gauge) and its per-deployment metric series must come back to where they were before."""
+    """Bounded churn: a round every lifetime/K seconds deletes the oldest churn deployment
+    once K are alive and creates one, so each lives about its lifetime; the operator's RSS
+    sampled throughout. Then every churn deployment deleted, and the operator's
+    per-deployment state (the tracked gauge) and its per-deployment metric series must come
+    back to where they were before."""
     care, kube = scene.care, scene.cl.kube
     assert kube is not None
     before = scene.metrics()
     tracked0, series0 = _metric_sum(before, TRACKED), _deployment_series(before)
     rec0 = _metric_sum(before, RECONCILES)
     shapes = pick_shapes(care.soak_extra, SCALE_MIX, scene.cfg.seed + 1)
-    alive: collections.deque[tuple[str, float]] = collections.deque()
+    alive: collections.deque[str] = collections.deque()
     created = errors = 0
     tick = max(0.2, care.soak_lifetime_s / max(1, care.soak_extra))
     t0, t0_wall = time.monotonic(), time.time()
     while time.monotonic() - t0 < care.soak_s:
-        now = time.monotonic()
-        while alive and now - alive[0][1] >= care.soak_lifetime_s:
-            errors += not _try(kube.request, "DELETE", f"{PDDS}/{alive.popleft()[0]}")
-        if len(alive) < care.soak_extra:
-            name = f"churn-{created:05d}"
-            body = pdd_body(name, NAMESPACE, shapes[created % len(shapes)], scene.cfg.placement)
-            errors += not _try(kube.request, "POST", PDDS, body=body)
-            alive.append((name, now))
-            created += 1
-        time.sleep(tick)
+        if len(alive) >= care.soak_extra:
+            errors += not _try(kube.request, "DELETE", f"{PDDS}/{alive.popleft()}")
+        name = f"churn-{created:05d}"
+        body = pdd_body(name, NAMESPACE, shapes[created % len(shapes)], scene.cfg.placement)
+        errors += not _try(kube.request, "POST", PDDS, body=body)
+        alive.append(name)
+        created += 1
+        # Rounds on a schedule (t0 + k * tick): slow API answers must not thin the churn out.
+        time.sleep(max(0.0, t0 + created * tick - time.monotonic()))
     t_end, t_end_wall = time.monotonic(), time.time()
     rss = _rss_samples(scene, t0, t_end)
     tracked_churning = _metric_sum(scene.metrics(), TRACKED)  # the gauge does move
-    for name, _ in alive:
+    for name in alive:
         errors += not _try(kube.request, "DELETE", f"{PDDS}/{name}")
     back_s, after = _wait_tracked(scene, tracked0, timeout=max(60.0, care.soak_lifetime_s * 2))
     warmup = max(care.soak_lifetime_s, care.soak_s / 10)
