@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from pddbench import results_file as results_io
-from pddbench.summary import build_summary
+from pddbench.summary import aftercare, build_summary
 
 
 def _g(d: Any, *path: str) -> Any:
@@ -169,6 +169,46 @@ def steady_tables(r: dict[str, Any]) -> str:
     return "\n".join(out)
 
 
+def aftercare_tables(r: dict[str, Any]) -> str:
+    """Restart, idle and soak on the largest size's converged cluster (pddbench.aftercare)."""
+    care = aftercare(r)
+    if not care:
+        return "not run"
+    idle, restart, soak = (care.get(k) or {} for k in ("idle", "restart", "soak"))
+    rows = [
+        ("restart: old process stopped (s) / new one alive (s)",
+         f"{_f(restart.get('stop_s'), 2)} / {_f(restart.get('alive_s'), 2)}"),
+        ("restart: first reconcile (s from start)", _f(restart.get("first_reconcile_s"), 2)),
+        ("restart: all re-verified (s from start)",
+         f"{_f(restart.get('all_verified_s'), 2)} ({_f(restart.get('verified'))} of "
+         f"{_f(restart.get('deployments'))})"),
+        ("restart: writes (by resource) / reads, audit", f"{_f(restart.get('writes'))} "
+         f"({_verbs(restart.get('writes_by_resource'))}) / {_f(restart.get('reads'))}"),
+        ("idle: window (s) / resync (s)", f"{_f(idle.get('window_s'))} / "
+         f"{_f(idle.get('resync_seconds'))}"),
+        ("idle: operator CPU (% of a core)", _f(idle.get("cpu_pct"), 2)),
+        ("idle: reconciles / writes / reads", f"{_f(idle.get('reconciles'))} / "
+         f"{_f(idle.get('writes'))} / {_f(idle.get('reads'))}"),
+        ("soak: duration (s), churn created, at most alive, lifetime (s)",
+         f"{_f(soak.get('duration_s'))}, {_f(soak.get('created'))}, "
+         f"{_f(soak.get('extra_at_most'))}, {_f(soak.get('lifetime_s'))}"),
+        ("soak: RSS first / last (MiB), drift after warm-up (%)",
+         f"{_f(soak.get('rss_mib_first'))} / {_f(soak.get('rss_mib_last'))}, "
+         f"{_f(soak.get('rss_drift_pct'), 2)}"),
+        ("soak: deployments tracked before / churning / after (back after s)",
+         f"{_f(soak.get('tracked_before'))} / {_f(soak.get('tracked_churning'))} / "
+         f"{_f(soak.get('tracked_after'))} ({_f(soak.get('tracked_back_s'))})"),
+        ("soak: per-deployment metric samples before / after",
+         f"{_f(soak.get('deployment_series_before'))} / "
+         f"{_f(soak.get('deployment_series_after'))}"),
+    ]  # fmt: skip
+    errors = [f"{k}: {v['error']}" for k, v in care.items() if isinstance(v, dict) and "error" in v]
+    out = [f"{care.get('n')} deployments converged, steps {care.get('steps')}", "",
+           "| measure | value |", "|---|---|"]  # fmt: skip
+    out += [f"| {k} | {v} |" for k, v in rows] + [f"\nerror {e}" for e in errors]
+    return "\n".join(out)
+
+
 def placement_tables(r: dict[str, Any]) -> str:
     p = r.get("placement")
     if not p:
@@ -254,6 +294,7 @@ def render(r: dict[str, Any]) -> str:
         ("Scale", scale_tables),
         ("API requests", api_tables),
         ("Steady state", steady_tables),
+        ("After the largest size: restart, idle, soak", aftercare_tables),
         ("Placement quality", placement_tables),
         ("Operator profile (py-spy)", profile_tables),
         ("P->D pairs in the scale runs (burst apply)", burst_pairs),

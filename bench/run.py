@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import functools
 import json
 import os
 import platform
@@ -34,6 +35,7 @@ os.environ["PYTHONPATH"] = os.pathsep.join(
 )
 
 from pddbench import results_file as results_io  # noqa: E402
+from pddbench.aftercare import STEPS, AftercareConfig, run_aftercare  # noqa: E402
 from pddbench.analysis import categorize_profile, summarize_profile  # noqa: E402
 from pddbench.cluster import FleetSpec  # noqa: E402
 from pddbench.placement import PlacementConfig, run_placement  # noqa: E402
@@ -68,6 +70,11 @@ SCALES: dict[str, dict[str, Any]] = {
             deployments=10,
             bind_timeout=20.0,
         ),
+        # After the largest size: idle 1 min; soak 2 min, 5 churn deployments of 20 s each.
+        "idle_seconds": 60.0,
+        "soak_seconds": 120.0,
+        "soak_extra": 5,
+        "soak_lifetime_seconds": 20.0,
     },
     # 2,000 nodes (125 NVLink cliques of 16, two racks each); 10, 100, 1,000 deployments.
     "full": {
@@ -89,6 +96,12 @@ SCALES: dict[str, dict[str, Any]] = {
             deployments=24,
             bind_timeout=20.0,
         ),
+        # After 1,000 converged (issue 16): idle 10 min; soak 1 h, 50 churn deployments of
+        # 2 min each (one created and one deleted every 2.4 s).
+        "idle_seconds": 600.0,
+        "soak_seconds": 3600.0,
+        "soak_extra": 50,
+        "soak_lifetime_seconds": 120.0,
     },
 }
 
@@ -118,6 +131,19 @@ def main() -> int:
         help="kubelet: Leases, node status reports, 3 daemon pods per node, foreign GPU pods, "
         "pod status in stages; off: the quiet fleet of the runs before issue 16",
     )
+    ap.add_argument(
+        "--after-largest",
+        default=",".join(STEPS),
+        help="comma list, run in this order on the largest size's first converged operator "
+        "arm: restart (SIGTERM, a fresh operator at the chart's resync period: first pass, "
+        "every deployment re-verified, writes), idle (CPU and writes over --idle-seconds), "
+        "soak (--soak-seconds of bounded create/delete churn: RSS drift, per-deployment state "
+        "left); empty: none",
+    )
+    ap.add_argument("--idle-seconds", type=float, help="idle window (preset: small 60, full 600)")
+    ap.add_argument("--soak-seconds", type=float, help="the soak (preset: small 120, full 3600)")
+    ap.add_argument("--soak-extra", type=int, help="churn deployments alive at most (5 / 50)")
+    ap.add_argument("--soak-lifetime", type=float, help="seconds each lives (20 / 120)")
     ap.add_argument("--profile", action="store_true", help="py-spy the operator at every size")
     ap.add_argument("--none-sizes", help="sizes that also get the placement-none operator arm")
     ap.add_argument(
@@ -141,6 +167,7 @@ def main() -> int:
         else preset["none_sizes"]
     )
     activity = fleet_activity(args.fleet_activity, preset)
+    care = aftercare_config(args, preset)
     out_dir = Path(args.out).resolve() / args.scale
     raw_dir = Path(args.out).resolve() / "raw" / args.scale
     work_dir = Path(os.environ.get("PDD_BENCH_WORK", REPO / ".tmp" / "bench")).resolve()
@@ -217,7 +244,8 @@ def main() -> int:
             run: dict[str, Any] = {"n": n, "pairs": []}
             results["runs"].append(run)
             for i in range(args.pairs):
-                run["pairs"].append(run_pair(cfg, i, skip, work_dir, raw_dir, log, save))
+                steps = care if n == max(sizes) and i == 0 and care.steps else None
+                run["pairs"].append(run_pair(cfg, i, skip, work_dir, raw_dir, log, save, steps))
                 run["median_pair"] = median_pair_index(run["pairs"])
                 save()
             if "operator-none" not in skip and n in none_sizes:
@@ -254,16 +282,19 @@ def run_pair(
     raw_dir: Path,
     log: Any,
     save: Any,
+    care: AftercareConfig | None = None,
 ) -> dict[str, Any]:
     """One (operator, direct) pair: the direct arm applies the placements the operator arm
-    chose, so both place the same workloads on the same nodes."""
+    chose, so both place the same workloads on the same nodes. `care`: the steps after the
+    operator arm's measurements, on its converged cluster (its results' `aftercare`)."""
     n = cfg.n
     pair: dict[str, Any] = {"pair": index}
     where = raw_dir / f"n{n}" / f"pair{index}"
     handoff: dict[str, Any] = {}
     if "operator" not in skip:
         log(f"scale n={n} pair {index + 1} on {cfg.fleet.nodes} nodes: operator arm")
-        pair["operator"], handoff = run_operator_arm(cfg, work_dir, where, log)
+        after = care and functools.partial(run_aftercare, care, cfg, raw_dir=where, log=log)
+        pair["operator"], handoff = run_operator_arm(cfg, work_dir, where, log, after)
         log(f"  operator: {_brief(pair['operator'])}")
     if "direct" not in skip:
         log(f"scale n={n} pair {index + 1}: direct arm (rendered children applied by hand)")
@@ -276,6 +307,19 @@ def run_pair(
             op["converge_pdd_ready_s"] / direct["converge_s"], 2
         )
     return pair
+
+
+def aftercare_config(args: argparse.Namespace, preset: dict[str, Any]) -> AftercareConfig:
+    steps = tuple(filter(None, args.after_largest.split(",")))
+    if unknown := set(steps) - set(STEPS):
+        raise SystemExit(f"--after-largest: unknown {sorted(unknown)}; known: {', '.join(STEPS)}")
+    return AftercareConfig(
+        steps=steps,
+        idle_s=args.idle_seconds or preset["idle_seconds"],
+        soak_s=args.soak_seconds or preset["soak_seconds"],
+        soak_extra=args.soak_extra or preset["soak_extra"],
+        soak_lifetime_s=args.soak_lifetime or preset["soak_lifetime_seconds"],
+    )
 
 
 def fleet_activity(preset_name: str, preset: dict[str, Any]) -> FleetActivity:

@@ -1,5 +1,5 @@
-"""Pure helpers: percentiles, prefill->decode pair classes and KV-transfer times, py-spy
-profile summaries, Prometheus histogram quantiles."""
+"""Pure helpers: percentiles, RSS drift, prefill->decode pair classes and KV-transfer times,
+py-spy profile summaries, Prometheus histogram quantiles."""
 
 from __future__ import annotations
 
@@ -32,6 +32,18 @@ def percentile(values: Sequence[float], q: float) -> float | None:
     pos = (len(s) - 1) * q / 100.0
     lo, hi = math.floor(pos), math.ceil(pos)
     return s[lo] + (s[hi] - s[lo]) * (pos - lo)
+
+
+def rss_drift_pct(samples: Sequence[tuple[float, float]], warmup_s: float) -> float | None:
+    """RSS growth over a soak, in %: the last (t, RSS) sample against the first one taken
+    `warmup_s` or more after the first sample (caches and pools fill first, and that growth
+    is not a leak). None without two samples after the warm-up."""
+    if not samples:
+        return None
+    after = [rss for t, rss in samples if t - samples[0][0] >= warmup_s]
+    if len(after) < 2 or after[0] <= 0:
+        return None
+    return round(100.0 * (after[-1] - after[0]) / after[0], 2)
 
 
 def dist(values: Sequence[float], scale: float = 1.0, digits: int = 3) -> dict[str, Any]:

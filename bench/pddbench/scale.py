@@ -13,6 +13,7 @@ import sys
 import threading
 import time
 import urllib.request
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -277,8 +278,17 @@ def _window(records: list[dict[str, Any]], t_from: float, t_to: float) -> list[d
 # ---------------------------------------------------------------------------- operator arm
 
 
+# After the measurements, on the converged cluster (pddbench.aftercare): given the cluster and
+# the operator, returns its results and the operator process alive then.
+AfterConverged = Callable[[BenchCluster, OperatorProcess], tuple[dict[str, Any], OperatorProcess]]
+
+
 def run_operator_arm(
-    cfg: ScaleConfig, work_dir: Path, raw_dir: Path, log: Any
+    cfg: ScaleConfig,
+    work_dir: Path,
+    raw_dir: Path,
+    log: Any,
+    after: AfterConverged | None = None,
 ) -> tuple[dict[str, Any], dict[str, Any]]:
     """Returns (results, what the direct arm needs: server bodies, placements, hashes)."""
     arm = Arm(cfg, "operator", work_dir, raw_dir, log)
@@ -308,6 +318,7 @@ def run_operator_arm(
         cl.sampler.add("operator", op.proc.pid)
         watcher = Watcher(str(cl.cp.kubeconfig), NAMESPACE, pdds=True).start()
         profiler = None
+        t_after: float | None = None
         try:
             # The operator handles nothing until kopf has indexed every Node and Pod; a canary
             # deployment (not measured) shows when that is done.
@@ -437,6 +448,9 @@ def run_operator_arm(
             handoff = _best_effort("handoff", lambda: _handoff(cl, watcher), {}, log)
             out["final_placements"] = _placement_spread(handoff, arm)
             out["t_conv_s"] = round(t_conv - arm.t0, 2)
+            t_after = time.monotonic()
+            if after is not None:
+                out["aftercare"], op = after(cl, op)
         finally:
             if profiler is not None:
                 _stop_profiler(profiler)
@@ -444,7 +458,7 @@ def run_operator_arm(
             op.kill()
         out["processes"] = cl.sampler.summary()
         out["nodesim"] = cl.sim_stats()
-        out["series"] = _series(cl, arm)
+        out["series"] = _series(cl, arm, until=t_after)
     if cfg.profile and (raw_dir / "operator-profile.txt").exists():
         raw = (raw_dir / "operator-profile.txt").read_text()
         out["profile"] = {
@@ -739,9 +753,11 @@ def _proc_cpu(cl: BenchCluster, name: str) -> float:
     return cl.sampler.last_cpu(name)
 
 
-def _series(cl: BenchCluster, arm: Arm) -> dict[str, Any]:
-    """Time series relative to the first apply, for the plots."""
+def _series(cl: BenchCluster, arm: Arm, until: float | None = None) -> dict[str, Any]:
+    """Time series relative to the first apply, for the plots; up to `until` (monotonic),
+    where the arm's own measurements ended and the aftercare began."""
     off = arm.t0 - cl.sampler.t0
+    end = (until - arm.t0) if until is not None else float("inf")
     proc = {}
     for name in (
         "operator",
@@ -754,12 +770,14 @@ def _series(cl: BenchCluster, arm: Arm) -> dict[str, Any]:
         "bench",
     ):
         pts = cl.sampler.series.get(name) or []
-        proc[name] = [(round(t - off, 1), round(c, 2), round(r, 1)) for t, c, r in pts]
+        proc[name] = [
+            (round(t - off, 1), round(c, 2), round(r, 1)) for t, c, r in pts if t - off <= end
+        ]
     return {
         "timeline": arm.timeline[:: max(1, len(arm.timeline) // 600)],
         "proc": proc,
-        "loadavg": [(round(t - off, 1), v) for t, v in cl.sampler.loadavg],
-        "machine_busy": _busy(cl.sampler.machine, off),
+        "loadavg": [(round(t - off, 1), v) for t, v in cl.sampler.loadavg if t - off <= end],
+        "machine_busy": [p for p in _busy(cl.sampler.machine, off) if p[0] <= end],
     }
 
 

@@ -12,13 +12,17 @@ import statistics
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-# Keys the issue asks for that no part of the bench measures yet: always null until one does.
-NOT_MEASURED = (
-    "restart_first_reconcile_s",
-    "restart_all_verified_s",
-    "restart_writes",
-    "soak_rss_drift_pct",
-)
+# Measured after the largest size converged (pddbench.aftercare), null when its step did
+# not run: summary key -> (step, key of the step's results).
+AFTERCARE_KEYS = {
+    "restart_first_reconcile_s": ("restart", "first_reconcile_s"),
+    "restart_all_verified_s": ("restart", "all_verified_s"),
+    "restart_writes": ("restart", "writes"),
+    "idle_writes": ("idle", "writes"),
+    "idle_window_s": ("idle", "window_s"),
+    "soak_s": ("soak", "duration_s"),
+    "soak_rss_drift_pct": ("soak", "rss_drift_pct"),
+}
 FULL_FLEET_NODES = 2000
 
 
@@ -100,6 +104,25 @@ def size_summary(run: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+def aftercare(results: dict[str, Any]) -> dict[str, Any]:
+    """The aftercare of the largest size that has one ({} when none ran)."""
+    for run in sorted(results.get("runs", []), key=lambda r: -int(r["n"])):
+        for pair in run.get("pairs") or []:
+            if care := _g(pair, "operator", "aftercare"):
+                return dict(care)
+    return {}
+
+
+def _first(*values: Any) -> Any:
+    return next((v for v in values if v is not None), None)
+
+
+def _soak_leaked(care: dict[str, Any]) -> int | None:
+    """Deployments whose reconciler state outlived the soak's churn (0: none leaked)."""
+    before, after = _g(care, "soak", "tracked_before"), _g(care, "soak", "tracked_after")
+    return after - before if before is not None and after is not None else None
+
+
 def build_summary(results: dict[str, Any]) -> dict[str, Any]:
     """summary.json from a run's results (see the module docstring)."""
     runs = [r for r in results.get("runs", []) if r.get("pairs")]
@@ -108,6 +131,7 @@ def build_summary(results: dict[str, Any]) -> dict[str, Any]:
     startups = [s["operator_ready_s"] for s in sizes.values() if s["operator_ready_s"] is not None]
     startup = _median(startups, 2)
     largest = sizes[max(sizes, key=int)] if sizes else {}
+    care = aftercare(results)
     return {
         "commit": _g(results, "source", "commit"),
         "operator_dirty": _g(results, "source", "operator_dirty"),
@@ -119,10 +143,19 @@ def build_summary(results: dict[str, Any]) -> dict[str, Any]:
         # Operator start to its first deployment reconciled (the arms' canary), median.
         "startup_s": startup,
         "startup_s_2000_nodes": startup if nodes == FULL_FLEET_NODES else None,
-        # At the largest deployment count: the no-op window after convergence.
-        "idle_cpu_pct": largest.get("idle_cpu_pct"),
-        **dict.fromkeys(NOT_MEASURED),
+        # After the largest size converged: the idle window, else its (short) no-op window.
+        "idle_cpu_pct": _first(_g(care, "idle", "cpu_pct"), largest.get("idle_cpu_pct")),
+        "aftercare_n": care.get("n"),
+        **{key: _g(care, *where) for key, where in AFTERCARE_KEYS.items()},
+        "soak_leaked_deployments": _soak_leaked(care),
     }
 
 
-__all__ = ["NOT_MEASURED", "build_summary", "median_pair_index", "pair_ratio", "size_summary"]
+__all__ = [
+    "AFTERCARE_KEYS",
+    "aftercare",
+    "build_summary",
+    "median_pair_index",
+    "pair_ratio",
+    "size_summary",
+]

@@ -42,6 +42,19 @@ class OperatorMetrics:
             ["kind"],
             registry=self.registry,
         )
+        # Both per process, one series each: a restarted operator has re-verified every
+        # deployment when the first equals their number, and the second going back to its
+        # level after deployments come and go shows no per-deployment state left behind.
+        self.deployments_reconciled = Gauge(
+            "pdd_operator_deployments_reconciled",
+            "Existing PDDeployments that had at least one reconcile pass in this process.",
+            registry=self.registry,
+        )
+        self.deployments_tracked = Gauge(
+            "pdd_operator_deployments_tracked",
+            "PDDeployments the reconciler holds per-deployment state for.",
+            registry=self.registry,
+        )
         self.kv_transfer_gbps = Gauge(
             "pdd_kv_transfer_gbps",
             "KV transfer bandwidth of the deployment's verified path, in GB/s (1e9 bytes/s, "

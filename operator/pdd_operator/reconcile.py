@@ -272,6 +272,21 @@ class Reconciler:
         self._served: dict[tuple[str, str], tuple[float, bool]] = {}
         # One delayed pass per deployment at most, while its model or a child's name waits.
         self._retries: dict[DeploymentKey, asyncio.Task[None]] = {}
+        # Deployments that had a pass in this process (dropped when they are gone).
+        self._passed: set[DeploymentKey] = set()
+        if metrics:
+            metrics.deployments_reconciled.set_function(lambda: len(self._passed))
+            metrics.deployments_tracked.set_function(self._tracked_deployments)
+
+    def _tracked_deployments(self) -> int:
+        """Deployments any per-deployment table of the reconciler holds (the planning and
+        status ledgers are keyed alike and cleared by the same `_forget`). Called from the
+        metrics server's thread: set() and union() copy the keys in C, under the GIL, so a
+        pass changing a table meanwhile cannot break the iteration."""
+        tables = (self._rendered, self._tokens, self._slices, self._model_attempts,
+                  self._short_attempts, self._short_since, self._retries,
+                  self._passed)  # fmt: skip
+        return len(set(self._states).union(*tables))
 
     def is_own_status_write(self, key: DeploymentKey, resource_version: str) -> bool:
         """Whether this version of the PDDeployment is the status this operator just wrote:
@@ -318,6 +333,7 @@ class Reconciler:
         self._tokens.pop(key, None)
         self._short_attempts.pop(key, None)
         self._short_since.pop(key, None)
+        self._passed.discard(key)
         if self.metrics:
             self.metrics.forget_kv_transfer(key)
         if (retry := self._retries.pop(key, None)) is not None:
@@ -328,6 +344,7 @@ class Reconciler:
         if body is None or body.get("metadata", {}).get("deletionTimestamp"):
             return  # owner references let the garbage collector remove the children
         body = self._own_writes.latest(key, body)
+        self._passed.add(key)
         timer = self.metrics.reconcile_timer() if self.metrics else None
         try:
             await self._converge_or_report(body)

@@ -10,8 +10,9 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
 
+from pddbench.analysis import rss_drift_pct
 from pddbench.results_file import median_view
-from pddbench.summary import NOT_MEASURED, build_summary, median_pair_index
+from pddbench.summary import AFTERCARE_KEYS, build_summary, median_pair_index
 
 PER_SIZE_KEYS = {
     "operator_cpu_s_per_deployment",
@@ -140,6 +141,49 @@ def test_startup_on_2000_nodes_only_when_the_fleet_had_2000(
 
 def test_what_no_run_measures_is_null_not_invented() -> None:
     summary = build_summary(results(three_pairs()))
-    assert all(summary[k] is None for k in NOT_MEASURED)
+    assert all(summary[k] is None for k in AFTERCARE_KEYS)
+    assert summary["soak_leaked_deployments"] is None
+    assert summary["idle_cpu_pct"] == 5.0  # without an idle step: the no-op window's
     empty = build_summary({"runs": []})
     assert empty["sizes"] == {} and empty["idle_cpu_pct"] is None
+
+
+AFTERCARE = {
+    "n": 10,
+    "idle": {"window_s": 60.0, "cpu_pct": 0.0, "writes": 0},
+    "restart": {"first_reconcile_s": 3.2, "all_verified_s": 7.5, "writes": 0},
+    "soak": {"duration_s": 120.0, "rss_drift_pct": 4.2, "tracked_before": 11, "tracked_after": 13},
+}
+
+
+def test_the_aftercare_of_the_largest_size_fills_the_restart_idle_and_soak_keys() -> None:
+    small, large = three_pairs(10), three_pairs(50)
+    small[0]["operator"]["aftercare"] = {"n": 10, "restart": {"writes": 99}}
+    large[0]["operator"]["aftercare"] = {**AFTERCARE, "n": 50}
+    doc = results(small)
+    doc["runs"].append({"n": 50, "pairs": large})
+    summary = build_summary(doc)
+    assert summary["aftercare_n"] == 50
+    assert (summary["restart_first_reconcile_s"], summary["restart_all_verified_s"]) == (3.2, 7.5)
+    assert summary["restart_writes"] == 0
+    # A measured 0 % stands; the no-op window's figure is only for a run without the step.
+    assert summary["idle_cpu_pct"] == 0.0 and summary["idle_writes"] == 0
+    assert summary["soak_rss_drift_pct"] == 4.2
+    assert summary["soak_leaked_deployments"] == 2
+
+
+@pytest.mark.parametrize(
+    ("samples", "warmup", "expected"),
+    [
+        # The climb during the warm-up is not drift: from 120 (t=30) to 126 is 5 %.
+        ([(0, 80.0), (10, 110.0), (30, 120.0), (60, 123.0), (90, 126.0)], 30, 5.0),
+        ([(0, 100.0), (40, 100.0), (80, 90.0)], 30, -10.0),  # it may shrink
+        ([(0, 100.0), (10, 200.0)], 30, None),  # nothing after the warm-up
+        ([(0, 100.0), (40, 200.0)], 30, None),  # one sample is no drift
+        ([], 30, None),
+    ],
+)
+def test_rss_drift_is_the_last_sample_against_the_first_after_the_warm_up(
+    samples: list[tuple[float, float]], warmup: float, expected: float | None
+) -> None:
+    assert rss_drift_pct(samples, warmup) == expected

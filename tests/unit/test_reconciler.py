@@ -222,3 +222,27 @@ async def test_the_placement_reservation_is_released_when_the_deployment_goes_aw
     await rec.reconcile(second)
     assert condition(cluster, "Placed", second) == ("True", "Placed")
     assert cluster.stored[second]["status"]["placement"]["domain"] == "c1"
+
+
+async def test_the_per_process_deployment_gauges_count_passes_and_drop_what_is_gone() -> None:
+    """pdd_operator_deployments_reconciled (had a pass in this process: the bench's proof that a
+    restarted operator re-verified every deployment) and _tracked (held state: back to its level
+    once deployments are gone, else per-deployment state leaks)."""
+    other = (NS, "other")
+    cluster = FakeCluster(body("llama"), body("other"))
+    metrics = OperatorMetrics(CollectorRegistry())
+    rec = reconciler_for(cluster, metrics)
+
+    def gauge(name: str) -> float | None:
+        return metrics.registry.get_sample_value(f"pdd_operator_deployments_{name}")
+
+    assert (gauge("reconciled"), gauge("tracked")) == (0, 0)
+    await rec.reconcile(KEY)
+    assert (gauge("reconciled"), gauge("tracked")) == (1, 1)
+    await rec.reconcile(other)
+    await rec.reconcile(KEY)  # a second pass of the same deployment counts it once
+    assert (gauge("reconciled"), gauge("tracked")) == (2, 2)
+
+    cluster.delete_deployment(other)
+    await rec.reconcile(other)
+    assert (gauge("reconciled"), gauge("tracked")) == (1, 1)
