@@ -119,7 +119,7 @@ class Watches:
         token, version = "", ""
         while True:
             page = self.kube.list_page(collection.path, self.PAGE, token, collection.selectors)
-            bodies.extend(page.get("items") or [])
+            bodies.extend(_typed_items(page))
             meta = page.get("metadata") or {}
             version = str(meta.get("resourceVersion") or version)
             token = str(meta.get("continue") or "")
@@ -156,3 +156,15 @@ class Watches:
             if self._stop.is_set():
                 break
         return version
+
+
+def _typed_items(page: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """A list's items, each with the apiVersion and kind that a list leaves out (its own
+    `kind` is the item's plus "List") and a watch event's object carries."""
+    api_version = page.get("apiVersion", "")
+    kind = str(page.get("kind", "")).removesuffix("List")
+    items = [item for item in page.get("items") or [] if isinstance(item, dict)]
+    for item in items:
+        item.setdefault("apiVersion", api_version)
+        item.setdefault("kind", kind)
+    return items
