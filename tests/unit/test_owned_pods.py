@@ -8,7 +8,6 @@ from typing import Any
 from pdd_operator.api import names
 from pdd_operator.handlers.owned import OwnedObjects, owned_collections
 from pdd_operator.handlers.view import IndexView
-from pdd_operator.status.drift import LiveDigests
 
 Body = dict[str, Any]
 
@@ -51,7 +50,7 @@ def replicaset(uid: str, deployment_uid: str) -> dict[str, Any]:
 def view(children: list[Body], pods: list[Body], sets: dict[str, str]) -> IndexView:
     """The stores as the informers fill them (handlers/owned.py), from these bodies."""
     owned = OwnedObjects()
-    for collection in owned_collections(owned, (), "pdd-operator", LiveDigests(), None):
+    for collection in owned_collections(owned, (), "pdd-operator", None):
         plural = collection.path.rsplit("/", 1)[-1]
         found = {
             "statefulsets": [c for c in children if c["kind"] == "StatefulSet"],

@@ -9,7 +9,6 @@ import pdd_operator.handlers.operator  # noqa: F401  (registers the kopf handler
 from pdd_operator.handlers.fleet import FleetState, fleet_collections
 from pdd_operator.handlers.owned import OwnedObjects, owned_collections
 from pdd_operator.kube.resources import CHILD_KINDS
-from pdd_operator.status.drift import LiveDigests
 
 OURS = ("labelSelector", "app.kubernetes.io/managed-by=pdd-operator")
 
@@ -27,7 +26,7 @@ def test_kopf_handles_pddeployments_only_and_indexes_nothing() -> None:
 
 
 def test_every_own_kind_is_label_selected_and_confined_to_the_namespaces_given() -> None:
-    collections = owned_collections(OwnedObjects(), ("a", "b"), "m", LiveDigests(), None)
+    collections = owned_collections(OwnedObjects(), ("a", "b"), "m", None)
     plurals = {c.path.rsplit("/", 1)[-1] for c in collections}
     assert {k.plural for k in CHILD_KINDS} | {"pods", "replicasets", "pddrolescalers"} == plurals
     assert all(c.selectors == (OURS,) for c in collections)

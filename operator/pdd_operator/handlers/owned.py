@@ -156,18 +156,19 @@ class OwnedObjects:
 
 
 def owned_collections(
-    owned: OwnedObjects,
-    namespaces: Iterable[str],
-    field_manager: str,
-    digests: LiveDigests,
-    trigger: Trigger | None,
+    owned: OwnedObjects, namespaces: Iterable[str], field_manager: str, trigger: Trigger | None
 ) -> list[Collection]:
     """One collection per kind (and namespace, where the operator is confined to some),
     label-selected, each feeding its store in `owned`."""
 
-    def child(body: Mapping[str, Any]) -> tuple[Group, Any] | None:
-        key = owner_key(body)
-        return (key, summarize_child(body, field_manager, digests)) if key else None
+    def child_summarizer() -> Summarize:
+        digests = LiveDigests()  # one per collection: each is used by its thread alone
+
+        def child(body: Mapping[str, Any]) -> tuple[Group, Any] | None:
+            key = owner_key(body)
+            return (key, summarize_child(body, field_manager, digests)) if key else None
+
+        return child
 
     def pod(body: Mapping[str, Any]) -> tuple[Group, Any] | None:
         owner = controller_uid(body)
@@ -181,16 +182,16 @@ def owned_collections(
         key = owner_key(body)
         return (key, summarize_scaler(body)) if key else None
 
-    kinds: list[tuple[Kind, Summarize, DeploymentOf, list[GroupedStore]]] = [
-        *((kind, child, owner_key, owned.children) for kind in CHILD_KINDS),
-        (POD, pod, _pod_deployment, owned.pods),
-        (REPLICASETS, replicaset, _no_deployment, owned.replicasets),
-        (ROLE_SCALER, scaler, owner_key, owned.scalers),
+    kinds: list[tuple[Kind, Callable[[], Summarize], DeploymentOf, list[GroupedStore]]] = [
+        *((kind, child_summarizer, owner_key, owned.children) for kind in CHILD_KINDS),
+        (POD, lambda: pod, _pod_deployment, owned.pods),
+        (REPLICASETS, lambda: replicaset, _no_deployment, owned.replicasets),
+        (ROLE_SCALER, lambda: scaler, owner_key, owned.scalers),
     ]
     collections = []
-    for kind, summarize, deployment_of, stores in kinds:
+    for kind, summarizer, deployment_of, stores in kinds:
         for ns in tuple(namespaces) or ("",):
-            store = GroupedStore(summarize, deployment_of, trigger)
+            store = GroupedStore(summarizer(), deployment_of, trigger)
             stores.append(store)
             what = f"{kind.plural}{f' in {ns}' if ns else ''}"
             collections.append(Collection(what, kind.path(ns or None), (OURS,), store))

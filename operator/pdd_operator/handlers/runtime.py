@@ -20,7 +20,6 @@ from pdd_operator.kube.client import API_CONNECTIONS, KubeApi, load_api_client
 from pdd_operator.metrics import OperatorMetrics
 from pdd_operator.reconcile import Reconciler
 from pdd_operator.rendering.context import OperatorSettings
-from pdd_operator.status.drift import LiveDigests
 
 log = logging.getLogger(__name__)
 
@@ -74,11 +73,7 @@ class OperatorRuntime:
             loop.call_soon_threadsafe(runtime.start_pass, key)
 
         watches.add(fleet_collections(state, config.namespaces))
-        watches.add(
-            owned_collections(
-                owned, config.namespaces, settings.field_manager, LiveDigests(), trigger
-            )
-        )
+        watches.add(owned_collections(owned, config.namespaces, settings.field_manager, trigger))
         watches.start()
         runtime.tasks.append(asyncio.create_task(runtime.resync_forever()))
         return runtime
