@@ -372,7 +372,8 @@ def _brief(r: dict[str, Any]) -> str:
         f"converge {r.get('converge_s')}s (PDD Ready {r.get('converge_pdd_ready_s')}s), "
         f"ready {r.get('ready_count')}, children p50 {lat.get('p50')}s p99 {lat.get('p99')}s, "
         f"RSS {r.get('operator_process', {}).get('peak_rss_mib')} MiB, "
-        f"no-op writes {r.get('noop_resync', {}).get('operator_writes_audit')}"
+        f"no-op writes {r.get('noop_resync', {}).get('operator_writes_audit')}, "
+        f"apply errors {r.get('apply_error_count')} {r.get('apply_errors', [])[:1]}"
     )
 
 

@@ -41,7 +41,7 @@ class Shape:
 SCALE_MIX = (
     Shape("2p4d-tp1", 2, 1, 4, 1, 0.55),
     Shape("2p4d-tp2", 2, 2, 4, 2, 0.30),
-    Shape("2p-tp4-4d-tp2", 2, 4, 4, 2, 0.10),
+    Shape("2p2d-tp4", 2, 4, 2, 4, 0.10),
     Shape("4p8d-tp2", 4, 2, 8, 2, 0.05),
 )
 
