@@ -13,6 +13,7 @@ import sys
 import threading
 import time
 import urllib.request
+from collections import Counter
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
@@ -267,6 +268,17 @@ def _writes_by_kind(text: str) -> dict[str, int]:
     return dict(sorted(out.items()))
 
 
+def _pass_requests(text: str) -> dict[str, int]:
+    """Passes asked for by cause over the operator's life (it starts with the run)."""
+    found = parse_samples(text, "pdd_operator_pass_requests_total")
+    return dict(sorted((labels.get("cause", ""), int(v)) for labels, v in found))
+
+
+def _by_verb_resource(records: list[dict[str, Any]]) -> dict[str, int]:
+    pairs = Counter(f"{r['verb']} {r['resource']}" for r in records)
+    return dict(sorted(pairs.items(), key=lambda kv: -kv[1]))
+
+
 def _per(counts: dict[str, int], n: float) -> dict[str, float]:
     return {k: round(v / n, 2) for k, v in counts.items()} if n else {}
 
@@ -388,6 +400,7 @@ def run_operator_arm(
                 "during_run": int(rec_run),
                 "per_deployment": round(rec_run / cfg.n, 2),
                 "duration": _reconcile_histogram(m_conv),
+                "asked_for_by_cause_per_deployment": _per(_pass_requests(m_conv), cfg.n),
             }
             out["operator_requests"] = {
                 "source": "apiserver audit log, user pdd-operator",
@@ -395,6 +408,7 @@ def run_operator_arm(
                 "per_reconcile_by_verb": _per(by_verb, rec_run),
                 "per_deployment_by_verb": _per(by_verb, cfg.n),
                 "during_run_by_resource": count_by(run_recs, "resource"),
+                "per_deployment_by_verb_resource": _per(_by_verb_resource(run_recs), cfg.n),
                 "whole_life_by_verb": count_by(op_audit, "verb"),
                 "writes_metric": _writes_by_kind(m_conv),
             }

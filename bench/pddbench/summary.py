@@ -101,6 +101,17 @@ def size_summary(run: dict[str, Any]) -> dict[str, Any]:
         "noop_writes": _max(_g(o, "noop_resync", "operator_writes_audit") for o in ops),
         "idle_cpu_pct": _median((_idle_cpu_pct(o) for o in ops), 2),
         "operator_ready_s": _median((o.get("operator_ready_s") for o in ops), 2),
+        # Where the requests and passes come from, in the pair that stands for the size.
+        "requests_per_deployment_by_verb_resource": _g(
+            ops[median_pair_index(pairs)] if ops else {},
+            "operator_requests",
+            "per_deployment_by_verb_resource",
+        ),
+        "passes_asked_for_by_cause_per_deployment": _g(
+            ops[median_pair_index(pairs)] if ops else {},
+            "reconciles",
+            "asked_for_by_cause_per_deployment",
+        ),
     }
 
 

@@ -19,6 +19,14 @@ class OperatorMetrics:
         self.reconciles = Counter(
             "pdd_operator_reconciles_total", "Reconcile passes run.", registry=self.registry
         )
+        # Asked for, not run: passes asked for while one is due or running fold into it.
+        self.pass_requests = Counter(
+            "pdd_operator_pass_requests_total",
+            "Reconcile passes asked for, by what asked: the kind whose change was seen "
+            "(its plural), resync, or retry.",
+            ["cause"],
+            registry=self.registry,
+        )
         self.reconcile_errors = Counter(
             "pdd_operator_reconcile_errors_total",
             "Reconcile passes that raised.",

@@ -293,13 +293,15 @@ class Reconciler:
         the pass that wrote it already saw everything else, so its watch event needs no pass."""
         return self._own_writes.is_echo(key, resource_version)
 
-    async def reconcile(self, key: DeploymentKey, delay: float = 0.0) -> None:
+    async def reconcile(self, key: DeploymentKey, delay: float = 0.0, cause: str = "") -> None:
         """Coalesce triggers: while one pass runs, later triggers collapse into one more pass.
 
         With a `delay` (child and pod events, which come in bursts: a pod is scheduled, bound,
         started, becomes ready) the pass waits that long first, and every trigger of the same
         key arriving meanwhile is answered by that one pass: it reads the indexes when it runs.
         """
+        if self.metrics and cause:
+            self.metrics.pass_requests.labels(cause=cause).inc()
         state = self._states.setdefault(key, _KeyState())
         if delay > 0:
             if state.due:
@@ -535,7 +537,7 @@ class Reconciler:
         pending = self._retries.get(key)
         if pending is not None and not pending.done() and pending is not asyncio.current_task():
             return
-        self._retries[key] = asyncio.create_task(self.reconcile(key, delay=delay))
+        self._retries[key] = asyncio.create_task(self.reconcile(key, delay, "retry"))
 
     # ------------------------------------------------------------------------------ plan
 

@@ -57,7 +57,7 @@ def test_the_newest_pod_creation_decides(events: list[dict[str, Any]], expected:
 
 
 def pod(name: str, node: str, role: str = "decode", ready: bool = True) -> PodSummary:
-    return PodSummary(name, f"uid-{name}", role, node, "10.0.0.1", ready, "r1", None)
+    return PodSummary(name, f"uid-{name}", role, node, ready, "r1", None)
 
 
 def nodes(ready: dict[str, bool]) -> Any:

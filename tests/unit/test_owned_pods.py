@@ -92,3 +92,22 @@ def test_a_child_naming_the_deployment_but_not_its_uid_and_its_pods_are_not_its(
     v = view(children, pods, {})
     assert [k[2] for k in v.children(KEY)] == ["kv-prefill"]
     assert [p.name for p in v.pods(KEY)] == ["kv-prefill-0"]
+
+
+def test_a_pass_is_asked_for_only_when_a_summary_changes_and_names_the_kind() -> None:
+    asked: list[tuple[tuple[str, str], str]] = []
+    owned = OwnedObjects()
+    collections = owned_collections(owned, (), "pdd-operator", lambda k, c: asked.append((k, c)))
+    pods = next(c.sink for c in collections if c.path.endswith("/pods"))
+    owner = ref("StatefulSet", "kv-prefill", "uid-sts")
+    pods.reset([pod("kv-prefill-0", owner)])
+    assert asked == []  # the first list: every deployment gets a pass at start anyway
+    moved = pod("kv-prefill-0", owner)
+    moved["metadata"]["resourceVersion"] = "7"
+    moved["status"] = {"phase": "Running", "podIP": "10.0.0.7"}
+    pods.apply("MODIFIED", moved)
+    assert asked == []  # started, given an IP: nothing a pass reads
+    ready = pod("kv-prefill-0", owner)
+    ready["status"] = {"conditions": [{"type": "Ready", "status": "True"}]}
+    pods.apply("MODIFIED", ready)
+    assert asked == [(KEY, "pods")]

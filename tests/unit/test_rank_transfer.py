@@ -37,7 +37,7 @@ def pairs(pdd: PDDeployment) -> list[tuple[str, str]]:
 
 def pod(name: str, result: dict[str, Any] | None = None, ready: bool = True) -> PodSummary:
     return PodSummary(
-        name=name, uid=f"u-{name}", role="prefill", node="n", ip="198.18.0.9", ready=ready,
+        name=name, uid=f"u-{name}", role="prefill", node="n", ready=ready,
         revision="r1", problem=None, probe_result=result,
     )  # fmt: skip
 

@@ -35,7 +35,7 @@ def forge(cluster: FakeCluster, status: dict[str, Any]) -> None:
 
 def prober_with(result: dict[str, Any] | None, request: str = "") -> PodSummary:
     name = names.prober_pod_name("llama")
-    return PodSummary(name, "u0", "prefill", "gpu-0", "10.0.0.2", True, "r", None, request, result)
+    return PodSummary(name, "u0", "prefill", "gpu-0", True, "r", None, request, result)
 
 
 def transfer_condition(cluster: FakeCluster) -> list[dict[str, Any]]:

@@ -152,7 +152,7 @@ async def test_children_no_longer_rendered_are_deleted() -> None:
 
 def prober_pod(ready: bool = True) -> PodSummary:
     name = names.prober_pod_name("llama")
-    return PodSummary(name, "u0", "prefill", "gpu-0", "127.0.0.2", ready, "r", None)
+    return PodSummary(name, "u0", "prefill", "gpu-0", ready, "r", None)
 
 
 async def test_a_due_probe_is_asked_for_once_and_recorded_in_the_one_status_write() -> None:

@@ -175,7 +175,7 @@ async def test_a_scale_target_name_held_by_another_object_is_reported_and_left_a
 # The prober pod's sidecar answers (status.transfer): a verified RDMA path, and the same path
 # fallen back to TCP. Not ready: the pass asks it for no new probe.
 PROBER = PodSummary(
-    name="llama-prefill-0", uid="u0", role="prefill", node="gpu-a-00", ip="198.18.0.2",
+    name="llama-prefill-0", uid="u0", role="prefill", node="gpu-a-00",
     ready=False, revision="r1", problem=None,
 )  # fmt: skip
 VERIFIED = {"path": "VRAM->VRAM", "transport": "rdma", "gbps": 46.2, "expected_gbps": 50.0,

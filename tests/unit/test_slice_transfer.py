@@ -37,7 +37,7 @@ def slice_(index: int, prefill: int, decode: int) -> Slice:
 
 def pod(name: str, result: dict[str, Any] | None = None) -> PodSummary:
     return PodSummary(
-        name=name, uid=f"u-{name}", role="prefill", node="n", ip="198.18.0.9", ready=True,
+        name=name, uid=f"u-{name}", role="prefill", node="n", ready=True,
         revision="r1", problem=None, probe_result=result,
     )  # fmt: skip
 

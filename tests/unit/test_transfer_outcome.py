@@ -11,7 +11,7 @@ from pdd_operator.status.observe import PodSummary
 from pdd_operator.status.transfer import transfer_outcome
 
 PROBER = PodSummary(
-    name="llama-prefill-0", uid="u0", role="prefill", node="gpu-a-00", ip="198.18.0.2",
+    name="llama-prefill-0", uid="u0", role="prefill", node="gpu-a-00",
     ready=True, revision="r1", problem=None,
 )  # fmt: skip
 KIB, MIB = 1 << 10, 1 << 20

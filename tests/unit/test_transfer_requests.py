@@ -15,7 +15,6 @@ PROBER = PodSummary(
     uid="u0",
     role="prefill",
     node="gpu-a-00",
-    ip="198.18.0.2",
     ready=True,
     revision="r1",
     problem=None,

@@ -103,7 +103,7 @@ async def on_pddeployment(
     await runtime.watches.synced()
     version = body.get("metadata", {}).get("resourceVersion", "")
     if not runtime.reconciler.is_own_status_write(key, version):
-        await runtime.reconciler.reconcile(key)
+        await runtime.reconciler.reconcile(key, cause="pddeployments")
 
 
 def _plain(body: kopf.Body) -> dict[str, Any]:

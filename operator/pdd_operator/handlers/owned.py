@@ -37,7 +37,7 @@ REPLICASETS = Kind("apps/v1", "ReplicaSet", "replicasets")
 Group = tuple[str, str]
 Summarize = Callable[[Mapping[str, Any]], tuple[Group, Any] | None]
 DeploymentOf = Callable[[Mapping[str, Any]], DeploymentKey | None]
-Trigger = Callable[[DeploymentKey], None]
+Trigger = Callable[[DeploymentKey, str], None]  # the deployment, and what changed (a plural)
 
 
 @dataclass(frozen=True)
@@ -51,9 +51,14 @@ class GroupedStore:
     """One collection's summaries by uid, looked up by group (an owner's key or uid)."""
 
     def __init__(
-        self, summarize: Summarize, deployment_of: DeploymentOf, on_change: Trigger | None
+        self,
+        summarize: Summarize,
+        deployment_of: DeploymentOf,
+        on_change: Trigger | None,
+        source: str = "",
     ) -> None:
         self._summarize = summarize
+        self._source = source
         self._deployment_of = deployment_of
         self._on_change = on_change
         self._entries: dict[str, _Entry] = {}
@@ -118,7 +123,7 @@ class GroupedStore:
             return
         for entry in (old, new):
             if entry is not None and entry.deployment is not None:
-                self._on_change(entry.deployment)
+                self._on_change(entry.deployment, self._source)
                 return
 
 
@@ -191,7 +196,7 @@ def owned_collections(
     collections = []
     for kind, summarizer, deployment_of, stores in kinds:
         for ns in tuple(namespaces) or ("",):
-            store = GroupedStore(summarizer(), deployment_of, trigger)
+            store = GroupedStore(summarizer(), deployment_of, trigger, kind.plural)
             stores.append(store)
             what = f"{kind.plural}{f' in {ns}' if ns else ''}"
             collections.append(Collection(what, kind.path(ns or None), (OURS,), store))

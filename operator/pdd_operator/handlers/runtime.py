@@ -69,8 +69,8 @@ class OperatorRuntime:
         watches = Watches(kube)
         runtime = cls(config, kube, metrics, settings, watches, view, reconciler, pdds)
 
-        def trigger(key: DeploymentKey) -> None:  # from an informer's thread
-            loop.call_soon_threadsafe(runtime.start_pass, key)
+        def trigger(key: DeploymentKey, cause: str) -> None:  # from an informer's thread
+            loop.call_soon_threadsafe(runtime.start_pass, key, cause)
 
         watches.add(fleet_collections(state, config.namespaces))
         watches.add(owned_collections(owned, config.namespaces, settings.field_manager, trigger))
@@ -78,22 +78,23 @@ class OperatorRuntime:
         runtime.tasks.append(asyncio.create_task(runtime.resync_forever()))
         return runtime
 
-    def start_pass(self, key: DeploymentKey) -> None:
+    def start_pass(self, key: DeploymentKey, cause: str) -> None:
         """A pass for a change an informer saw. Before any kopf handler ran there is no
         context to post events from, and no deployment known: kopf's own start-up events
         give every deployment its first pass."""
         if self.handler_context is None:
             return
-        task = asyncio.create_task(self._coalesced_pass(key), context=self.handler_context)
+        pass_ = self._coalesced_pass(key, cause)
+        task = asyncio.create_task(pass_, context=self.handler_context)
         self._passes.add(task)
         task.add_done_callback(self._passes.discard)
 
-    async def _coalesced_pass(self, key: DeploymentKey) -> None:
+    async def _coalesced_pass(self, key: DeploymentKey, cause: str) -> None:
         """Child and pod events come in bursts (a pod is scheduled, bound, started, ready):
         the pass waits a moment so that one pass answers the whole burst."""
         await self.watches.synced()
         try:
-            await self.reconciler.reconcile(key, self.config.coalesce_seconds)
+            await self.reconciler.reconcile(key, self.config.coalesce_seconds, cause)
         except Exception:  # one bad object must not go unreported, nor stop others
             log.exception("reconcile of %s/%s failed", *key)
 
@@ -105,7 +106,7 @@ class OperatorRuntime:
                 continue
             await self.watches.synced()
             for key in list(self.pdds):
-                pass_ = self.reconciler.reconcile(key)
+                pass_ = self.reconciler.reconcile(key, cause="resync")
                 try:
                     await asyncio.create_task(pass_, context=self.handler_context)
                 except Exception:  # one bad object must not stop the loop

@@ -37,11 +37,13 @@ class ChildSummary:
 
 @dataclass(frozen=True)
 class PodSummary:
+    """A pod as a pass reads it. Its IP is left out: no pass reads it (routers and sidecars
+    find pods themselves), so a pod being given one asks for no pass."""
+
     name: str
     uid: str
     role: str
     node: str
-    ip: str
     ready: bool
     revision: str
     problem: PodProblem | None
@@ -185,7 +187,6 @@ def summarize_pod(body: Mapping[str, Any]) -> PodSummary:
         uid=meta.get("uid", ""),
         role=role,
         node=spec.get("nodeName", "") or "",
-        ip=status.get("podIP", "") or "",
         ready=ready,
         revision=labels.get(names.LABEL_REVISION, ""),
         problem=pod_problem(meta["name"], role, status),

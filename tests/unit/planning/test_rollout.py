@@ -81,7 +81,7 @@ def statefulset(role: str, revision: str, partition: int) -> ChildSummary:
 
 def pods(role: str, revision: str, ready: int, unready: int = 0) -> list[PodSummary]:
     return [
-        PodSummary(f"llama-{role}-{i}", f"u{i}", role, "n", "", i < ready, revision, None)
+        PodSummary(f"llama-{role}-{i}", f"u{i}", role, "n", i < ready, revision, None)
         for i in range(ready + unready)
     ]
 
