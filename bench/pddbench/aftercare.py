@@ -78,6 +78,10 @@ class Scene:
         return {
             "writes": len(writes),
             "writes_by_resource": count_by(writes, "resource"),
+            # Which objects, so that a write where none was expected can be explained.
+            "write_records": [
+                f"{r['verb']} {r['resource']} {r['name']} -> {r['code']}" for r in writes[:40]
+            ],
             "reads": sum(1 for r in recs if r["verb"] in READ_VERBS),
         }
 
