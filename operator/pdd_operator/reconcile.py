@@ -88,7 +88,7 @@ from pdd_operator.status.observe import (
     pod_problems,
 )
 from pdd_operator.status.own_writes import OwnStatusWrites
-from pdd_operator.status.refusals import Refusal, creation_refusal
+from pdd_operator.status.refusals import Refusal
 from pdd_operator.status.transfer import (
     TransferOutcome,
     probe_due,
@@ -111,6 +111,8 @@ class ClusterView(Protocol):
     def fleet(self) -> Fleet: ...
     def node_ready(self, name: str) -> bool | None: ...
     def scalers(self, key: DeploymentKey) -> Mapping[str, ScalerSummary]: ...
+    # Why a workload short of pods has none: its controller's newest creation Event says.
+    def creation_refusal(self, workload_uid: str) -> str: ...
 
 
 class ApiWriter(Protocol):
@@ -131,9 +133,6 @@ class ApiWriter(Protocol):
     # The model's prerequisites are read on each pass (nothing watches Secrets or claims).
     def secret_exists(self, namespace: str, name: str) -> bool: ...
     def read_pvc(self, namespace: str, name: str) -> dict[str, Any] | None: ...
-
-    # Why a workload short of pods has none: its controller's Events, by the workload's uid.
-    def pod_creation_events(self, namespace: str, uid: str) -> list[dict[str, Any]]: ...
 
     # Whether the gang scheduler's API is served (discovery), for instances over nodes.
     def serves(self, api: str, plural: str = "") -> bool: ...
@@ -227,9 +226,6 @@ TOKEN_RECHECK_S = 300.0
 # How long a discovery answer about a gang scheduler's API holds (it changes when a cluster
 # admin enables a feature gate or installs Kueue/Volcano: rare, and worth a pass then).
 GANG_API_RECHECK_S = 30.0
-# How long an engine StatefulSet may be short of pods before its Events are read for a
-# refused creation (its controller makes the pods of a new one within moments, more under load).
-SHORTAGE_GRACE_S = 5.0
 
 
 class Reconciler:
@@ -255,9 +251,6 @@ class Reconciler:
         self._passes = asyncio.Semaphore(max_concurrent)
         self._tokens: dict[DeploymentKey, _TokenCheck] = {}
         self.token_recheck_s = token_recheck_s
-        self._short_attempts: dict[DeploymentKey, int] = {}
-        self._short_since: dict[DeploymentKey, float] = {}
-        self.shortage_grace_s = SHORTAGE_GRACE_S
         self._reservations = ReservationLedger()
         # The slices each deployment grown beyond its home domain runs (status.slices says the
         # same once written; this holds between the pass that opens one and that write).
@@ -284,8 +277,7 @@ class Reconciler:
         metrics server's thread: set() and union() copy the keys in C, under the GIL, so a
         pass changing a table meanwhile cannot break the iteration."""
         tables = (self._rendered, self._tokens, self._slices, self._model_attempts,
-                  self._short_attempts, self._short_since, self._retries,
-                  self._passed)  # fmt: skip
+                  self._retries, self._passed)  # fmt: skip
         return len(set(self._states).union(*tables))
 
     def is_own_status_write(self, key: DeploymentKey, resource_version: str) -> bool:
@@ -333,8 +325,6 @@ class Reconciler:
         self._corrections.forget(key)
         self._model_attempts.pop(key, None)
         self._tokens.pop(key, None)
-        self._short_attempts.pop(key, None)
-        self._short_since.pop(key, None)
         self._passed.discard(key)
         if self.metrics:
             self.metrics.forget_kv_transfer(key)
@@ -399,7 +389,7 @@ class Reconciler:
                 return
         if not blocked.message:
             await self._restart_broken_instances(pdd, body)
-        refusals = await self._refusals(pdd)
+        refusals = self._refusals(pdd)
         observed_now = self._observed(pdd, desired, placement, blocked, scaling)
         autoscaled = pdd.spec.autoscaling is not None
         status = await self._status(
@@ -966,45 +956,17 @@ class Reconciler:
         log.warning("%s/%s: %s", pdd.namespace, pdd.name, message)
         return _Blocked(ownership.REASON, message)
 
-    async def _refusals(self, pdd: PDDeployment) -> list[Refusal]:
-        """The engine StatefulSets short of pods whose newest pod creation was refused. While
-        one is short of pods, another pass is scheduled (with backoff): the controller's
-        Event may come after this pass, and nothing watched changes when it does."""
-        key = _key(pdd)
-        short = [
-            summary
-            for summary in self.view.children(key).values()
+    def _refusals(self, pdd: PDDeployment) -> list[Refusal]:
+        """The engine StatefulSets short of pods whose newest pod creation was refused (a
+        FailedCreate Event arriving later asks for a pass of its own)."""
+        return [
+            Refusal(summary.role, summary.key[2], message)
+            for summary in self.view.children(_key(pdd)).values()
             if summary.key[1] == "StatefulSet"
             and summary.workload is not None
-            and summary.uid
             and summary.workload.pods < summary.workload.desired
+            and (message := self.view.creation_refusal(summary.uid))
         ]
-        if not short:
-            self._short_attempts.pop(key, None)
-            self._short_since.pop(key, None)
-            return []
-        attempt = self._short_attempts.get(key, 0)
-        self._short_attempts[key] = attempt + 1
-        first, most = self._model_retry
-        self._retry_later(key, min(first * 2**attempt, most))
-        # Every new StatefulSet is short of pods for a moment while its controller creates
-        # them: ask for Events only once a shortage has outlasted that.
-        since = self._short_since.setdefault(key, time.monotonic())
-        if time.monotonic() - since < self.shortage_grace_s:
-            return []
-        found = await asyncio.gather(
-            *(asyncio.to_thread(self._refusal, pdd.namespace, summary) for summary in short)
-        )
-        return [refusal for refusal in found if refusal is not None]
-
-    def _refusal(self, namespace: str, summary: ChildSummary) -> Refusal | None:
-        try:
-            events = self.kube.pod_creation_events(namespace, summary.uid)
-        except Exception as err:  # status says less this pass; the next one asks again
-            log.warning("reading the events of %s failed: %s", summary.key[2], err)
-            return None
-        message = creation_refusal(events)
-        return Refusal(summary.role, summary.key[2], message) if message else None
 
     # ------------------------------------------------------------------------------ status
 

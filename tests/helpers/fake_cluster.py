@@ -36,6 +36,7 @@ from pdd_operator.status.observe import (
     summarize_child,
     summarize_scaler,
 )
+from pdd_operator.status.refusals import newest_creation, refusal_message
 
 MANAGER = OperatorSettings.field_manager
 INDEXED_KINDS = frozenset(kind.kind for kind in CHILD_KINDS)  # the operator's child indexes
@@ -289,10 +290,6 @@ class FakeCluster:
             raise self.read_error
         return (namespace, name) in self.secrets
 
-    def pod_creation_events(self, namespace: str, uid: str) -> list[dict[str, Any]]:
-        self.reads.append(("Event", namespace, uid))
-        return copy.deepcopy(self.object_events.get(uid, []))
-
     def serves(self, api: str, plural: str = "") -> bool:
         self.reads.append(("APIGroup", "", api))
         return api in self.served_apis
@@ -329,6 +326,10 @@ class FakeCluster:
 
     def fleet(self) -> Fleet:
         return self.fleet_snapshot
+
+    def creation_refusal(self, workload_uid: str) -> str:
+        """What the operator's Events informer keeps: the newest creation Event's refusal."""
+        return refusal_message(newest_creation(self.object_events.get(workload_uid, [])))
 
     def node_ready(self, name: str) -> bool | None:
         return self.nodes_ready.get(name)

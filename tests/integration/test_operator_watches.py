@@ -62,7 +62,7 @@ def selectors(control_plane: LocalControlPlane, resource: str) -> set[tuple[str,
 def test_pods_come_as_our_own_and_as_bound_ones_for_the_gpu_count(
     control_plane: LocalControlPlane, operator: OperatorProcess
 ) -> None:
-    """kopf's watch of our pods is label-selected; the fleet watch asks for every pod bound
+    """The watch of our pods is label-selected; the fleet watch asks for every pod bound
     to a node (GPU capacity), never for pods still pending."""
     found = wait_for(
         lambda: (s := selectors(control_plane, "pods")) >= {(OURS, ""), ("", BOUND)} and s,
@@ -79,3 +79,12 @@ def test_nodes_are_watched_whole_once(
     selector."""
     found = wait_for(lambda: selectors(control_plane, "nodes"), 30, what="a watch of nodes")
     assert found == {("", "")}
+
+
+def test_events_come_only_as_those_about_statefulsets(
+    control_plane: LocalControlPlane, operator: OperatorProcess
+) -> None:
+    """Events carry no label of ours: the API server selects those about StatefulSets (for
+    why pods were refused), and a pass reads none."""
+    found = wait_for(lambda: selectors(control_plane, "events"), 30, what="a watch of events")
+    assert found == {("", "involvedObject.kind=StatefulSet")}

@@ -73,6 +73,12 @@ class GroupedStore:
     def __len__(self) -> int:
         return len(self._entries)
 
+    def deployment_of(self, uid: str) -> DeploymentKey | None:
+        """The deployment the object of that uid belongs to, when it is here."""
+        with self._lock:
+            entry = self._entries.get(uid)
+        return entry.deployment if entry is not None else None
+
     def apply(self, event_type: str, body: Mapping[str, Any]) -> None:
         uid = str(body.get("metadata", {}).get("uid", ""))
         new = None if event_type == "DELETED" else self._entry(body)
@@ -158,6 +164,9 @@ class OwnedObjects:
 
     def scalers_of(self, key: DeploymentKey) -> list[ScalerSummary]:
         return [s for store in self.scalers for s in store.get(key)]
+
+    def deployment_of_child(self, uid: str) -> DeploymentKey | None:
+        return next(filter(None, (store.deployment_of(uid) for store in self.children)), None)
 
 
 def owned_collections(

@@ -12,6 +12,7 @@ from typing import Any, cast
 
 from pdd_operator.api.names import DeploymentKey
 from pdd_operator.config import OperatorConfig
+from pdd_operator.handlers.creation_events import CreationEvents, creation_event_collections
 from pdd_operator.handlers.fleet import FleetCache, FleetState, fleet_collections
 from pdd_operator.handlers.listwatch import Watches
 from pdd_operator.handlers.owned import OwnedObjects, owned_collections
@@ -56,7 +57,13 @@ class OperatorRuntime:
         )
         pdds: dict[DeploymentKey, Mapping[str, Any]] = {}
         state, owned = FleetState(), OwnedObjects()
-        view = IndexView(pdds, owned, FleetCache(state))
+
+        def refusal_changed(workload_uid: str) -> None:  # from the Events' informer thread
+            if (key := owned.deployment_of_child(workload_uid)) is not None:
+                trigger(key, "events")
+
+        creations = CreationEvents(refusal_changed)
+        view = IndexView(pdds, owned, FleetCache(state), creations)
         reconciler = Reconciler(
             kube,
             view,
@@ -74,6 +81,7 @@ class OperatorRuntime:
 
         watches.add(fleet_collections(state, config.namespaces))
         watches.add(owned_collections(owned, config.namespaces, settings.field_manager, trigger))
+        watches.add(creation_event_collections(creations, config.namespaces))
         watches.start()
         runtime.tasks.append(asyncio.create_task(runtime.resync_forever()))
         return runtime

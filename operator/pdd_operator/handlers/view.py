@@ -1,5 +1,6 @@
 """The reconciler's view of the cluster, from the operator's own informers (no LIST calls in
-a pass): the PDDeployments kopf hands it, our own objects, and the fleet."""
+a pass): the PDDeployments kopf hands it, our own objects, the fleet, and why a StatefulSet's
+pods were refused."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from pdd_operator.api.names import DeploymentKey
+from pdd_operator.handlers.creation_events import CreationEvents
 from pdd_operator.handlers.fleet import FleetCache
 from pdd_operator.handlers.owned import OwnedObjects
 from pdd_operator.planning.placement import Fleet
@@ -27,10 +29,12 @@ class IndexView:
         pdds: Mapping[DeploymentKey, Mapping[str, Any]],
         owned: OwnedObjects,
         fleet: FleetCache | None = None,
+        creations: CreationEvents | None = None,
     ) -> None:
         self.pdds = pdds
         self.owned = owned
         self.fleet_cache = fleet or FleetCache(max_age=0)
+        self.creations = creations if creations is not None else CreationEvents()  # empty: falsy
 
     def pdd_body(self, key: DeploymentKey) -> Mapping[str, Any] | None:
         return self.pdds.get(key)
@@ -54,6 +58,9 @@ class IndexView:
         """The deployment's scale targets by role (those its uid controls)."""
         uid = self._uid(key)
         return {s.role: s for s in self.owned.scalers_of(key) if s.owner_uid == uid and uid}
+
+    def creation_refusal(self, workload_uid: str) -> str:
+        return self.creations.refusal(workload_uid)
 
     def _uid(self, key: DeploymentKey) -> str:
         body = self.pdd_body(key)

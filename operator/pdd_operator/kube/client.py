@@ -164,16 +164,6 @@ class KubeApi:
         path = SECRET.path(namespace, name)
         return self._exists(path, METADATA_ONLY)
 
-    def pod_creation_events(self, namespace: str, uid: str) -> list[dict[str, Any]]:
-        """The Events the workload of that uid holds (its controller's FailedCreate and
-        SuccessfulCreate among them), selected by the API server: only for a workload short
-        of pods, so the operator neither watches nor keeps Events."""
-        path = f"/api/v1/namespaces/{namespace}/events"
-        query = [("fieldSelector", f"involvedObject.uid={uid}")]
-        answer = _retry(lambda: self._call("GET", path, None, query, ""))
-        items = answer.get("items") or []
-        return [item for item in items if isinstance(item, dict)]
-
     def read_pvc(self, namespace: str, name: str) -> dict[str, Any] | None:
         """The PersistentVolumeClaim, or None when there is none."""
         path = PERSISTENT_VOLUME_CLAIM.path(namespace, name)

@@ -5,7 +5,8 @@ so nothing about it reaches the pod index: the StatefulSet only stays short of p
 (`status.replicas` < `spec.replicas`) and its controller records each refusal as a
 `FailedCreate` Event on it (checked on kube-apiserver v1.35: a StatefulSet has no condition
 for it; a ReplicaSet's ReplicaFailure condition has no StatefulSet counterpart). The operator
-reads those Events only for a workload that is short of pods, by its uid.
+watches StatefulSets' Events (handlers/creation_events.py) and keeps the newest creation Event
+of each; a workload that is short of pods is refused when that one is a FailedCreate.
 """
 
 from __future__ import annotations
@@ -36,12 +37,22 @@ class Refusal:
 def creation_refusal(events: Iterable[Mapping[str, Any]]) -> str:
     """The answer of the workload's newest pod creation when it was refused, else "": a
     refusal followed by a successful create (the quota was raised) is over."""
+    return refusal_message(newest_creation(events))
+
+
+def newest_creation(events: Iterable[Mapping[str, Any]]) -> Mapping[str, Any] | None:
+    """The newest of the controller's FailedCreate and SuccessfulCreate Events."""
     newest: Mapping[str, Any] | None = None
     for event in events:
         if event.get("reason") not in (FAILED_CREATE, SUCCESSFUL_CREATE):
             continue
-        if newest is None or _when(event) >= _when(newest):
+        if newest is None or event_time(event) >= event_time(newest):
             newest = event
+    return newest
+
+
+def refusal_message(newest: Mapping[str, Any] | None) -> str:
+    """Why the newest creation was refused, "" when it was not (or there is none)."""
     if newest is None or newest.get("reason") != FAILED_CREATE:
         return ""
     message = str(newest.get("message") or "pod creation failed").strip()
@@ -49,7 +60,7 @@ def creation_refusal(events: Iterable[Mapping[str, Any]]) -> str:
     return why.strip() if found else message
 
 
-def _when(event: Mapping[str, Any]) -> str:
+def event_time(event: Mapping[str, Any]) -> str:
     """RFC 3339 times compare as strings; events.k8s.io writers set eventTime, core ones
     lastTimestamp (series: the latest occurrence)."""
     series = event.get("series") or {}
