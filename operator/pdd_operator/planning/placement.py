@@ -236,6 +236,8 @@ def plan_placement(
         (d for d in domains.get(previous.level, []) if d.name == previous.domain and d.name), None
     )
     if sticky is not None:
+        if (running := _running_in(spec, sticky, own, needed, requirements)) is not None:
+            return running
         fit = _first_fit(groups, sticky.nodes)
         if fit.fits:
             return placed(sticky, fit)
@@ -483,6 +485,44 @@ def _gpudirect_summary(usable: Sequence[NodeFacts]) -> str:
         for value, names in sorted(by_value.items())
     ]
     return "Ready GPU nodes: " + "; ".join(parts)
+
+
+def _running_in(
+    spec: PDDeploymentSpec,
+    domain: _Domain,
+    own: Mapping[str, int],
+    needed: int,
+    requirements: tuple[tuple[str, tuple[str, ...]], ...],
+) -> PlacementResult | None:
+    """The slice's bound pods already hold every GPU it needs: it is placed where they run,
+    whatever the room left around them (other tenants' pods come and go; a status that
+    followed them would be rewritten, and could say "waiting" of a slice that serves).
+    With `preferred` the scheduler may have put some outside the domain; that is said. An
+    autoscaled deployment's pods may belong to slices beyond this one: only those in the
+    domain count for it."""
+    inside = {n.name for n in domain.nodes}
+    held_inside = sum(gpus for name, gpus in own.items() if name in inside)
+    outside = sum(gpus for name, gpus in own.items() if name not in inside)
+    whole = spec.autoscaling is None and spec.topology.placement == "preferred"
+    if held_inside < needed and not (whole and held_inside + outside >= needed):
+        return None
+    nodes = tuple(sorted(name for name, gpus in own.items() if gpus and name in inside))
+    where = f"{domain.level}={domain.name}"
+    message = f"{_roles_phrase(spec)} running in {where} ({needed} GPUs on {len(nodes)} nodes"
+    if held_inside < needed:
+        message += f"; {needed - held_inside} on nodes outside it, as preferred placement allows"
+    return PlacementResult(
+        placed=True,
+        placement=Placement(
+            mode=spec.topology.placement,
+            level=domain.level,
+            domain=domain.name,
+            node_requirements=requirements,
+        ),
+        reason="Placed",
+        message=message + ")",
+        nodes=nodes,
+    )
 
 
 def _roles_phrase(spec: PDDeploymentSpec) -> str:

@@ -470,9 +470,9 @@ def test_a_shared_fleet_index_plans_exactly_like_the_node_list(case: Case) -> No
 
 def test_own_pods_count_as_free_without_changing_the_shared_index() -> None:
     spec = make_spec(gpu_direct="off")  # 12 GPUs
-    # clique-b is full, all of it held by this deployment's own pods (6 on b1, 6 on b2).
-    nodes = two_cliques(free_a=(8, 8, 0, 0), free_b=(2, 2, 0, 0))
-    own = {"b1": 6, "b2": 6}
+    # Half of it runs in clique-b (6 on b1, being rolled): with them b has room for all 12.
+    nodes = two_cliques(free_a=(8, 8, 0, 0), free_b=(2, 8, 0, 0))
+    own = {"b1": 6}
     adjusted = [
         NodeFacts(n.name, n.labels, n.allocatable_gpus, n.used_gpus - own.get(n.name, 0))
         for n in nodes
@@ -574,3 +574,38 @@ def test_a_refused_slice_leaves_its_kept_domain_only_for_one_with_room_now() -> 
     full = two_cliques(free_a=(2, 2, 2, 2), free_b=(2, 2, 2, 2))
     waiting = plan_placement(spec, full, previous, unschedulable=True)
     assert (waiting.reason, waiting.placement.domain) == ("WaitingForCapacity", "clique-b")
+
+
+def test_a_slice_whose_pods_hold_every_gpu_it_needs_is_placed_where_they_run() -> None:
+    """However full its domain is around them (other tenants come and go), the status says
+    the same: a slice that serves is never "waiting for GPUs"."""
+    spec = make_spec(gpu_direct="off")  # 12 GPUs: 2 prefill of 2, 2 decode of 4
+    previous = PlacementStatus(level=CLIQUE, domain="clique-b")
+    own = {"b1": 6, "b2": 6}
+    for free_b in ((0, 0, 0, 0), (1, 1, 3, 0), (8, 8, 8, 8)):
+        used_by_others = two_cliques(free_b=free_b)
+        nodes = [
+            NodeFacts(n.name, n.labels, n.allocatable_gpus, n.used_gpus + own.get(n.name, 0))
+            if n.name in own else n
+            for n in used_by_others
+        ]  # fmt: skip
+        result = plan_placement(spec, nodes, previous, own=own)
+        assert (result.reason, result.placement.domain, result.nodes) == (
+            "Placed", "clique-b", ("b1", "b2")
+        )  # fmt: skip
+        assert result.message == (
+            "prefill and decode running in nvidia.com/gpu.clique=clique-b (12 GPUs on 2 nodes)"
+        )
+
+
+def test_preferred_placement_says_what_runs_outside_the_domain() -> None:
+    spec = make_spec(gpu_direct="off")
+    previous = PlacementStatus(level=CLIQUE, domain="clique-b")
+    own = {"b1": 6, "b2": 4, "a1": 2}  # the scheduler put one prefill pod in clique-a
+    result = plan_placement(spec, two_cliques(free_b=(0, 0, 0, 0)), previous, own=own)
+    assert (result.reason, result.placement.domain) == ("Placed", "clique-b")
+    assert result.message.endswith("(12 GPUs on 2 nodes; 2 on nodes outside it, as preferred "
+                                   "placement allows)")  # fmt: skip
+    required = make_spec(gpu_direct="off", placement="required")  # cannot be: not trusted
+    assert plan_placement(required, two_cliques(free_b=(0, 0, 0, 0)), previous, own=own).reason \
+        == "WaitingForCapacity"  # fmt: skip
