@@ -192,6 +192,7 @@ PROFILE_CATEGORIES = (
     ("reconcile: plan_placement", ("plan_placement (",)),
     ("reconcile: render + fingerprint children", ("render_children (",)),
     ("reconcile: status computation", ("compute_status (", "rollout_partitions (")),
+    ("informers: watch events (JSON decode, summaries)", ("handlers/listwatch.py",)),
     ("reconcile: API calls (worker threads: JSON, TLS, HTTP)", ("kube/client.py",)),
     ("reconcile: other", ("pdd_operator/reconcile.py",)),
     ("kopf indexing (index handlers)", ("index_resource (",)),
@@ -205,6 +206,10 @@ PROFILE_CATEGORIES = (
 
 IDLE = "idle: event loop in epoll, pool threads waiting"
 IDLE_LEAVES = ("EpollSelector.select ", "_PollLikeSelector.select ", "_worker (")
+# A thread blocked reading a socket (an API answer, the next watch event) holds no CPU, but
+# py-spy counts it as active; it is waiting, not work.
+WAITING = "waiting: blocked on a socket read (API answers, watch streams)"
+WAITING_LEAVES = ("SSLSocket.read ", "SSLSocket.recv_into ", "SocketIO.readinto ")
 
 
 def categorize_profile(raw: str) -> dict[str, Any]:
@@ -214,8 +219,9 @@ def categorize_profile(raw: str) -> dict[str, Any]:
     for stack, n in _stacks(raw):
         total += n
         leaf = stack.rsplit(";", 1)[-1]
-        if leaf.startswith(IDLE_LEAVES):
-            counts[IDLE] = counts.get(IDLE, 0) + n
+        if leaf.startswith(IDLE_LEAVES) or leaf.startswith(WAITING_LEAVES):
+            kind = IDLE if leaf.startswith(IDLE_LEAVES) else WAITING
+            counts[kind] = counts.get(kind, 0) + n
             continue
         label = "other (event loop, logging, threads)"
         for name, needles in PROFILE_CATEGORIES:
@@ -223,7 +229,7 @@ def categorize_profile(raw: str) -> dict[str, Any]:
                 label = name
                 break
         counts[label] = counts.get(label, 0) + n
-    busy = total - counts.get(IDLE, 0)
+    busy = total - counts.get(IDLE, 0) - counts.get(WAITING, 0)
     rows = sorted(counts.items(), key=lambda kv: -kv[1])
     return {
         "samples": total,
@@ -233,7 +239,7 @@ def categorize_profile(raw: str) -> dict[str, Any]:
                 "category": k,
                 "samples": v,
                 "share": round(v / total, 4) if total else 0.0,
-                "share_of_busy": round(v / busy, 4) if busy and k != IDLE else None,
+                "share_of_busy": round(v / busy, 4) if busy and k not in (IDLE, WAITING) else None,
             }
             for k, v in rows
         ],

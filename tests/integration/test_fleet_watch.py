@@ -103,7 +103,7 @@ def test_keeps_bound_pods_that_hold_gpus_and_drops_them_when_deleted(
     core.create_namespaced_pod(namespace, bound_pod("cpu-only", own_node, gpus=0))
     core.create_namespaced_pod(namespace, bound_pod("two-gpus", own_node, gpus=2))
     pods = wait_for(on_node(running.state, own_node), 30, what="the GPU pod kept")
-    assert [p["spec"]["containers"][0]["resources"]["limits"] for p in pods] == [
+    assert [p["spec"]["containers"][0]["resources"]["requests"] for p in pods] == [
         {GPU_RESOURCE: "2"}
     ]
     core.delete_namespaced_pod("two-gpus", namespace, grace_period_seconds=0)

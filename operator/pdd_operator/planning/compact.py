@@ -11,6 +11,7 @@ from typing import Any
 
 from pdd_contract.labels import LABEL_DEPLOYMENT
 from pdd_contract.resources import GPU_RESOURCE
+from pdd_operator.planning.node_facts import pod_gpu_request
 
 
 def compact_node(node: Mapping[str, Any]) -> dict[str, Any]:
@@ -33,14 +34,16 @@ def compact_node(node: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def compact_pod(pod: Mapping[str, Any]) -> dict[str, Any] | None:
-    """Only pods that hold GPUs matter; None for the rest (not indexed at all)."""
+    """Only pods that hold GPUs matter; None for the rest (not indexed at all). The pod's
+    effective GPU request (init containers, sidecars and overhead counted by Kubernetes'
+    rule) is worked out once, here, and kept as one container's request: the planner
+    recounts every GPU pod of the fleet, up to once a second while deployments converge."""
     spec = pod.get("spec", {})
     phase = pod.get("status", {}).get("phase")
     if phase in ("Succeeded", "Failed"):
         return None
-    containers = [_gpu_only(c) for c in spec.get("containers") or []]
-    inits = [_gpu_only(c) for c in spec.get("initContainers") or []]
-    if not any(_has_gpu(c) for c in containers + inits):
+    gpus = pod_gpu_request(spec)
+    if not gpus:
         return None
     labels = pod.get("metadata", {}).get("labels") or {}
     return {
@@ -50,31 +53,7 @@ def compact_pod(pod: Mapping[str, Any]) -> dict[str, Any] | None:
         },
         "spec": {
             "nodeName": spec.get("nodeName"),
-            "containers": containers,
-            "initContainers": inits,
-            "overhead": {GPU_RESOURCE: overhead}
-            if (overhead := (spec.get("overhead") or {}).get(GPU_RESOURCE))
-            else {},
+            "containers": [{"resources": {"requests": {GPU_RESOURCE: str(gpus)}}}],
         },
         "status": {"phase": phase},
     }
-
-
-def _gpu_only(container: Mapping[str, Any]) -> dict[str, Any]:
-    """GPU requests/limits, and restartPolicy: a sidecar init container (Always) holds its
-    GPUs for the pod's lifetime, so it counts like an app container."""
-    resources = container.get("resources") or {}
-    out: dict[str, Any] = {
-        "resources": {
-            part: {GPU_RESOURCE: values[GPU_RESOURCE]}
-            for part in ("requests", "limits")
-            if GPU_RESOURCE in (values := resources.get(part) or {})
-        }
-    }
-    if container.get("restartPolicy"):
-        out["restartPolicy"] = container["restartPolicy"]
-    return out
-
-
-def _has_gpu(container: Mapping[str, Any]) -> bool:
-    return bool(container["resources"])

@@ -6,6 +6,7 @@ from typing import Any
 
 import pytest
 
+from pdd_operator.planning.compact import compact_pod
 from pdd_operator.planning.node_facts import gpu_usage, node_facts, pod_gpu_request, with_usage
 from pdd_operator.planning.placement import NodeFacts
 
@@ -193,3 +194,20 @@ def test_gpus_held_per_deployment_match_the_pods_counted_as_used() -> None:
         ("team-a", "other"): {"n2": 2},
         ("", "llama"): {"n2": 2},  # same name in another namespace: another deployment
     }
+
+
+@pytest.mark.parametrize(
+    ("pod_spec", "expected"),
+    [(spec, expected) for _, spec, expected in REQUEST_CASES],
+    ids=[c[0] for c in REQUEST_CASES],
+)
+def test_a_compacted_pod_counts_the_gpus_its_whole_spec_requests(
+    pod_spec: dict[str, Any], expected: int
+) -> None:
+    pod = {"metadata": {"namespace": "n", "labels": {}}, "spec": {**pod_spec, "nodeName": "x"}}
+    kept = compact_pod(pod)
+    if not expected:
+        assert kept is None  # holds no GPU: not indexed
+        return
+    assert kept is not None and pod_gpu_request(kept["spec"]) == expected
+    assert gpu_usage([kept]).used == gpu_usage([pod]).used == {"x": expected}
