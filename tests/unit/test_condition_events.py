@@ -61,6 +61,15 @@ HEALTHY = c("Degraded", "False", "AsExpected")
     ("before", "after", "expected"),
     [
         pytest.param([], [READY, HEALTHY], [("Normal", "Ready", "ready")], id="first-status"),
+        pytest.param(
+            [], [c("Ready", "False", "ReplicasNotReady", "prefill 0/2 ready")], [], id="created"
+        ),
+        pytest.param(
+            [c("Ready", "True", "AllReplicasReady", "ready")],
+            [c("Ready", "False", "ReplicasNotReady", "prefill 1/2 ready")],
+            [("Normal", "NotReady", "prefill 1/2 ready")],
+            id="not-ready-again-is-told",
+        ),
         pytest.param([READY], [READY], [], id="unchanged"),
         pytest.param(
             [READY],

@@ -52,6 +52,8 @@ def transition_events(before: Sequence[Condition], after: Sequence[Condition]) -
         old = find(before, cond.type)
         if old is not None and old.status == cond.status and old.reason == cond.reason:
             continue
+        if old is None and _just_created(cond):
+            continue
         event = event_for(cond)
         if event is None:
             continue
@@ -60,6 +62,12 @@ def transition_events(before: Sequence[Condition], after: Sequence[Condition]) -
         if said is None or (said.type == "Normal" and event.type == "Warning"):
             events[key] = event
     return list(events.values())
+
+
+def _just_created(cond: Condition) -> bool:
+    """Replicas not ready in a deployment's first status: it was just created, and its
+    `kubectl describe` would open with a NotReady event that says nothing new."""
+    return cond.type == "Ready" and cond.status != "True" and cond.reason == "ReplicasNotReady"
 
 
 def event_for(cond: Condition) -> Event | None:
