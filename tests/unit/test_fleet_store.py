@@ -10,6 +10,7 @@ import pytest
 from pdd_contract.resources import GPU_RESOURCE
 from pdd_operator.handlers.fleet import FleetCache, FleetState
 from pdd_operator.kube.client import WatchExpired, _json_lines, _watch_error
+from pdd_operator.status.observe import PodSummary, summarize_pod
 
 
 def node(name: str, gpus: int = 8, ready: str = "True", heartbeat: str = "t0") -> dict[str, Any]:
@@ -89,3 +90,31 @@ def test_a_410_status_means_list_again_and_anything_else_is_an_error() -> None:
     assert not isinstance(error, WatchExpired)
     with pytest.raises(RuntimeError, match="etcd is down"):
         raise error
+
+
+def test_our_pods_gpus_come_from_the_owned_summaries_as_the_others_come_from_the_store() -> None:
+    """The fleet watch leaves our pods out; their summaries count the same GPUs, held by
+    their deployment, and none once they failed or while unbound."""
+    state = FleetState()
+    state.nodes.apply("ADDED", node("n1", gpus=8))
+    state.pod_store().apply("ADDED", pod("theirs", "n1", gpus=2))
+    ours = [
+        (summary("kv-prefill-0", "n1", gpus=2), ("team-a", "kv")),
+        (summary("kv-decode-0", "n1", gpus=4), ("team-a", "kv")),
+        (summary("kv-decode-1", "", gpus=4), ("team-a", "kv")),  # not bound yet
+        (summary("kv-decode-2", "n1", gpus=4, failed=True), ("team-a", "kv")),
+    ]
+    fleet = FleetCache(state, own_pods=lambda: ours).fleet()
+    assert [(n.name, n.used_gpus) for n in fleet.nodes] == [("n1", 8)]
+    assert fleet.held == {("team-a", "kv"): {"n1": 6}}
+
+
+def summary(name: str, node_name: str, gpus: int, failed: bool = False) -> PodSummary:
+    return PodSummary(name, f"uid-{name}", "decode", node_name, True, "r", None, gpus=gpus,
+                      failed=failed)  # fmt: skip
+
+
+def test_a_pod_summary_carries_its_effective_gpu_request() -> None:
+    body = pod("p", "n1", gpus=3)
+    body["metadata"]["annotations"] = {}
+    assert summarize_pod(body).gpus == 3

@@ -34,7 +34,13 @@ def test_every_own_kind_is_label_selected_and_confined_to_the_namespaces_given()
     assert len(collections) == 2 * len(plurals)
 
 
-def test_nodes_whole_and_pods_bound_to_a_node() -> None:
+def test_nodes_whole_and_others_pods_bound_to_a_node() -> None:
     nodes, pods = fleet_collections(FleetState())
     assert (nodes.path, nodes.selectors) == ("/api/v1/nodes", ())
-    assert (pods.path, pods.selectors) == ("/api/v1/pods", (("fieldSelector", "spec.nodeName!="),))
+    assert (pods.path, pods.selectors) == (
+        "/api/v1/pods",
+        (
+            ("fieldSelector", "spec.nodeName!="),
+            ("labelSelector", "app.kubernetes.io/managed-by!=pdd-operator"),
+        ),
+    )

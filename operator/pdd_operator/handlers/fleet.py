@@ -2,7 +2,9 @@
 
 Listed and watched by the operator's own informers (handlers/listwatch.py), keeping a few
 hundred bytes per object (planning/compact.py). Only pods bound to a node are asked for (a
-field selector); which of them hold GPUs is not something the API server can select.
+field selector), and only others' (a label selector): the GPUs of our own pods are counted
+from the owned-pod informer's summaries. Which pods hold GPUs is not something the API server
+can select.
 """
 
 from __future__ import annotations
@@ -14,13 +16,20 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from pdd_contract.labels import LABEL_DEPLOYMENT
+from pdd_operator.api import names
+from pdd_operator.api.names import DeploymentKey
 from pdd_operator.handlers.listwatch import Collection
 from pdd_operator.kube.resources import NODE, POD
 from pdd_operator.planning.compact import compact_node, compact_pod
-from pdd_operator.planning.node_facts import gpu_usage, node_facts, with_usage
+from pdd_operator.planning.node_facts import GpuUsage, gpu_usage, node_facts, with_usage
 from pdd_operator.planning.placement import Fleet, NodeFacts
+from pdd_operator.status.observe import PodSummary
 
 BOUND_PODS = ("fieldSelector", "spec.nodeName!=")
+# Our own pods come from the owned-pod informer, which decodes them anyway: one decoding of
+# each of our pod events, not two.
+NOT_OURS = ("labelSelector", f"app.kubernetes.io/managed-by!={names.MANAGED_BY}")
+OwnGpuPods = Callable[[], Iterable[tuple[PodSummary, DeploymentKey | None]]]
 Compactor = Callable[[Mapping[str, Any]], dict[str, Any] | None]
 
 
@@ -99,9 +108,15 @@ class FleetCache:
     planner reads of a Node rebuilds the node facts at the next pass.
     """
 
-    def __init__(self, state: FleetState | None = None, max_age: float = 1.0) -> None:
+    def __init__(
+        self,
+        state: FleetState | None = None,
+        max_age: float = 1.0,
+        own_pods: OwnGpuPods | None = None,
+    ) -> None:
         self.state = state or FleetState()
         self.max_age = max_age
+        self.own_pods = own_pods or (lambda: ())
         self._at = -1e9
         self._fleet = Fleet(())
         self._nodes_version = -1
@@ -115,12 +130,24 @@ class FleetCache:
                 self._nodes_version = nodes.version
                 self._bases = node_facts(nodes.values())
             usage = gpu_usage(self.state.gpu_pods(), LABEL_DEPLOYMENT)
+            _add_own(usage, self.own_pods())
             self._fleet = Fleet(with_usage(self._bases, usage.used), usage.held)
             self._at = now
         return self._fleet
 
     def node(self, name: str) -> dict[str, Any] | None:
         return self.state.nodes.get(name)
+
+
+def _add_own(usage: GpuUsage, pods: Iterable[tuple[PodSummary, DeploymentKey | None]]) -> None:
+    """Our bound, unfinished pods' GPUs, as gpu_usage counts the others'."""
+    for pod, key in pods:
+        if not pod.node or pod.failed or not pod.gpus:
+            continue
+        usage.used[pod.node] = usage.used.get(pod.node, 0) + pod.gpus
+        if key is not None:
+            held = usage.held.setdefault(key, {})
+            held[pod.node] = held.get(pod.node, 0) + pod.gpus
 
 
 def fleet_collections(state: FleetState, namespaces: Iterable[str] = ()) -> list[Collection]:
@@ -132,7 +159,7 @@ def fleet_collections(state: FleetState, namespaces: Iterable[str] = ()) -> list
             Collection(
                 f"bound pods{f' in {ns}' if ns else ''}",
                 POD.path(ns or None),
-                (BOUND_PODS,),
+                (BOUND_PODS, NOT_OURS),
                 state.pod_store(ns),
             )
             for ns in (tuple(namespaces) or ("",))

@@ -73,6 +73,11 @@ class GroupedStore:
     def __len__(self) -> int:
         return len(self._entries)
 
+    def summaries(self) -> list[tuple[Any, DeploymentKey | None]]:
+        """Every summary with the deployment it belongs to."""
+        with self._lock:
+            return [(entry.summary, entry.deployment) for entry in self._entries.values()]
+
     def deployment_of(self, uid: str) -> DeploymentKey | None:
         """The deployment the object of that uid belongs to, when it is here."""
         with self._lock:
@@ -164,6 +169,11 @@ class OwnedObjects:
 
     def scalers_of(self, key: DeploymentKey) -> list[ScalerSummary]:
         return [s for store in self.scalers for s in store.get(key)]
+
+    def gpu_pods(self) -> list[tuple[PodSummary, DeploymentKey | None]]:
+        """Our pods that hold GPUs, each with its deployment: the fleet's GPU count takes
+        them from here (its own watch of bound pods leaves ours out)."""
+        return [(p, key) for store in self.pods for p, key in store.summaries() if p.gpus]
 
     def deployment_of_child(self, uid: str) -> DeploymentKey | None:
         return next(filter(None, (store.deployment_of(uid) for store in self.children)), None)

@@ -63,7 +63,7 @@ class OperatorRuntime:
                 trigger(key, "events")
 
         creations = CreationEvents(refusal_changed)
-        view = IndexView(pdds, owned, FleetCache(state), creations)
+        view = IndexView(pdds, owned, FleetCache(state, own_pods=owned.gpu_pods), creations)
         reconciler = Reconciler(
             kube,
             view,

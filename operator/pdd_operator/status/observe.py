@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from pdd_operator.api import names
+from pdd_operator.planning.node_facts import pod_gpu_request
 from pdd_operator.status.compute import PodProblem, WorkloadState
 from pdd_operator.status.drift import LiveDigests, live_fingerprint
 
@@ -54,6 +55,7 @@ class PodSummary:
     engine_restarts: int = 0  # restarts of its engine container
     failed: bool = False  # phase Failed
     terminating: bool = False  # deletion asked for (deletionTimestamp set)
+    gpus: int = 0  # its effective GPU request: the fleet's GPU count takes ours from here
 
 
 @dataclass(frozen=True)
@@ -197,6 +199,7 @@ def summarize_pod(body: Mapping[str, Any]) -> PodSummary:
         engine_restarts=_engine_restarts(status),
         failed=status.get("phase") == "Failed",
         terminating=bool(meta.get("deletionTimestamp")),
+        gpus=pod_gpu_request(spec),
     )
 
 
