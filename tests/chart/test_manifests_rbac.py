@@ -219,9 +219,10 @@ ACCESS = [
     (OPERATOR_USER, "watch", "", "persistentvolumeclaims", "", APP_NS, False),
     (OPERATOR_USER, "patch", "", "persistentvolumeclaims", "", APP_NS, False),
     (OPERATOR_USER, "update", "", "secrets", "", APP_NS, False),
-    # Events: a StatefulSet's FailedCreate, listed by its uid while it is short of pods.
+    # Events: the StatefulSets' (a field selector), for the FailedCreate of pods refused.
     (OPERATOR_USER, "list", "", "events", "", APP_NS, True),
-    (OPERATOR_USER, "watch", "", "events", "", APP_NS, False),
+    (OPERATOR_USER, "watch", "", "events", "", APP_NS, True),
+    (OPERATOR_USER, "delete", "", "events", "", APP_NS, False),
     (OPERATOR_USER, "patch", GROUP, PLURAL, "", APP_NS, False),  # spec belongs to GitOps
     (OPERATOR_USER, "delete", GROUP, PLURAL, "", APP_NS, False),
     (OPERATOR_USER, "create", "", "pods", "", APP_NS, False),
