@@ -142,12 +142,8 @@ class FleetCache:
 def _add_own(usage: GpuUsage, pods: Iterable[tuple[PodSummary, DeploymentKey | None]]) -> None:
     """Our bound, unfinished pods' GPUs, as gpu_usage counts the others'."""
     for pod, key in pods:
-        if not pod.node or pod.failed or not pod.gpus:
-            continue
-        usage.used[pod.node] = usage.used.get(pod.node, 0) + pod.gpus
-        if key is not None:
-            held = usage.held.setdefault(key, {})
-            held[pod.node] = held.get(pod.node, 0) + pod.gpus
+        if pod.node and not pod.failed and pod.gpus:
+            usage.add(pod.node, pod.gpus, key)
 
 
 def fleet_collections(state: FleetState, namespaces: Iterable[str] = ()) -> list[Collection]:

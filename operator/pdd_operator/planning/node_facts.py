@@ -46,14 +46,20 @@ class GpuUsage:
     used: dict[str, int]
     held: dict[tuple[str, str], dict[str, int]]  # {(namespace, name): {node: gpus}}
 
+    def add(self, node: str, gpus: int, deployment: tuple[str, str] | None = None) -> None:
+        """A bound pod's GPUs on `node`, held by `deployment` when it has one."""
+        self.used[node] = self.used.get(node, 0) + gpus
+        if deployment is not None:
+            per_node = self.held.setdefault(deployment, {})
+            per_node[node] = per_node.get(node, 0) + gpus
+
 
 def gpu_usage(pods: Iterable[Mapping[str, Any]], deployment_label: str | None = None) -> GpuUsage:
     """One pass over the pods; unbound and finished pods hold nothing. `held` (by the value of
     `deployment_label`, when given) comes from the same pods as `used`, so that what a plan
     counts as its own (free to place again) or as another slice's (reserved until bound)
     matches the used GPUs it sees."""
-    used: dict[str, int] = {}
-    held: dict[tuple[str, str], dict[str, int]] = {}
+    usage = GpuUsage({}, {})
     for pod in pods:
         spec = pod.get("spec") or {}
         node_name = spec.get("nodeName")
@@ -62,13 +68,10 @@ def gpu_usage(pods: Iterable[Mapping[str, Any]], deployment_label: str | None = 
         gpus = pod_gpu_request(spec)
         if not gpus:
             continue
-        used[node_name] = used.get(node_name, 0) + gpus
-        meta = pod.get("metadata") or {}
         owner = _labels(pod).get(deployment_label) if deployment_label else None
-        if owner:
-            per_node = held.setdefault((meta.get("namespace") or "", owner), {})
-            per_node[node_name] = per_node.get(node_name, 0) + gpus
-    return GpuUsage(used, held)
+        namespace = (pod.get("metadata") or {}).get("namespace") or ""
+        usage.add(node_name, gpus, (namespace, owner) if owner else None)
+    return usage
 
 
 def _labels(obj: Mapping[str, Any]) -> Mapping[str, str]:
