@@ -286,7 +286,8 @@ class Reconciler:
         return self._own_writes.is_echo(key, resource_version)
 
     async def reconcile(self, key: DeploymentKey, delay: float = 0.0, cause: str = "") -> None:
-        """Coalesce triggers: while one pass runs, later triggers collapse into one more pass.
+        """Coalesce triggers: while one pass runs, later triggers collapse into one more pass;
+        while a deployment waits for a pass slot (`max_concurrent`), they need none.
 
         With a `delay` (child and pod events, which come in bursts: a pod is scheduled, bound,
         started, becomes ready) the pass waits that long first, and every trigger of the same
@@ -309,8 +310,10 @@ class Reconciler:
         async with state.lock:
             state.dirty = True
             while state.dirty:
-                state.dirty = False
                 async with self._passes:
+                    # Cleared once a pass slot is ours, not before: triggers that come while
+                    # this deployment waits for one are answered by the pass about to read.
+                    state.dirty = False
                     await self._reconcile_once(key)
         if self.view.pdd_body(key) is None:
             self._forget(key)

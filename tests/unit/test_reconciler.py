@@ -3,6 +3,7 @@ of helpers.fake_cluster: what it writes, in which order, and when it writes noth
 
 from __future__ import annotations
 
+import asyncio
 import copy
 from typing import Any
 
@@ -15,6 +16,7 @@ from pdd_operator.api import names
 from pdd_operator.metrics import OperatorMetrics
 from pdd_operator.planning.placement import Fleet, NodeFacts
 from pdd_operator.reconcile import REFERENCED_FIRST, Reconciler
+from pdd_operator.rendering.context import OperatorSettings
 from pdd_operator.status.observe import PodSummary
 
 NS = "team-a"
@@ -246,3 +248,28 @@ async def test_the_per_process_deployment_gauges_count_passes_and_drop_what_is_g
     cluster.delete_deployment(other)
     await rec.reconcile(other)
     assert (gauge("reconciled"), gauge("tracked")) == (1, 1)
+
+
+async def test_triggers_that_come_while_a_deployment_waits_for_a_pass_slot_need_no_more_passes(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    cluster = FakeCluster(body())
+    rec = Reconciler(cluster, cluster, OperatorSettings(), cluster.emit, max_concurrent=1)
+    passes: list[tuple[str, str]] = []
+    release = asyncio.Event()
+
+    async def one_pass(key: tuple[str, str]) -> None:
+        passes.append(key)
+        if key == ("other", "busy"):
+            await release.wait()
+
+    monkeypatch.setattr(rec, "_reconcile_once", one_pass)
+    busy = asyncio.create_task(rec.reconcile(("other", "busy")))
+    await asyncio.sleep(0)  # it holds the only pass slot
+    waiting = [asyncio.create_task(rec.reconcile(KEY)) for _ in range(3)]
+    await asyncio.sleep(0.01)
+    release.set()
+    await asyncio.gather(busy, *waiting)
+
+    # The three triggers came before the deployment's pass read anything: one pass answers them.
+    assert passes == [("other", "busy"), KEY]
