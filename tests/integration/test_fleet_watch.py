@@ -79,7 +79,16 @@ def bound_pod(name: str, node: str, gpus: int) -> dict[str, Any]:
 
 
 def on_node(state: FleetState, node: str) -> Callable[[], list[dict[str, Any]]]:
-    return lambda: [p for p in state.gpu_pods() if p["spec"]["nodeName"] == node]
+    return lambda: [
+        p
+        for store in list(state.pods_by_namespace.values())
+        for p in store.values()
+        if p["spec"]["nodeName"] == node
+    ]
+
+
+def used_on(state: FleetState, node: str) -> Callable[[], int]:
+    return lambda: state.gpus.usage().used.get(node, 0)
 
 
 def test_lists_every_node_then_follows_nodes_joining_and_leaving(
@@ -106,8 +115,10 @@ def test_keeps_bound_pods_that_hold_gpus_and_drops_them_when_deleted(
     assert [p["spec"]["containers"][0]["resources"]["requests"] for p in pods] == [
         {GPU_RESOURCE: "2"}
     ]
+    wait_for(lambda: used_on(running.state, own_node)() == 2, 30, what="its 2 GPUs counted")
     core.delete_namespaced_pod("two-gpus", namespace, grace_period_seconds=0)
     wait_for(lambda: not on_node(running.state, own_node)(), 30, what="the GPU pod dropped")
+    wait_for(lambda: used_on(running.state, own_node)() == 0, 30, what="its GPUs uncounted")
 
 
 @pytest.fixture

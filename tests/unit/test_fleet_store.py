@@ -6,10 +6,13 @@ import json
 from typing import Any
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from pdd_contract.resources import GPU_RESOURCE
 from pdd_operator.handlers.fleet import FleetCache, FleetState
 from pdd_operator.kube.client import WatchExpired, _json_lines, _watch_error
+from pdd_operator.planning.node_facts import GpuUsage, gpu_usage
 from pdd_operator.status.observe import PodSummary, summarize_pod
 
 
@@ -46,13 +49,15 @@ def test_a_heartbeat_changes_nothing_kept_and_so_no_version() -> None:
     assert state.nodes.get("n1")["status"]["conditions"] == [{"type": "Ready", "status": "False"}]
 
 
-def test_pods_without_gpus_or_finished_are_not_kept() -> None:
+def test_pods_without_gpus_or_finished_are_not_kept_nor_counted() -> None:
     state = FleetState()
     state.pod_store().apply("ADDED", pod("a", "n1", gpus=0))
     state.pod_store().apply("ADDED", pod("b", "n1", gpus=2))
-    assert [p["spec"]["nodeName"] for p in state.gpu_pods()] == ["n1"]
+    assert len(state.pod_store()) == 1
+    assert state.gpus.usage().used == {"n1": 2}
     state.pod_store().apply("MODIFIED", pod("b", "n1", gpus=2, phase="Succeeded"))
-    assert len(state.gpu_pods()) == 0
+    assert len(state.pod_store()) == 0
+    assert state.gpus.usage() == GpuUsage({}, {})
 
 
 def test_deleted_and_relisted_objects_leave_the_store() -> None:
@@ -104,7 +109,9 @@ def test_our_pods_gpus_come_from_the_owned_summaries_as_the_others_come_from_the
         (summary("kv-decode-1", "", gpus=4), ("team-a", "kv")),  # not bound yet
         (summary("kv-decode-2", "n1", gpus=4, failed=True), ("team-a", "kv")),
     ]
-    fleet = FleetCache(state, own_pods=lambda: ours).fleet()
+    for summary_, key in ours:
+        state.own_pod(summary_.uid, summary_, key)
+    fleet = FleetCache(state).fleet()
     assert [(n.name, n.used_gpus) for n in fleet.nodes] == [("n1", 8)]
     assert fleet.held == {("team-a", "kv"): {"n1": 6}}
 
@@ -118,3 +125,62 @@ def test_a_pod_summary_carries_its_effective_gpu_request() -> None:
     body = pod("p", "n1", gpus=3)
     body["metadata"]["annotations"] = {}
     assert summarize_pod(body).gpus == 3
+
+
+def test_an_own_pod_that_went_or_failed_holds_nothing_any_more() -> None:
+    state = FleetState()
+    prefill = summary("kv-prefill-0", "n1", gpus=2)
+    state.own_pod(prefill.uid, prefill, ("team-a", "kv"))
+    state.own_pod("uid-kv-decode-0", summary("kv-decode-0", "n2", gpus=4), ("team-a", "kv"))
+    state.own_pod(prefill.uid, None, None)
+    failed = summary("kv-decode-0", "n2", gpus=4, failed=True)
+    assert state.gpus.usage().held == {("team-a", "kv"): {"n2": 4}}
+    state.own_pod(failed.uid, failed, ("team-a", "kv"))
+    assert state.gpus.usage() == GpuUsage({}, {})
+
+
+def test_the_snapshot_is_rebuilt_only_when_gpu_use_or_a_node_changed() -> None:
+    state = FleetState()
+    cache = FleetCache(state, max_age=0)
+    state.nodes.apply("ADDED", node("n1", gpus=8))
+    first = cache.fleet()
+    assert cache.fleet() is first  # nothing changed: the planner's domains stay grouped
+    state.pod_store().apply("ADDED", pod("a", "n1", gpus=3))
+    assert [n.used_gpus for n in cache.fleet().nodes] == [3]
+    within = FleetCache(state, max_age=3600)
+    assert [n.used_gpus for n in within.fleet().nodes] == [3]
+    state.pod_store().apply("DELETED", pod("a", "n1", gpus=3))
+    assert [n.used_gpus for n in within.fleet().nodes] == [3]  # a second stale at most
+
+
+UIDS = st.sampled_from(["a", "b", "c", "d"])
+POD_STATES = st.builds(
+    pod,
+    UIDS,
+    st.sampled_from(["", "n1", "n2"]),
+    st.integers(0, 3),
+    st.sampled_from(["Pending", "Running", "Succeeded"]),
+)
+EVENTS = st.one_of(
+    st.tuples(st.sampled_from(["ADDED", "MODIFIED"]), POD_STATES),
+    st.tuples(st.just("DELETED"), POD_STATES),
+    st.tuples(st.just("RELIST"), st.lists(POD_STATES, unique_by=lambda p: p["metadata"]["uid"])),
+)
+
+
+@given(st.lists(EVENTS, max_size=30))
+def test_the_ledger_kept_on_each_event_counts_what_a_recount_of_the_live_pods_counts(
+    events: list[tuple[str, Any]],
+) -> None:
+    state = FleetState()
+    live: dict[str, dict[str, Any]] = {}
+    for what, body in events:
+        if what == "RELIST":
+            state.pod_store().reset(body)
+            live = {p["metadata"]["uid"]: p for p in body}
+        else:
+            state.pod_store().apply(what, body)
+            live.pop(body["metadata"]["uid"], None)
+            if what != "DELETED":
+                live[body["metadata"]["uid"]] = body
+    assert state.gpus.usage() == gpu_usage(live.values())

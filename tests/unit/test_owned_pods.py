@@ -111,3 +111,27 @@ def test_a_pass_is_asked_for_only_when_a_summary_changes_and_names_the_kind() ->
     ready["status"] = {"conditions": [{"type": "Ready", "status": "True"}]}
     pods.apply("MODIFIED", ready)
     assert asked == [(KEY, "pods")]
+
+
+def test_the_fleet_is_told_each_pod_summary_that_changed_and_each_pod_gone() -> None:
+    told: list[tuple[str, str | None, tuple[str, str] | None]] = []
+    owned = OwnedObjects()
+
+    def on_pod(uid: str, summary: Any, key: tuple[str, str] | None) -> None:
+        told.append((uid, summary.node if summary else None, key))
+
+    collections = owned_collections(owned, (), "pdd-operator", None, on_pod)
+    pods = next(c.sink for c in collections if c.path.endswith("/pods"))
+    owner = ref("StatefulSet", "kv-prefill", "uid-sts")
+    pods.reset([pod("kv-prefill-0", owner), pod("kv-prefill-1", owner)])
+    bound = pod("kv-prefill-0", owner)
+    bound["spec"] = {"nodeName": "n1"}
+    pods.apply("MODIFIED", bound)
+    pods.apply("MODIFIED", bound)  # the same summary: nothing to tell
+    pods.reset([bound])  # kv-prefill-1 went while no watch ran
+    assert told == [
+        ("uid-kv-prefill-0", "", KEY),
+        ("uid-kv-prefill-1", "", KEY),
+        ("uid-kv-prefill-0", "n1", KEY),
+        ("uid-kv-prefill-1", None, None),
+    ]

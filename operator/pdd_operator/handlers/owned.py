@@ -38,6 +38,8 @@ Group = tuple[str, str]
 Summarize = Callable[[Mapping[str, Any]], tuple[Group, Any] | None]
 DeploymentOf = Callable[[Mapping[str, Any]], DeploymentKey | None]
 Trigger = Callable[[DeploymentKey, str], None]  # the deployment, and what changed (a plural)
+# Told each object's summary as it is now (None: gone), with its deployment.
+Observer = Callable[[str, Any, DeploymentKey | None], None]
 
 
 @dataclass(frozen=True)
@@ -56,9 +58,11 @@ class GroupedStore:
         deployment_of: DeploymentOf,
         on_change: Trigger | None,
         source: str = "",
+        observe: Observer | None = None,
     ) -> None:
         self._summarize = summarize
         self._source = source
+        self._observe = observe
         self._deployment_of = deployment_of
         self._on_change = on_change
         self._entries: dict[str, _Entry] = {}
@@ -73,11 +77,6 @@ class GroupedStore:
     def __len__(self) -> int:
         return len(self._entries)
 
-    def summaries(self) -> list[tuple[Any, DeploymentKey | None]]:
-        """Every summary with the deployment it belongs to."""
-        with self._lock:
-            return [(entry.summary, entry.deployment) for entry in self._entries.values()]
-
     def deployment_of(self, uid: str) -> DeploymentKey | None:
         """The deployment the object of that uid belongs to, when it is here."""
         with self._lock:
@@ -90,6 +89,7 @@ class GroupedStore:
         with self._lock:
             old = self._entries.get(uid)
             self._put(uid, old, new)
+        self._show(uid, old, new)
         self._tell(old, new)
 
     def reset(self, bodies: Iterable[Mapping[str, Any]]) -> None:
@@ -107,8 +107,9 @@ class GroupedStore:
             for uid, entry in fresh.items():
                 self._put(uid, None, entry)
             first, self._listed = not self._listed, True
-        if not first:
-            for uid in old_entries.keys() | fresh.keys():
+        for uid in {**old_entries, **fresh}:
+            self._show(uid, old_entries.get(uid), fresh.get(uid))
+            if not first:
                 self._tell(old_entries.get(uid), fresh.get(uid))
 
     def _entry(self, body: Mapping[str, Any]) -> _Entry | None:
@@ -128,6 +129,10 @@ class GroupedStore:
         else:
             self._entries[uid] = new
             self._groups.setdefault(new.group, {})[uid] = new.summary
+
+    def _show(self, uid: str, old: _Entry | None, new: _Entry | None) -> None:
+        if self._observe is not None and old != new:
+            self._observe(uid, *((new.summary, new.deployment) if new else (None, None)))
 
     def _tell(self, old: _Entry | None, new: _Entry | None) -> None:
         if self._on_change is None or _looks(old) == _looks(new):
@@ -170,20 +175,20 @@ class OwnedObjects:
     def scalers_of(self, key: DeploymentKey) -> list[ScalerSummary]:
         return [s for store in self.scalers for s in store.get(key)]
 
-    def gpu_pods(self) -> list[tuple[PodSummary, DeploymentKey | None]]:
-        """Our pods that hold GPUs, each with its deployment: the fleet's GPU count takes
-        them from here (its own watch of bound pods leaves ours out)."""
-        return [(p, key) for store in self.pods for p, key in store.summaries() if p.gpus]
-
     def deployment_of_child(self, uid: str) -> DeploymentKey | None:
         return next(filter(None, (store.deployment_of(uid) for store in self.children)), None)
 
 
 def owned_collections(
-    owned: OwnedObjects, namespaces: Iterable[str], field_manager: str, trigger: Trigger | None
+    owned: OwnedObjects,
+    namespaces: Iterable[str],
+    field_manager: str,
+    trigger: Trigger | None,
+    on_pod: Observer | None = None,
 ) -> list[Collection]:
     """One collection per kind (and namespace, where the operator is confined to some),
-    label-selected, each feeding its store in `owned`."""
+    label-selected, each feeding its store in `owned`; `on_pod` is told every pod's summary
+    as it changes (the fleet counts our pods' GPUs from them)."""
 
     def child_summarizer() -> Summarize:
         digests = LiveDigests()  # one per collection: each is used by its thread alone
@@ -206,16 +211,18 @@ def owned_collections(
         key = owner_key(body)
         return (key, summarize_scaler(body)) if key else None
 
-    kinds: list[tuple[Kind, Callable[[], Summarize], DeploymentOf, list[GroupedStore]]] = [
-        *((kind, child_summarizer, owner_key, owned.children) for kind in CHILD_KINDS),
-        (POD, lambda: pod, _pod_deployment, owned.pods),
-        (REPLICASETS, lambda: replicaset, _no_deployment, owned.replicasets),
-        (ROLE_SCALER, lambda: scaler, owner_key, owned.scalers),
+    kinds: list[
+        tuple[Kind, Callable[[], Summarize], DeploymentOf, list[GroupedStore], Observer | None]
+    ] = [
+        *((kind, child_summarizer, owner_key, owned.children, None) for kind in CHILD_KINDS),
+        (POD, lambda: pod, _pod_deployment, owned.pods, on_pod),
+        (REPLICASETS, lambda: replicaset, _no_deployment, owned.replicasets, None),
+        (ROLE_SCALER, lambda: scaler, owner_key, owned.scalers, None),
     ]
     collections = []
-    for kind, summarizer, deployment_of, stores in kinds:
+    for kind, summarizer, deployment_of, stores, observe in kinds:
         for ns in tuple(namespaces) or ("",):
-            store = GroupedStore(summarizer(), deployment_of, trigger, kind.plural)
+            store = GroupedStore(summarizer(), deployment_of, trigger, kind.plural, observe)
             stores.append(store)
             what = f"{kind.plural}{f' in {ns}' if ns else ''}"
             collections.append(Collection(what, kind.path(ns or None), (OURS,), store))

@@ -63,7 +63,7 @@ class OperatorRuntime:
                 trigger(key, "events")
 
         creations = CreationEvents(refusal_changed)
-        view = IndexView(pdds, owned, FleetCache(state, own_pods=owned.gpu_pods), creations)
+        view = IndexView(pdds, owned, FleetCache(state), creations)
         reconciler = Reconciler(
             kube,
             view,
@@ -80,7 +80,11 @@ class OperatorRuntime:
             loop.call_soon_threadsafe(runtime.start_pass, key, cause)
 
         watches.add(fleet_collections(state, config.namespaces))
-        watches.add(owned_collections(owned, config.namespaces, settings.field_manager, trigger))
+        watches.add(
+            owned_collections(
+                owned, config.namespaces, settings.field_manager, trigger, state.own_pod
+            )
+        )
         watches.add(creation_event_collections(creations, config.namespaces))
         watches.start()
         runtime.tasks.append(asyncio.create_task(runtime.resync_forever()))

@@ -39,38 +39,66 @@ def node_facts(nodes: Iterable[Mapping[str, Any]]) -> list[NodeFacts]:
     return facts
 
 
+DeploymentRef = tuple[str, str]  # (namespace, PDDeployment name)
+# What one bound pod holds: its node, its GPUs, and the deployment it belongs to (if any).
+Holding = tuple[str, int, DeploymentRef | None]
+
+
 @dataclass(frozen=True)
 class GpuUsage:
     """GPUs held by bound, unfinished pods: per node, and per PDDeployment per node."""
 
     used: dict[str, int]
-    held: dict[tuple[str, str], dict[str, int]]  # {(namespace, name): {node: gpus}}
+    held: dict[DeploymentRef, dict[str, int]]  # {(namespace, name): {node: gpus}}
 
-    def add(self, node: str, gpus: int, deployment: tuple[str, str] | None = None) -> None:
+    def add(self, node: str, gpus: int, deployment: DeploymentRef | None = None) -> None:
         """A bound pod's GPUs on `node`, held by `deployment` when it has one."""
-        self.used[node] = self.used.get(node, 0) + gpus
+        _count(self.used, node, gpus)
         if deployment is not None:
-            per_node = self.held.setdefault(deployment, {})
-            per_node[node] = per_node.get(node, 0) + gpus
+            _count(self.held.setdefault(deployment, {}), node, gpus)
+            if not self.held[deployment]:
+                del self.held[deployment]
+
+    def remove(self, node: str, gpus: int, deployment: DeploymentRef | None = None) -> None:
+        """What `add` counted, taken back (the pod finished, moved or went)."""
+        self.add(node, -gpus, deployment)
+
+    def copy(self) -> GpuUsage:
+        return GpuUsage(dict(self.used), {key: dict(nodes) for key, nodes in self.held.items()})
+
+
+def _count(counts: dict[str, int], node: str, gpus: int) -> None:
+    """Add to a node's count; a count back at zero goes (a node no pod holds is not listed)."""
+    total = counts.get(node, 0) + gpus
+    if total:
+        counts[node] = total
+    else:
+        counts.pop(node, None)
+
+
+def pod_holding(pod: Mapping[str, Any], deployment_label: str | None = None) -> Holding | None:
+    """The GPUs a pod holds and where; None while it is unbound, once it finished, and for a
+    pod without GPUs. The deployment is the value of `deployment_label`, when given."""
+    spec = pod.get("spec") or {}
+    node_name = spec.get("nodeName")
+    if not node_name or (pod.get("status") or {}).get("phase") in TERMINATED_PHASES:
+        return None
+    gpus = pod_gpu_request(spec)
+    if not gpus:
+        return None
+    owner = _labels(pod).get(deployment_label) if deployment_label else None
+    namespace = (pod.get("metadata") or {}).get("namespace") or ""
+    return node_name, gpus, (namespace, owner) if owner else None
 
 
 def gpu_usage(pods: Iterable[Mapping[str, Any]], deployment_label: str | None = None) -> GpuUsage:
-    """One pass over the pods; unbound and finished pods hold nothing. `held` (by the value of
-    `deployment_label`, when given) comes from the same pods as `used`, so that what a plan
-    counts as its own (free to place again) or as another slice's (reserved until bound)
-    matches the used GPUs it sees."""
+    """One pass over the pods. `held` (by the value of `deployment_label`, when given) comes
+    from the same pods as `used`, so that what a plan counts as its own (free to place again)
+    or as another slice's (reserved until bound) matches the used GPUs it sees."""
     usage = GpuUsage({}, {})
     for pod in pods:
-        spec = pod.get("spec") or {}
-        node_name = spec.get("nodeName")
-        if not node_name or (pod.get("status") or {}).get("phase") in TERMINATED_PHASES:
-            continue
-        gpus = pod_gpu_request(spec)
-        if not gpus:
-            continue
-        owner = _labels(pod).get(deployment_label) if deployment_label else None
-        namespace = (pod.get("metadata") or {}).get("namespace") or ""
-        usage.add(node_name, gpus, (namespace, owner) if owner else None)
+        if (holding := pod_holding(pod, deployment_label)) is not None:
+            usage.add(*holding)
     return usage
 
 
