@@ -69,8 +69,9 @@ class ReservationLedger:
         self._marks: dict[DeploymentKey, Reservation] = {}
         # The reservations of slices beyond the home domain, per deployment that has any.
         self._slices: dict[DeploymentKey, tuple[Reservation, ...]] = {}
-        # Summed over all deployments once per snapshot and reservation change, not per pass:
-        # at 1,000 deployments the per-pass sum was the operator's largest own cost.
+        # Summed over all deployments once per snapshot, not per pass (at 1,000 deployments
+        # the per-pass sum was the operator's largest own cost), and kept current as one
+        # deployment's reservations change (re-summing then made placing N deployments N²).
         self._totals: tuple[Fleet, dict[Domain, int]] | None = None
 
     def place(
@@ -98,11 +99,12 @@ class ReservationLedger:
     def set(self, key: DeploymentKey, mark: Reservation | None) -> None:
         if self._marks.get(key) == mark:
             return
+        self._count(key, -1)
         if mark is None:
             del self._marks[key]
         else:
             self._marks[key] = mark
-        self._totals = None
+        self._count(key, +1)
 
     def release(self, key: DeploymentKey) -> None:
         """The deployment is gone or places nothing: its GPUs are nobody's reservation."""
@@ -113,11 +115,32 @@ class ReservationLedger:
         """Reserve the domains of the deployment's slices beyond its home (none: release)."""
         if self._slices.get(key, ()) == marks:
             return
+        self._count(key, -1)
         if marks:
             self._slices[key] = marks
         else:
             self._slices.pop(key, None)
-        self._totals = None
+        self._count(key, +1)
+
+    def _count(self, key: DeploymentKey, sign: int) -> None:
+        """Add (+1) or take back (-1) the deployment's share of the current sums."""
+        if self._totals is None:
+            return
+        fleet, totals = self._totals
+        for where, missing in self._unbound(key, fleet):
+            total = totals.get(where, 0) + sign * missing
+            if total:
+                totals[where] = total
+            else:
+                totals.pop(where, None)
+
+    def _unbound(self, key: DeploymentKey, fleet: Fleet) -> list[tuple[Domain, int]]:
+        """Per domain, the GPUs the deployment reserved that its pods do not hold yet."""
+        return [
+            ((mark.level, mark.domain), missing)
+            for mark, in_domain in self._all_marks(key)
+            if (missing := mark.unbound(fleet, key, in_domain))
+        ]
 
     def _all_marks(self, key: DeploymentKey) -> list[tuple[Reservation, bool]]:
         """The deployment's reservations, each with whether its held GPUs count per domain."""
@@ -130,18 +153,15 @@ class ReservationLedger:
         """GPUs per domain that other deployments reserved and the snapshot does not yet count
         as held by their pods."""
         reserved = dict(self._summed(fleet))
-        for mine, in_domain in self._all_marks(key):
-            if missing := mine.unbound(fleet, key, in_domain):
-                reserved[(mine.level, mine.domain)] -= missing
+        for where, missing in self._unbound(key, fleet):
+            reserved[where] -= missing
         return reserved
 
     def _summed(self, fleet: Fleet) -> dict[Domain, int]:
         if self._totals is None or self._totals[0] is not fleet:
             totals: dict[Domain, int] = {}
             for other in {*self._marks, *self._slices}:
-                for mark, in_domain in self._all_marks(other):
-                    if missing := mark.unbound(fleet, other, in_domain):
-                        where = (mark.level, mark.domain)
-                        totals[where] = totals.get(where, 0) + missing
+                for where, missing in self._unbound(other, fleet):
+                    totals[where] = totals.get(where, 0) + missing
             self._totals = (fleet, totals)
         return self._totals[1]

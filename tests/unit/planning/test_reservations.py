@@ -6,6 +6,8 @@ from collections.abc import Mapping
 from typing import Any
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from helpers.factories import make_pdd
 from pdd_operator.api.v1alpha1 import PDDeploymentSpec, PlacementStatus
@@ -185,3 +187,43 @@ def test_slices_reserve_their_domains_and_held_gpus_count_per_domain() -> None:
     assert nonzero(ledger.reserved_elsewhere(B, fleet)) == {(CLIQUE, "c1"): 8}
     ledger.release(A)
     assert nonzero(ledger.reserved_elsewhere(B, fleet)) == {}
+
+
+MARKS = st.builds(
+    Reservation, st.sampled_from([CLIQUE, RACK]), st.sampled_from(["c1", "c2"]), st.integers(0, 9)
+)
+CHANGES = st.lists(
+    st.tuples(
+        st.sampled_from([A, B, C]),
+        st.one_of(
+            st.tuples(st.just("set"), st.one_of(st.none(), MARKS)),
+            st.tuples(st.just("slices"), st.lists(MARKS, max_size=2).map(tuple)),
+            st.tuples(st.just("release"), st.none()),
+            st.tuples(st.just("read"), st.none()),
+        ),
+    ),
+    max_size=25,
+)
+
+
+@given(CHANGES)
+def test_sums_kept_current_through_changes_match_sums_made_afresh(
+    changes: list[tuple[tuple[str, str], tuple[str, Any]]],
+) -> None:
+    fleet = Fleet(clique("c1", 16, nodes=2), {A: {"c1-0": 3}, B: {"c1-1": 1}})
+    ledger = ReservationLedger()
+    for key, (what, value) in changes:
+        if what == "set":
+            ledger.set(key, value)
+        elif what == "slices":
+            ledger.set_slices(key, value)
+        elif what == "release":
+            ledger.release(key)
+        else:
+            ledger.reserved_elsewhere(key, fleet)  # sums kept for this snapshot from here on
+    afresh = ReservationLedger()
+    for key in (A, B, C):
+        afresh.set(key, ledger.get(key))
+        afresh.set_slices(key, ledger._slices.get(key, ()))
+    for key in (A, B, C, D):
+        assert ledger.reserved_elsewhere(key, fleet) == afresh.reserved_elsewhere(key, fleet)
