@@ -14,6 +14,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
+import orjson
 from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
 
@@ -279,7 +280,7 @@ class KubeApi:
             raise ApiException(http_resp=response)
         if not want_result:
             return {}
-        data = json.loads(response.data or b"{}")
+        data = orjson.loads(response.data or b"{}")
         return data if isinstance(data, dict) else {}
 
 
@@ -303,9 +304,9 @@ def _json_lines(chunks: Iterable[bytes]) -> Iterator[dict[str, Any]]:
         *lines, pending = pending.split(b"\n")
         for line in lines:
             if line.strip():
-                yield json.loads(line)
+                yield orjson.loads(line)
     if pending.strip():
-        yield json.loads(pending)
+        yield orjson.loads(pending)
 
 
 def _retry(
