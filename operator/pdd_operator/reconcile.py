@@ -872,7 +872,11 @@ class Reconciler:
             message = f"could not look up the sidecar token Secret: {api_error_message(err)}"
             return _TokenCheck(found=_Blocked("ApplyFailed", message))
         if owners is None:
-            return _TokenCheck(pdd.uid, now, missing=True)
+            # Remembered too: a pass held back before it creates the Secret need not look
+            # again (a Secret someone creates meanwhile makes the create fail, and the look
+            # is done afresh).
+            self._tokens[key] = _TokenCheck(pdd.uid, now, missing=True)
+            return self._tokens[key]
         found = _Blocked()
         if (conflict := ownership.name_conflict("Secret", name, owners, pdd.uid)) is not None:
             found = _Blocked(ownership.TOKEN_REASON, ownership.token_conflict_message(conflict))

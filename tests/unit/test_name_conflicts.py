@@ -11,6 +11,7 @@ import pytest
 
 from helpers.factories import BASE_BODY
 from helpers.fake_cluster import FakeCluster, reconciler_for
+from pdd_operator.api import names
 from pdd_operator.reconcile import Reconciler
 from pdd_operator.status import ownership
 
@@ -130,6 +131,21 @@ async def test_a_settled_deployment_reads_nothing_to_check_names() -> None:
     cluster.workloads_ready(NS)  # no StatefulSet short of pods: no Events to read either
     await rec.reconcile(KEY)
     assert len(cluster.reads) == first  # children listed as its own need no look-up
+
+
+async def test_the_token_secret_found_missing_is_not_looked_up_again_while_held_back() -> None:
+    cluster = FakeCluster(body())
+    rec = reconciler(cluster)
+    where = (NS, "v1", "Service", "llama-prefill")
+    cluster.objects[where] = foreign("Service", "v1", "llama-prefill", [])
+    await rec.reconcile(KEY)
+    await rec.reconcile(KEY)  # still held back by the name conflict: no Secret created yet
+    del cluster.objects[where]
+    await rec.reconcile(KEY)
+
+    secret = names.token_secret_name("llama", "uid-llama")
+    assert [r for r in cluster.reads if r[0] == "Secret"] == [("Secret", secret)]
+    assert ("create", "Secret", secret) in cluster.writes
 
 
 async def test_two_deployments_whose_names_would_collide_do_not_share_a_child() -> None:
