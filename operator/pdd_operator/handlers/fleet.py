@@ -187,7 +187,8 @@ class FleetCache:
         if nodes_changed or stale:
             self._gpus_version = gpus.version
             usage = gpus.usage()
-            self._fleet = Fleet(with_usage(self._bases, usage.used), usage.held)
+            last = () if nodes_changed else self._fleet.nodes
+            self._fleet = Fleet(with_usage(self._bases, usage.used, last), usage.held)
             self._at = now
         return self._fleet
 

@@ -6,7 +6,7 @@ planner's idea of free GPUs matches what the scheduler will admit.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from decimal import Decimal, InvalidOperation
 from math import ceil
@@ -106,9 +106,20 @@ def _labels(obj: Mapping[str, Any]) -> Mapping[str, str]:
     return (obj.get("metadata") or {}).get("labels") or {}
 
 
-def with_usage(bases: Iterable[NodeFacts], used: Mapping[str, int]) -> list[NodeFacts]:
-    """The nodes (as built by node_facts without pods) with their GPUs in use."""
-    return [replace(n, used_gpus=used[n.name]) if n.name in used else n for n in bases]
+def with_usage(
+    bases: Sequence[NodeFacts], used: Mapping[str, int], last: Sequence[NodeFacts] = ()
+) -> list[NodeFacts]:
+    """The nodes (as built by node_facts without pods) with their GPUs in use. `last`, an
+    earlier result over the same bases, lends the nodes whose count is unchanged: copying
+    every node of a large fleet for each new count cost more than the count itself."""
+    lent = last if len(last) == len(bases) else [None] * len(bases)
+    return [_counted(n, used.get(n.name, 0), before) for n, before in zip(bases, lent, strict=True)]
+
+
+def _counted(base: NodeFacts, gpus: int, before: NodeFacts | None) -> NodeFacts:
+    if before is not None and before.used_gpus == gpus:
+        return before
+    return replace(base, used_gpus=gpus) if gpus else base
 
 
 def pod_gpu_request(pod_spec: Mapping[str, Any]) -> int:
