@@ -13,7 +13,7 @@ import asyncio
 import logging
 import threading
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -115,26 +115,17 @@ class Watches:
 
     def _relist(self, collection: Collection) -> str:
         started = time.monotonic()
-        bodies: list[Mapping[str, Any]] = []
-        token, version = "", ""
-        while True:
-            page = self.kube.list_page(collection.path, self.PAGE, token, collection.selectors)
-            bodies.extend(_typed_items(page))
-            meta = page.get("metadata") or {}
-            version = str(meta.get("resourceVersion") or version)
-            token = str(meta.get("continue") or "")
-            if not token:
-                break
-        collection.sink.reset(bodies)
+        listing = _Listing(self.kube, collection, self.PAGE)
+        collection.sink.reset(listing)
         log.info(
             "listed %d %s in %.1fs (%d kept)",
-            len(bodies),
+            listing.count,
             collection.what,
             time.monotonic() - started,
             len(collection.sink),
         )
         self._mark_listed(collection)
-        return version
+        return listing.version
 
     def _mark_listed(self, collection: Collection) -> None:
         with self._lock:
@@ -156,6 +147,36 @@ class Watches:
             if self._stop.is_set():
                 break
         return version
+
+
+class _Listing:
+    """A collection's list as one stream of items, asked for page by page while a sink reads
+    it: each page is summarised before the next is fetched, so a list of thousands of large
+    objects is never held whole (a restart at 1,000 deployments lists 6,000 pods of 18 KB,
+    and holding them all took the operator's RSS to 1 GiB). A failing page ends the stream
+    with its error, before the sink replaced anything."""
+
+    def __init__(self, kube: KubeApi, collection: Collection, page_size: int) -> None:
+        self._kube = kube
+        self._collection = collection
+        self._page_size = page_size
+        self.version = ""  # the list's resourceVersion, once read to the end
+        self.count = 0
+
+    def __iter__(self) -> Iterator[dict[str, Any]]:
+        path, selectors = self._collection.path, self._collection.selectors
+        token = ""
+        while True:
+            page = self._kube.list_page(path, self._page_size, token, selectors)
+            meta = page.get("metadata") or {}
+            self.version = str(meta.get("resourceVersion") or self.version)
+            token = str(meta.get("continue") or "")
+            items = _typed_items(page)
+            del page
+            self.count += len(items)
+            yield from items
+            if not token:
+                return
 
 
 def _typed_items(page: Mapping[str, Any]) -> list[dict[str, Any]]:
