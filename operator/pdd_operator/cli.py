@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import gc
 import logging
 import os
 import sys
@@ -94,6 +95,7 @@ def _run(config: OperatorConfig) -> int:
         # kopf logs "Handler 'on_pod' succeeded." for every watch event: thousands of lines a
         # minute on a busy cluster. Its warnings and handler failures still get through.
         logging.getLogger("kopf.objects").setLevel(logging.WARNING)
+    _collect_cycles_less_often()
     # Imported only now: `generate` and `topology scan` need neither kopf nor the handlers.
     import kopf
 
@@ -109,6 +111,16 @@ def _run(config: OperatorConfig) -> int:
         memo=kopf.Memo(config=config),
     )
     return 0
+
+
+def _collect_cycles_less_often() -> None:
+    """Python's cycle collector runs after every 700 new container objects by default, and
+    every JSON object the informers decode is one: a page of 500 pods makes hundreds of
+    thousands, and each full collection walks everything the operator keeps. On the lists of
+    a restart at 1,000 deployments that was about half the operator's CPU (bench/list_cost.py,
+    docs/benchmarks-operator.md). Cycles (asyncio's, exceptions') are still collected, less
+    often."""
+    gc.set_threshold(10_000, 10, 10)
 
 
 if __name__ == "__main__":
