@@ -182,6 +182,8 @@ def aftercare_tables(r: dict[str, Any]) -> str:
         ("restart: all re-verified (s from start)",
          f"{_f(restart.get('all_verified_s'), 2)} ({_f(restart.get('verified'))} of "
          f"{_f(restart.get('deployments'))})"),
+        ("restart: operator RSS peak / settled (MiB)",
+         f"{_f(restart.get('rss_mib_peak'))} / {_f(restart.get('rss_mib_settled'))}"),
         ("restart: writes (by resource) / reads, audit", f"{_f(restart.get('writes'))} "
          f"({_verbs(restart.get('writes_by_resource'))}) / {_f(restart.get('reads'))}"),
         ("idle: window (s) / resync (s)", f"{_f(idle.get('window_s'))} / "

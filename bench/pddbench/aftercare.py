@@ -170,6 +170,8 @@ def restart(scene: Scene) -> dict[str, Any]:
     time.sleep(cfg.settle_seconds)  # a write the passes cause lands in the window too
     t1_wall = time.time()
     rec = _metric_sum(scene.metrics(), RECONCILES)
+    # The fresh process lists everything at once: its memory then, and once settled.
+    rss = _rss_samples(scene, t0, time.monotonic())
     time.sleep(1)
     return {
         "deployments": expected,
@@ -180,6 +182,8 @@ def restart(scene: Scene) -> dict[str, Any]:
         "all_verified_s": verified,
         "verified": int(reconciled),
         "cpu_seconds_to_verified": round(cpu, 2),
+        "rss_mib_peak": max((mib for _, mib in rss), default=None),
+        "rss_mib_settled": rss[-1][1] if rss else None,
         "reconciles": int(rec),
         "window_s": round(t1_wall - t0_wall, 1),
         **scene.operator_requests(t0_wall, t1_wall),

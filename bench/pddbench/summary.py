@@ -18,6 +18,7 @@ AFTERCARE_KEYS = {
     "restart_first_reconcile_s": ("restart", "first_reconcile_s"),
     "restart_all_verified_s": ("restart", "all_verified_s"),
     "restart_writes": ("restart", "writes"),
+    "restart_rss_mib_peak": ("restart", "rss_mib_peak"),
     "idle_writes": ("idle", "writes"),
     "idle_window_s": ("idle", "window_s"),
     "soak_s": ("soak", "duration_s"),

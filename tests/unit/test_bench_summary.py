@@ -151,7 +151,7 @@ def test_what_no_run_measures_is_null_not_invented() -> None:
 AFTERCARE = {
     "n": 10,
     "idle": {"window_s": 60.0, "cpu_pct": 0.0, "writes": 0},
-    "restart": {"first_reconcile_s": 3.2, "all_verified_s": 7.5, "writes": 0},
+    "restart": {"first_reconcile_s": 3.2, "all_verified_s": 7.5, "writes": 0, "rss_mib_peak": 190},
     "soak": {"duration_s": 120.0, "rss_drift_pct": 4.2, "tracked_before": 11, "tracked_after": 13},
 }
 
@@ -166,6 +166,7 @@ def test_the_aftercare_of_the_largest_size_fills_the_restart_idle_and_soak_keys(
     assert summary["aftercare_n"] == 50
     assert (summary["restart_first_reconcile_s"], summary["restart_all_verified_s"]) == (3.2, 7.5)
     assert summary["restart_writes"] == 0
+    assert summary["restart_rss_mib_peak"] == 190
     # A measured 0 % stands; the no-op window's figure is only for a run without the step.
     assert summary["idle_cpu_pct"] == 0.0 and summary["idle_writes"] == 0
     assert summary["soak_rss_drift_pct"] == 4.2
