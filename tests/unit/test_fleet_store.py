@@ -9,6 +9,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from pdd_contract.labels import LABEL_DEPLOYMENT
 from pdd_contract.resources import GPU_RESOURCE
 from pdd_operator.handlers.fleet import FleetCache, FleetState
 from pdd_operator.kube.client import WatchExpired, _json_lines, _watch_error
@@ -153,13 +154,20 @@ def test_the_snapshot_is_rebuilt_only_when_gpu_use_or_a_node_changed() -> None:
     assert [n.used_gpus for n in within.fleet().nodes] == [3]  # a second stale at most
 
 
+def labelled_pod(uid: str, node_name: str, gpus: int, phase: str, owner: str) -> dict[str, Any]:
+    body = pod(uid, node_name, gpus, phase)
+    body["metadata"]["labels"] = {LABEL_DEPLOYMENT: owner} if owner else {}
+    return body
+
+
 UIDS = st.sampled_from(["a", "b", "c", "d"])
 POD_STATES = st.builds(
-    pod,
+    labelled_pod,
     UIDS,
     st.sampled_from(["", "n1", "n2"]),
     st.integers(0, 3),
     st.sampled_from(["Pending", "Running", "Succeeded"]),
+    st.sampled_from(["", "kv", "other"]),
 )
 EVENTS = st.one_of(
     st.tuples(st.sampled_from(["ADDED", "MODIFIED"]), POD_STATES),
@@ -183,4 +191,4 @@ def test_the_ledger_kept_on_each_event_counts_what_a_recount_of_the_live_pods_co
             live.pop(body["metadata"]["uid"], None)
             if what != "DELETED":
                 live[body["metadata"]["uid"]] = body
-    assert state.gpus.usage() == gpu_usage(live.values())
+    assert state.gpus.usage() == gpu_usage(live.values(), LABEL_DEPLOYMENT)

@@ -81,3 +81,14 @@ def test_a_page_that_fails_leaves_the_store_as_it_was() -> None:
     assert [n["metadata"]["name"] for n in state.nodes.values()] == ["before"]
     watches(PagedList())._relist(Collection("nodes", "/api/v1/nodes", (), state.nodes))
     assert [n["metadata"]["name"] for n in state.nodes.values()] == NODES
+
+
+class StopsEarly(SeenWhen):
+    def reset(self, bodies: Iterable[Mapping[str, Any]]) -> None:
+        self.seen = [(b["metadata"]["name"], 0) for _, b in zip(range(3), bodies, strict=False)]
+
+
+def test_a_store_that_stops_reading_the_list_part_way_is_an_error_not_a_silent_gap() -> None:
+    api = PagedList()
+    with pytest.raises(RuntimeError, match="stopped reading"):
+        watches(api)._relist(Collection("nodes", "/api/v1/nodes", (), StopsEarly(api)))

@@ -142,6 +142,7 @@ class FleetState:
     gpus: GpuLedger = field(default_factory=GpuLedger)
 
     def pod_store(self, namespace: str = "") -> CompactStore:
+        # Called while the collections are set up, before any watch thread runs.
         if namespace not in self.pods_by_namespace:
             self.pods_by_namespace[namespace] = CompactStore(_uid, compact_pod, self._others_pod)
         return self.pods_by_namespace[namespace]

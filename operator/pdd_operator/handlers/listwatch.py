@@ -23,6 +23,9 @@ log = logging.getLogger(__name__)
 
 
 class Sink(Protocol):
+    """What keeps a collection. `reset` reads `bodies` once, to the end, before it replaces
+    anything: the list is fetched while it reads, and may fail part-way."""
+
     def reset(self, bodies: Iterable[Mapping[str, Any]]) -> None: ...
     def apply(self, event_type: str, body: Mapping[str, Any]) -> None: ...
     def __len__(self) -> int: ...
@@ -117,6 +120,8 @@ class Watches:
         started = time.monotonic()
         listing = _Listing(self.kube, collection, self.PAGE)
         collection.sink.reset(listing)
+        if not listing.complete:  # the watch would go on from a version it never read up to
+            raise RuntimeError(f"the store of {collection.what} stopped reading its list")
         log.info(
             "listed %d %s in %.1fs (%d kept)",
             listing.count,
@@ -160,8 +165,9 @@ class _Listing:
         self._kube = kube
         self._collection = collection
         self._page_size = page_size
-        self.version = ""  # the list's resourceVersion, once read to the end
+        self.version = ""  # the list's resourceVersion
         self.count = 0
+        self.complete = False  # read to its last page
 
     def __iter__(self) -> Iterator[dict[str, Any]]:
         path, selectors = self._collection.path, self._collection.selectors
@@ -176,6 +182,7 @@ class _Listing:
             self.count += len(items)
             yield from items
             if not token:
+                self.complete = True
                 return
 
 

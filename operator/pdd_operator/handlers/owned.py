@@ -89,7 +89,7 @@ class GroupedStore:
         with self._lock:
             old = self._entries.get(uid)
             self._put(uid, old, new)
-        self._show(uid, old, new)
+        self._inform_observer(uid, old, new)
         self._tell(old, new)
 
     def reset(self, bodies: Iterable[Mapping[str, Any]]) -> None:
@@ -108,7 +108,7 @@ class GroupedStore:
                 self._put(uid, None, entry)
             first, self._listed = not self._listed, True
         for uid in {**old_entries, **fresh}:
-            self._show(uid, old_entries.get(uid), fresh.get(uid))
+            self._inform_observer(uid, old_entries.get(uid), fresh.get(uid))
             if not first:
                 self._tell(old_entries.get(uid), fresh.get(uid))
 
@@ -130,7 +130,7 @@ class GroupedStore:
             self._entries[uid] = new
             self._groups.setdefault(new.group, {})[uid] = new.summary
 
-    def _show(self, uid: str, old: _Entry | None, new: _Entry | None) -> None:
+    def _inform_observer(self, uid: str, old: _Entry | None, new: _Entry | None) -> None:
         if self._observe is not None and old != new:
             self._observe(uid, *((new.summary, new.deployment) if new else (None, None)))
 

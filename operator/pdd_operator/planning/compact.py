@@ -36,8 +36,8 @@ def compact_node(node: Mapping[str, Any]) -> dict[str, Any]:
 def compact_pod(pod: Mapping[str, Any]) -> dict[str, Any] | None:
     """Only pods that hold GPUs matter; None for the rest (not indexed at all). The pod's
     effective GPU request (init containers, sidecars and overhead counted by Kubernetes'
-    rule) is worked out once, here, and kept as one container's request: the planner
-    recounts every GPU pod of the fleet, up to once a second while deployments converge."""
+    rule) is worked out once, here, and kept as one container's request, as the fleet's
+    GPU ledger counts it (handlers/fleet.py)."""
     spec = pod.get("spec", {})
     phase = pod.get("status", {}).get("phase")
     if phase in ("Succeeded", "Failed"):

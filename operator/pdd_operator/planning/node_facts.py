@@ -13,6 +13,7 @@ from math import ceil
 from typing import Any
 
 from pdd_contract.resources import GPU_RESOURCE
+from pdd_operator.api.names import DeploymentKey
 from pdd_operator.planning.placement import NodeFacts
 
 TERMINATED_PHASES = frozenset({"Succeeded", "Failed"})
@@ -39,9 +40,8 @@ def node_facts(nodes: Iterable[Mapping[str, Any]]) -> list[NodeFacts]:
     return facts
 
 
-DeploymentRef = tuple[str, str]  # (namespace, PDDeployment name)
 # What one bound pod holds: its node, its GPUs, and the deployment it belongs to (if any).
-Holding = tuple[str, int, DeploymentRef | None]
+Holding = tuple[str, int, DeploymentKey | None]
 
 
 @dataclass(frozen=True)
@@ -49,9 +49,9 @@ class GpuUsage:
     """GPUs held by bound, unfinished pods: per node, and per PDDeployment per node."""
 
     used: dict[str, int]
-    held: dict[DeploymentRef, dict[str, int]]  # {(namespace, name): {node: gpus}}
+    held: dict[DeploymentKey, dict[str, int]]  # {(namespace, name): {node: gpus}}
 
-    def add(self, node: str, gpus: int, deployment: DeploymentRef | None = None) -> None:
+    def add(self, node: str, gpus: int, deployment: DeploymentKey | None = None) -> None:
         """A bound pod's GPUs on `node`, held by `deployment` when it has one."""
         _count(self.used, node, gpus)
         if deployment is not None:
@@ -59,7 +59,7 @@ class GpuUsage:
             if not self.held[deployment]:
                 del self.held[deployment]
 
-    def remove(self, node: str, gpus: int, deployment: DeploymentRef | None = None) -> None:
+    def remove(self, node: str, gpus: int, deployment: DeploymentKey | None = None) -> None:
         """What `add` counted, taken back (the pod finished, moved or went)."""
         self.add(node, -gpus, deployment)
 
@@ -92,9 +92,11 @@ def pod_holding(pod: Mapping[str, Any], deployment_label: str | None = None) -> 
 
 
 def gpu_usage(pods: Iterable[Mapping[str, Any]], deployment_label: str | None = None) -> GpuUsage:
-    """One pass over the pods. `held` (by the value of `deployment_label`, when given) comes
-    from the same pods as `used`, so that what a plan counts as its own (free to place again)
-    or as another slice's (reserved until bound) matches the used GPUs it sees."""
+    """One pass over the pods: the count by definition (the operator keeps it current event by
+    event in handlers/fleet.GpuLedger, and the tests hold the two to each other). `held` (by
+    the value of `deployment_label`, when given) comes from the same pods as `used`, so that
+    what a plan counts as its own (free to place again) or as another slice's (reserved until
+    bound) matches the used GPUs it sees."""
     usage = GpuUsage({}, {})
     for pod in pods:
         if (holding := pod_holding(pod, deployment_label)) is not None:
@@ -117,7 +119,7 @@ def with_usage(
 
 
 def _counted(base: NodeFacts, gpus: int, before: NodeFacts | None) -> NodeFacts:
-    if before is not None and before.used_gpus == gpus:
+    if before is not None and before.name == base.name and before.used_gpus == gpus:
         return before
     return replace(base, used_gpus=gpus) if gpus else base
 

@@ -103,7 +103,7 @@ class Fleet:
     ) -> None:
         self.nodes: tuple[NodeFacts, ...] = tuple(nodes)
         # GPUs each deployment's bound pods hold per node, as counted in `used_gpus` above:
-        # {(namespace, name): {node: gpus}} (see node_facts.gpu_usage).
+        # {(namespace, name): {node: gpus}} (see node_facts.GpuUsage).
         self.held: Mapping[tuple[str, str], Mapping[str, int]] = held or {}
         self.by_name = {n.name: n for n in self.nodes}
         self.has_gpudirect_labels = any(LABEL_GPUDIRECT in n.labels for n in self.nodes)

@@ -170,11 +170,12 @@ def test_with_usage_counts_every_bound_unfinished_pod() -> None:
 
 def test_a_recount_lends_the_unchanged_nodes_of_the_last_and_counts_the_rest_afresh() -> None:
     bases = node_facts(NODES)
-    last = with_usage(bases, {"n1": 3, "n2": 2})
-    now = with_usage(bases, {"n1": 5, "n6": 1}, last)
-    assert now == with_usage(bases, {"n1": 5, "n6": 1})
+    last = with_usage(bases, {"n1": 3, "n2": 2, "n3": 1})
+    now = with_usage(bases, {"n1": 5, "n3": 1, "n6": 1}, last)
+    assert now == with_usage(bases, {"n1": 5, "n3": 1, "n6": 1})
     assert now[1] == bases[1]  # n2's pods went: back to no GPU in use
     assert now[2] is last[2]  # n3: unchanged, the same object
+    assert now[0] is not last[0] and now[0].used_gpus == 5
 
 
 def test_labels_are_copied_not_shared() -> None:

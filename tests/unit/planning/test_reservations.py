@@ -200,30 +200,44 @@ CHANGES = st.lists(
             st.tuples(st.just("slices"), st.lists(MARKS, max_size=2).map(tuple)),
             st.tuples(st.just("release"), st.none()),
             st.tuples(st.just("read"), st.none()),
+            st.tuples(st.just("new snapshot"), st.none()),
         ),
     ),
     max_size=25,
 )
+# Snapshots in turn: pods bound between them change what each reservation still misses.
+SNAPSHOTS = [
+    Fleet(clique("c1", 16, nodes=2), {A: {"c1-0": 3}, B: {"c1-1": 1}}),
+    Fleet(clique("c1", 16, nodes=2), {A: {"c1-0": 5}, C: {"c1-1": 2}}),
+]
 
 
 @given(CHANGES)
 def test_sums_kept_current_through_changes_match_sums_made_afresh(
     changes: list[tuple[tuple[str, str], tuple[str, Any]]],
 ) -> None:
-    fleet = Fleet(clique("c1", 16, nodes=2), {A: {"c1-0": 3}, B: {"c1-1": 1}})
     ledger = ReservationLedger()
+    home: dict[tuple[str, str], Reservation | None] = {}
+    slices: dict[tuple[str, str], tuple[Reservation, ...]] = {}
+    snapshot = 0
     for key, (what, value) in changes:
         if what == "set":
             ledger.set(key, value)
+            home[key] = value
         elif what == "slices":
             ledger.set_slices(key, value)
+            slices[key] = value
         elif what == "release":
             ledger.release(key)
+            home[key], slices[key] = None, ()
+        elif what == "new snapshot":
+            snapshot = 1 - snapshot
         else:
-            ledger.reserved_elsewhere(key, fleet)  # sums kept for this snapshot from here on
+            ledger.reserved_elsewhere(key, SNAPSHOTS[snapshot])  # sums kept from here on
     afresh = ReservationLedger()
     for key in (A, B, C):
-        afresh.set(key, ledger.get(key))
-        afresh.set_slices(key, ledger._slices.get(key, ()))
+        afresh.set(key, home.get(key))
+        afresh.set_slices(key, slices.get(key, ()))
+    fleet = SNAPSHOTS[snapshot]
     for key in (A, B, C, D):
         assert ledger.reserved_elsewhere(key, fleet) == afresh.reserved_elsewhere(key, fleet)
