@@ -223,15 +223,18 @@ def test_the_stock_hpa_scales_decode_on_a_load_metric_and_prefill_follows(
 
 # Two domains of the slices test's own, under a level no other node carries and tainted so
 # that no other pod lands there: `near` (4 GPUs, the first slice's best fit) and `far` (8).
+# They go with the test: the planner does not read taints (docs/topology.md), so to
+# the next test's deployment, at the default level, `near` with 2 GPUs free would be the
+# best fit for 1P/1D, a domain its pods cannot go to.
 SLICE_LEVEL = "pdd.test/hpa-slices"
 SLICE_TAINT = {"key": "pdd.test/hpa-slices", "value": "true", "effect": "NoSchedule"}
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture
 def slice_domains(
     hpa_cluster: tuple[LocalControlPlane, client.ApiClient, Load, NodeSimulator],
 ) -> Iterator[dict[str, str]]:
-    """node name -> its domain; deleted after the module."""
+    """node name -> its domain; deleted after the test."""
     sim = hpa_cluster[3]
     nodes = [
         SimNode(
