@@ -223,7 +223,7 @@ def test_the_stock_hpa_scales_decode_on_a_load_metric_and_prefill_follows(
 
 # Two domains of the slices test's own, under a level no other node carries and tainted so
 # that no other pod lands there: `near` (4 GPUs, the first slice's best fit) and `far` (8).
-# They go with the test: the planner does not read taints (docs/topology.md), so to
+# They go with the test: the planner does not read taints (README, troubleshooting), so to
 # the next test's deployment, at the default level, `near` with 2 GPUs free would be the
 # best fit for 1P/1D, a domain its pods cannot go to.
 SLICE_LEVEL = "pdd.test/hpa-slices"
