@@ -10,13 +10,14 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from decimal import Decimal, InvalidOperation
 from math import ceil
-from typing import Any
+from typing import Any, TypeVar
 
 from pdd_contract.resources import GPU_RESOURCE
 from pdd_operator.api.names import DeploymentKey
 from pdd_operator.planning.placement import NodeFacts
 
 TERMINATED_PHASES = frozenset({"Succeeded", "Failed"})
+K = TypeVar("K")
 
 
 def node_facts(nodes: Iterable[Mapping[str, Any]]) -> list[NodeFacts]:
@@ -53,9 +54,9 @@ class GpuUsage:
 
     def add(self, node: str, gpus: int, deployment: DeploymentKey | None = None) -> None:
         """A bound pod's GPUs on `node`, held by `deployment` when it has one."""
-        _count(self.used, node, gpus)
+        add_to_count(self.used, node, gpus)
         if deployment is not None:
-            _count(self.held.setdefault(deployment, {}), node, gpus)
+            add_to_count(self.held.setdefault(deployment, {}), node, gpus)
             if not self.held[deployment]:
                 del self.held[deployment]
 
@@ -67,13 +68,14 @@ class GpuUsage:
         return GpuUsage(dict(self.used), {key: dict(nodes) for key, nodes in self.held.items()})
 
 
-def _count(counts: dict[str, int], node: str, gpus: int) -> None:
-    """Add to a node's count; a count back at zero goes (a node no pod holds is not listed)."""
-    total = counts.get(node, 0) + gpus
+def add_to_count(counts: dict[K, int], key: K, delta: int) -> None:
+    """Add to a count kept by key; a count back at zero goes (a node no pod holds, a domain
+    nobody reserves, is not listed)."""
+    total = counts.get(key, 0) + delta
     if total:
-        counts[node] = total
+        counts[key] = total
     else:
-        counts.pop(node, None)
+        counts.pop(key, None)
 
 
 def pod_holding(pod: Mapping[str, Any], deployment_label: str | None = None) -> Holding | None:

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from pdd_operator.api.names import ROLES, DeploymentKey
 from pdd_operator.api.v1alpha1 import PDDeploymentSpec, PlacementStatus
 from pdd_operator.engines.base import role_spec
+from pdd_operator.planning.node_facts import add_to_count
 from pdd_operator.planning.placement import Fleet, PlacementResult, plan_placement
 from pdd_operator.planning.slices import Slice
 
@@ -128,11 +129,7 @@ class ReservationLedger:
             return
         fleet, totals = self._totals
         for where, missing in self._unbound(key, fleet):
-            total = totals.get(where, 0) + sign * missing
-            if total:
-                totals[where] = total
-            else:
-                totals.pop(where, None)
+            add_to_count(totals, where, sign * missing)
 
     def _unbound(self, key: DeploymentKey, fleet: Fleet) -> list[tuple[Domain, int]]:
         """Per domain, the GPUs the deployment reserved that its pods do not hold yet."""
