@@ -108,11 +108,16 @@ async def test_a_taken_name_stops_every_write_and_is_named_in_stalled(
     assert ("Warning", "NameConflict", stalled["message"]) in cluster.events
 
 
-async def test_the_deployment_resumes_once_the_name_is_free() -> None:
+def service_taken() -> tuple[FakeCluster, Reconciler, tuple[str, str, str, str]]:
+    """A deployment whose prefill Service name an object of someone else's holds."""
     cluster = FakeCluster(body())
-    rec = reconciler(cluster)
     where = (NS, "v1", "Service", "llama-prefill")
     cluster.objects[where] = foreign("Service", "v1", "llama-prefill", [])
+    return cluster, reconciler(cluster), where
+
+
+async def test_the_deployment_resumes_once_the_name_is_free() -> None:
+    cluster, rec, where = service_taken()
     await rec.reconcile(KEY)
     assert conditions(cluster)["Stalled"]["reason"] == "NameConflict"
 
@@ -134,10 +139,7 @@ async def test_a_settled_deployment_reads_nothing_to_check_names() -> None:
 
 
 async def test_the_token_secret_found_missing_is_not_looked_up_again_while_held_back() -> None:
-    cluster = FakeCluster(body())
-    rec = reconciler(cluster)
-    where = (NS, "v1", "Service", "llama-prefill")
-    cluster.objects[where] = foreign("Service", "v1", "llama-prefill", [])
+    cluster, rec, where = service_taken()
     await rec.reconcile(KEY)
     await rec.reconcile(KEY)  # still held back by the name conflict: no Secret created yet
     del cluster.objects[where]
