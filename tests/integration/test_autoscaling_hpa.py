@@ -223,9 +223,7 @@ def test_the_stock_hpa_scales_decode_on_a_load_metric_and_prefill_follows(
 
 # Two domains of the slices test's own, under a level no other node carries and tainted so
 # that no other pod lands there: `near` (4 GPUs, the first slice's best fit) and `far` (8).
-# They go with the test: the planner does not read taints (README, troubleshooting), so to
-# the next test's deployment, at the default level, `near` with 2 GPUs free would be the
-# best fit for 1P/1D, a domain its pods cannot go to.
+# They go with the test, so that the next test sees the fleet it was written for.
 SLICE_LEVEL = "pdd.test/hpa-slices"
 SLICE_TAINT = {"key": "pdd.test/hpa-slices", "value": "true", "effect": "NoSchedule"}
 

@@ -210,3 +210,63 @@ def test_missing_rdma_prerequisite_stops_the_pod_and_says_what_to_fix(
 
     events = wait_for(warning_event, 30, what="PreflightFailed event on the PDDeployment")
     assert "memlock" in events[0].message
+
+
+# Two domains under a level only this test's nodes carry: one node tainted for another tenant
+# (8 GPUs free: the best fit by free GPUs), and two untainted nodes.
+TENANT_LEVEL = "pdd.test/tenant-clique"
+TENANT_TAINT = {"key": "pdd.test/tenant", "value": "other", "effect": "NoSchedule"}
+
+
+@pytest.fixture
+def tenant_nodes(node_sim: Any) -> Iterator[list[str]]:
+    def tenant_node(name: str, domain: str, taints: tuple[dict[str, str], ...]) -> SimNode:
+        labels = {**gpu_node_labels(8, f"clique-{name}"), TENANT_LEVEL: domain}
+        return SimNode(name, labels=labels, capacity=gpu_node_capacity(8), taints=taints)
+
+    nodes = [
+        tenant_node("tenant-t0", "tainted", (TENANT_TAINT,)),
+        tenant_node("tenant-u0", "open", ()),
+        tenant_node("tenant-u1", "open", ()),
+    ]
+    with node_sim.nodes_for_a_while(nodes) as names:
+        yield names
+
+
+def test_a_domain_the_pods_do_not_tolerate_is_not_planned_and_one_they_do_is(
+    operator: OperatorProcess,
+    api_client: client.ApiClient,
+    namespace: str,
+    tenant_nodes: list[str],
+) -> None:
+    """The planner reads the nodes' taints: without the toleration the slice goes to the open
+    domain and its pods are bound there by the real scheduler; with it, to the tainted node
+    (the best fit), where the scheduler admits them."""
+    core = client.CoreV1Api(api_client)
+    base = {**spec(1, 1), "topology": {"placement": "required", "levels": [TENANT_LEVEL]}}
+    base["kvTransfer"] = {}
+    tolerated = {"tolerations": [{**TENANT_TAINT, "operator": "Equal"}]}
+    cases = [
+        ("intolerant", base, {"tenant-u0", "tenant-u1"}),
+        (
+            "tolerant",
+            {**base, "prefill": {**base["prefill"], **tolerated},
+             "decode": {**base["decode"], **tolerated}},
+            {"tenant-t0"},
+        ),
+    ]  # fmt: skip
+    for name, patch, where in cases:
+        create(api_client, namespace, name, patch)
+
+        def bound(name: str = name) -> set[str] | None:
+            selector = f"pdd.dev/deployment={name}"
+            pods = core.list_namespaced_pod(namespace, label_selector=selector).items
+            nodes = [p.spec.node_name for p in pods]
+            return set(nodes) if len(pods) == 2 and all(nodes) else None
+
+        assert wait_for(bound, 90, what=f"{name}'s 2 pods bound") <= where
+        placed = condition(api_client, namespace, name, "Placed")
+        assert f"{TENANT_LEVEL}={'tainted' if name == 'tolerant' else 'open'}" in placed["message"]
+        client.CustomObjectsApi(api_client).delete_namespaced_custom_object(
+            GROUP, VERSION, namespace, PLURAL, name
+        )

@@ -755,8 +755,17 @@ class RoleSpec(Model):
         default_factory=ResourceRequirements,
         description="Extra resources (cpu, memory, ...); GPUs and RDMA come from the operator.",
     )
-    nodeSelector: Annotated[dict[str, str], Field(max_length=64)] = Field(default_factory=dict)
-    tolerations: Annotated[list[Toleration], Field(max_length=64)] = Field(default_factory=list)
+    nodeSelector: Annotated[dict[str, str], Field(max_length=64)] = Field(
+        default_factory=dict,
+        description="Node labels this role's pods require. The planner counts a domain's "
+        "room only on nodes both this and the taints allow.",
+    )
+    tolerations: Annotated[list[Toleration], Field(max_length=64)] = Field(
+        default_factory=list,
+        description="Taints this role's pods tolerate. A node with a NoSchedule or NoExecute "
+        "taint they do not tolerate is not room for them (nvidia.com/gpu:NoSchedule is "
+        "tolerated as the ExtendedResourceToleration admission plugin does).",
+    )
     podTemplate: Annotated[dict[str, Any] | None, free_form()] = Field(
         default=None,
         description="A Pod template fragment merged over the rendered one (metadata, spec; "

@@ -11,6 +11,7 @@ from typing import Any
 
 from pdd_contract.labels import LABEL_DEPLOYMENT
 from pdd_contract.resources import GPU_RESOURCE
+from pdd_operator.planning.eligibility import hard_taints
 from pdd_operator.planning.node_facts import pod_gpu_request
 
 
@@ -21,7 +22,13 @@ def compact_node(node: Mapping[str, Any]) -> dict[str, Any]:
             "name": node["metadata"]["name"],
             "labels": dict(node["metadata"].get("labels") or {}),
         },
-        "spec": {"unschedulable": bool(node.get("spec", {}).get("unschedulable", False))},
+        "spec": {
+            "unschedulable": bool(node.get("spec", {}).get("unschedulable", False)),
+            "taints": [
+                {"key": t.key, "value": t.value, "effect": t.effect}
+                for t in hard_taints(node.get("spec", {}).get("taints"))
+            ],
+        },
         "status": {
             "allocatable": {GPU_RESOURCE: (status.get("allocatable") or {}).get(GPU_RESOURCE, "0")},
             "conditions": [

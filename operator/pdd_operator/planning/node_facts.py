@@ -14,6 +14,7 @@ from typing import Any, TypeVar
 
 from pdd_contract.resources import GPU_RESOURCE
 from pdd_operator.api.names import DeploymentKey
+from pdd_operator.planning.eligibility import hard_taints
 from pdd_operator.planning.placement import NodeFacts
 
 TERMINATED_PHASES = frozenset({"Succeeded", "Failed"})
@@ -36,6 +37,7 @@ def node_facts(nodes: Iterable[Mapping[str, Any]]) -> list[NodeFacts]:
                 used_gpus=0,
                 ready=_is_ready(status),
                 schedulable=not (node.get("spec") or {}).get("unschedulable", False),
+                taints=hard_taints((node.get("spec") or {}).get("taints")),
             )
         )
     return facts

@@ -13,10 +13,12 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
+from typing import NamedTuple
 
 from pdd_contract.labels import LABEL_GPUDIRECT
 from pdd_contract.resources import GPU_RESOURCE
-from pdd_operator.api.v1alpha1 import PDDeploymentSpec, PlacementStatus
+from pdd_operator.api.v1alpha1 import PDDeploymentSpec, PlacementStatus, RoleSpec
+from pdd_operator.planning.eligibility import ANY_NODE, RoleNodes, Taint, role_nodes
 
 
 @dataclass(frozen=True)
@@ -39,6 +41,11 @@ class NodeFacts:
     used_gpus: int  # requested by bound, unfinished pods, ours too (Fleet.held says whose)
     ready: bool = True
     schedulable: bool = True
+    taints: tuple[Taint, ...] = ()  # NoSchedule and NoExecute only (planning.eligibility)
+
+    def takes(self, role: RoleNodes) -> bool:
+        """Whether pods asking `role` of a node may be scheduled here."""
+        return role.accepts(self.labels, self.taints)
 
     @property
     def free_gpus(self) -> int:
@@ -80,6 +87,18 @@ class _Domain:
     free: int
 
 
+class _Group(NamedTuple):
+    """Instances of one size, packed together by first-fit."""
+
+    size: int  # GPUs per pod
+    pods: int
+    asks: RoleNodes | None = None  # what the pods ask of a node; None: as the other role's
+    role: str = ""  # prefill or decode, where the two roles ask different nodes
+
+
+Asks = tuple[RoleNodes, ...]  # what each role of a slice asks of a node, without repeats
+
+
 @dataclass(frozen=True)
 class _Fit:
     fits: bool
@@ -110,23 +129,34 @@ class Fleet:
         self.usable = tuple(
             n for n in self.nodes if n.ready and n.schedulable and n.allocatable_gpus > 0
         )
-        self._eligible: dict[tuple[str, ...], tuple[NodeFacts, ...]] = {}
-        self._domains: dict[tuple[tuple[str, ...], str], list[_Domain]] = {}
+        self._eligible: dict[tuple[tuple[str, ...], Asks | None], tuple[NodeFacts, ...]] = {}
+        self._domains: dict[tuple[tuple[str, ...], Asks, str], list[_Domain]] = {}
 
-    def eligible(self, values: tuple[str, ...]) -> tuple[NodeFacts, ...]:
-        """Usable nodes whose `pdd.dev/gpudirect` is one of `values` (all when empty)."""
-        if values not in self._eligible:
-            self._eligible[values] = tuple(
-                n for n in self.usable if not values or n.gpudirect in values
+    def eligible(self, values: tuple[str, ...], asks: Asks | None = None) -> tuple[NodeFacts, ...]:
+        """Usable nodes whose `pdd.dev/gpudirect` is one of `values` (all when empty) and
+        that the pods of at least one of `asks` may go to (None: whatever the pods ask)."""
+        key = (values, asks)
+        if key not in self._eligible:
+            self._eligible[key] = tuple(
+                n
+                for n in self.usable
+                if (not values or n.gpudirect in values)
+                and (asks is None or any(n.takes(a) for a in asks))
             )
-        return self._eligible[values]
+        return self._eligible[key]
 
-    def domains(self, values: tuple[str, ...], level: str, own: Mapping[str, int]) -> list[_Domain]:
-        """The level's domains of eligible nodes, fewest free GPUs first, with the GPUs that
-        `own` (node name -> GPUs) holds counted as free."""
-        key = (values, level)
+    def domains(
+        self,
+        values: tuple[str, ...],
+        level: str,
+        own: Mapping[str, int],
+        asks: Asks = (ANY_NODE,),
+    ) -> list[_Domain]:
+        """The level's domains of nodes eligible for `asks`, fewest free GPUs first, with the
+        GPUs that `own` (node name -> GPUs) holds counted as free."""
+        key = (values, asks, level)
         if key not in self._domains:
-            self._domains[key] = _domains(self.eligible(values), level)
+            self._domains[key] = _domains(self.eligible(values, asks), level)
         base = self._domains[key]
         touched = {
             value
@@ -205,19 +235,21 @@ def plan_placement(
     requirements = ((LABEL_GPUDIRECT, gpudirect.values),) if gpudirect.values else ()
     unplaced = Placement(mode=mode, node_requirements=requirements)
     groups = _instance_groups(spec)
-    needed = sum(size * count for size, count in groups)
+    needed = _gpus(groups)
 
-    eligible = fleet.eligible(gpudirect.values)
-    if not eligible:
+    asks = _role_asks(spec)
+    if not fleet.eligible(gpudirect.values):
+        refusal: str | None = _no_eligible_message(spec, fleet.nodes, fleet.usable)
+    else:
+        refusal = _refused_by_a_role(spec, fleet, gpudirect)
+    if refusal is not None:
         return PlacementResult(
-            placed=False,
-            placement=unplaced,
-            reason="NoEligibleNodes",
-            message=_no_eligible_message(spec, fleet.nodes, fleet.usable),
+            placed=False, placement=unplaced, reason="NoEligibleNodes", message=refusal
         )
+    eligible = fleet.eligible(gpudirect.values, asks)
 
     levels = list(dict.fromkeys(spec.topology.levels))
-    domains = {level: fleet.domains(gpudirect.values, level, own) for level in levels}
+    domains = {level: fleet.domains(gpudirect.values, level, own, asks) for level in levels}
     who = _roles_phrase(spec)
 
     def placed(domain: _Domain, fit: _Fit) -> PlacementResult:
@@ -294,13 +326,12 @@ def fits_domain(
     autoscaler grows a placed slice only this far, so a scaling step never moves it (a move
     re-rolls every pod) and two scale-ups at once cannot both take the same free GPUs."""
     gpudirect = gpudirect_filter(spec, fleet)
-    found = next(
-        (d for d in fleet.domains(gpudirect.values, level, own or {}) if d.name == domain), None
-    )
+    domains = fleet.domains(gpudirect.values, level, own or {}, _role_asks(spec))
+    found = next((d for d in domains if d.name == domain), None)
     if found is None:
         return False
     groups = _instance_groups(spec)
-    return _has_room(found, groups, sum(size * n for size, n in groups), reserved or {})
+    return _has_room(found, groups, _gpus(groups), reserved or {})
 
 
 def ranked_domains(
@@ -310,12 +341,12 @@ def ranked_domains(
     them (fewest free GPUs first: big domains stay free for big slices). Where a deployment
     grows by a slice, the first of these that holds the growth takes it (planning.slices)."""
     gpudirect = gpudirect_filter(spec, fleet)
-    return [d.name for d in fleet.domains(gpudirect.values, level, own or {})]
+    return [d.name for d in fleet.domains(gpudirect.values, level, own or {}, _role_asks(spec))]
 
 
 def _has_room(
     domain: _Domain,
-    groups: Sequence[tuple[int, int]],
+    groups: Sequence[_Group],
     needed: int,
     reserved: Mapping[tuple[str, str], int],
 ) -> bool:
@@ -325,15 +356,38 @@ def _has_room(
     return _first_fit(groups, domain.nodes).fits
 
 
-def _instance_groups(spec: PDDeploymentSpec) -> tuple[tuple[int, int], ...]:
-    """(GPUs per pod, pods), largest pods first: the first-fit-decreasing order. An instance
-    over several nodes is that many pods, each on a node of its own (its GPUs per node)."""
-    counts: dict[int, int] = {}
-    for role in (spec.prefill, spec.decode):
-        pods = role.replicas * role.nodesPerInstance
-        if pods > 0:
-            counts[role.gpusPerInstance] = counts.get(role.gpusPerInstance, 0) + pods
-    return tuple(sorted(counts.items(), reverse=True))
+def _instance_groups(spec: PDDeploymentSpec) -> tuple[_Group, ...]:
+    """The slice's pods by size, largest first: the first-fit-decreasing order. An instance
+    over several nodes is that many pods, each on a node of its own (its GPUs per node).
+    Where the two roles ask different nodes (nodeSelector, tolerations) each role's pods are
+    a group of their own, packed only onto the nodes they may go to."""
+    roles = [(name, role) for name, role in _roles(spec) if role.replicas]
+    asks = {name: role_nodes(role) for name, role in roles}
+    shared = len(set(asks.values())) <= 1
+    counts: dict[tuple[int, str], int] = {}
+    for name, role in roles:
+        key = (role.gpusPerInstance, "" if shared else name)
+        counts[key] = counts.get(key, 0) + role.replicas * role.nodesPerInstance
+    groups = [
+        _Group(size, count, asks[role] if role else None, role)
+        for (size, role), count in counts.items()
+    ]
+    return tuple(sorted(groups, key=lambda g: (-g.size, -g.pods)))
+
+
+def _roles(spec: PDDeploymentSpec) -> tuple[tuple[str, RoleSpec], ...]:
+    return (("prefill", spec.prefill), ("decode", spec.decode))
+
+
+def _role_asks(spec: PDDeploymentSpec) -> Asks:
+    """What the slice's roles ask of a node, each once; a slice of no pods asks nothing of
+    any node (ANY_NODE keeps its domains those of every usable node)."""
+    asks = dict.fromkeys(role_nodes(role) for _, role in _roles(spec) if role.replicas)
+    return tuple(asks) or (ANY_NODE,)
+
+
+def _gpus(groups: Iterable[_Group]) -> int:
+    return sum(g.size * g.pods for g in groups)
 
 
 def _domains(eligible: Sequence[NodeFacts], level: str) -> list[_Domain]:
@@ -357,21 +411,24 @@ def _best_fit_order(domain: _Domain) -> tuple[int, str]:
     return (domain.free, domain.name)
 
 
-def _first_fit(groups: Sequence[tuple[int, int]], nodes: Sequence[NodeFacts]) -> _Fit:
+def _first_fit(groups: Sequence[_Group], nodes: Sequence[NodeFacts]) -> _Fit:
     """First-fit decreasing of the instances into the nodes' free GPUs (most free first).
 
     Instances of one size are placed as a run: first-fit puts each into the first node with
     room, and a node that had no room for one has none for the next, so one pass over the
     nodes per size gives the same packing in O(nodes) instead of O(instances x nodes).
+    A group whose role asks particular nodes skips the others.
     """
     order = sorted(nodes, key=lambda n: (-n.free_gpus, n.name))
     free = [n.free_gpus for n in order]
     used = [False] * len(order)
-    for index, (size, count) in enumerate(groups):
+    for index, (size, count, asks, _) in enumerate(groups):
         left = count
         for i, room in enumerate(free):
             if left == 0:
                 break
+            if asks is not None and not order[i].takes(asks):
+                continue
             take = min(left, room // size)
             if take:
                 free[i] -= take * size
@@ -384,23 +441,25 @@ def _first_fit(groups: Sequence[tuple[int, int]], nodes: Sequence[NodeFacts]) ->
     )
 
 
-def _fragmentation(groups: Sequence[tuple[int, int]], nodes: Sequence[NodeFacts]) -> str:
+def _fragmentation(groups: Sequence[_Group], nodes: Sequence[NodeFacts]) -> str:
     """Why enough free GPUs still do not hold the instances (first-fit failed)."""
     fit = _first_fit(groups, nodes)
     index = max(fit.failed_group, 0)
-    size, count = groups[index]
+    size, count, asks, role = groups[index]
+    where = f"node the {role} pods may go to" if role else "node"
     if index == 0:
-        capacity = sum(n.free_gpus // size for n in nodes)
+        takers = [n for n in nodes if asks is None or n.takes(asks)]
+        capacity = sum(n.free_gpus // size for n in takers)
         if capacity == 0:
-            return f"no node has {size} free"
+            return f"no {where} has {size} free"
         return f"its nodes fit only {capacity} of the {count} {size}-GPU instances"
-    bigger = _and_list([str(s) for s, _ in groups[:index]])
-    return f"after the {bigger}-GPU instances no node has {size} free"
+    bigger = _and_list(list(dict.fromkeys(str(g.size) for g in groups[:index])))
+    return f"after the {bigger}-GPU instances no {where} has {size} free"
 
 
 def _without_domains(
     spec: PDDeploymentSpec,
-    groups: Sequence[tuple[int, int]],
+    groups: Sequence[_Group],
     eligible: Sequence[NodeFacts],
     unplaced: Placement,
     adjective: str,
@@ -412,7 +471,7 @@ def _without_domains(
         if levels
         else "spec.topology.levels is empty"
     )
-    needed = sum(size * count for size, count in groups)
+    needed = _gpus(groups)
     free = sum(n.free_gpus for n in eligible)
     on = f"{free} free on the {_count(len(eligible), adjective)}"
     fit = _first_fit(groups, eligible)
@@ -473,6 +532,31 @@ def _no_eligible_message(
     return f"{message}. {_gpudirect_summary(usable)}"
 
 
+def _refused_by_a_role(
+    spec: PDDeploymentSpec, fleet: Fleet, gpudirect: GpuDirectFilter
+) -> str | None:
+    """Where the nodes a role's pods may go to are none of the candidates: which labels or
+    taints keep them off, and what to change."""
+    candidates = fleet.eligible(gpudirect.values)
+    for name, role in _roles(spec):
+        asks = role_nodes(role)
+        if not role.replicas or fleet.eligible(gpudirect.values, (asks,)):
+            continue
+        why: dict[str, list[str]] = {}
+        for node in candidates:
+            why.setdefault(asks.refusal(node.labels, node.taints) or "", []).append(node.name)
+        causes = "; ".join(
+            f"{_count(len(nodes))} {reason} ({_sample(sorted(nodes))})"
+            for reason, nodes in sorted(why.items())
+        )
+        return (
+            f"none of the {_count(len(candidates), gpudirect.adjective)} takes the {name} pods: "
+            f"{causes}; add the toleration to spec.{name}.tolerations, or change "
+            f"spec.{name}.nodeSelector"
+        )
+    return None
+
+
 def _gpudirect_summary(usable: Sequence[NodeFacts]) -> str:
     """What the ready GPU nodes say, e.g. `pdd.dev/gpudirect=peermem on a1, a2 and 1 more`."""
     by_value: dict[str, list[str]] = {}
@@ -530,8 +614,9 @@ def _roles_phrase(spec: PDDeploymentSpec) -> str:
     return " and ".join(roles) or "nothing"
 
 
-def _count(n: int, adjective: str) -> str:
-    return f"{n} {adjective} node" + ("" if n == 1 else "s")
+def _count(n: int, adjective: str = "") -> str:
+    noun = "node" if n == 1 else "nodes"
+    return f"{n} {adjective} {noun}" if adjective else f"{n} {noun}"
 
 
 def _sample(names: Sequence[str], limit: int = 3) -> str:
