@@ -1,9 +1,9 @@
 """Which nodes a role's pods may go to, decided as the scheduler decides it: the node's labels
 against the pods' nodeSelector, and its taints against their tolerations (pure).
 
-The planner counts a domain's room only on nodes a role's pods can be scheduled to. Without
-this a node tainted for another tenant counted as free GPUs: the slice was placed there and
-its pods stayed Pending.
+The planner counts a domain's room only on nodes a role's pods can be scheduled to: a node
+tainted for another tenant is not free GPUs for us, and a slice planned there would stay
+Pending.
 """
 
 from __future__ import annotations

@@ -535,8 +535,8 @@ def _no_eligible_message(
 def _refused_by_a_role(
     spec: PDDeploymentSpec, fleet: Fleet, gpudirect: GpuDirectFilter
 ) -> str | None:
-    """Where the nodes a role's pods may go to are none of the candidates: which labels or
-    taints keep them off, and what to change."""
+    """For the first role whose pods may go to none of the candidate nodes (ready, GPUDirect
+    eligible): which labels or taints keep them off, on which nodes, and what to change."""
     candidates = fleet.eligible(gpudirect.values)
     for name, role in _roles(spec):
         asks = role_nodes(role)
