@@ -763,8 +763,9 @@ class RoleSpec(Model):
     tolerations: Annotated[list[Toleration], Field(max_length=64)] = Field(
         default_factory=list,
         description="Taints this role's pods tolerate. A node with a NoSchedule or NoExecute "
-        "taint they do not tolerate is not room for them (nvidia.com/gpu:NoSchedule is "
-        "tolerated as the ExtendedResourceToleration admission plugin does).",
+        "taint they do not tolerate is not room for them. The GPU pods always tolerate "
+        "nvidia.com/gpu:NoSchedule (without DRA). Tolerations added outside the spec (a Kueue "
+        "ResourceFlavor, a webhook) are not seen when a slice is placed: repeat them here.",
     )
     podTemplate: Annotated[dict[str, Any] | None, free_form()] = Field(
         default=None,

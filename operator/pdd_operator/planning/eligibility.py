@@ -8,7 +8,7 @@ Pending.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -39,20 +39,25 @@ class Toleration:
     effect: str = ""
 
     def tolerates(self, taint: Taint) -> bool:
-        """Kubernetes' rule: an empty effect or key matches any; Exists matches any value."""
+        """Kubernetes' rule: an empty effect or key matches any; Exists matches any value,
+        Equal the same value; an operator it does not know matches nothing."""
         if self.effect and self.effect != taint.effect:
             return False
         if self.key and self.key != taint.key:
             return False
-        return self.operator == "Exists" or self.value == taint.value
+        if self.operator == "Exists":
+            return True
+        return self.operator == "Equal" and self.value == taint.value
 
 
-# Tolerations the API server's default admission plugins give every pod of ours, whatever the
-# spec says: ExtendedResourceToleration for the GPUs it requests (managed clusters such as GKE
-# taint GPU nodes nvidia.com/gpu:NoSchedule and rely on it), DefaultTolerationSeconds for a
-# node that went not-ready or unreachable.
+# Every GPU pod of ours carries this one (rendering/roles.py), as the ExtendedResourceToleration
+# admission plugin would add it where enabled: GPU nodes are commonly tainted so, to keep pods
+# that need no GPU off them.
+GPU_TOLERATION = Toleration(GPU_RESOURCE, "Exists", effect="NoSchedule")
+
+# DefaultTolerationSeconds gives every pod these (for 300 s): a node that just went not-ready
+# or unreachable does not refuse pods yet. Such nodes are not planned on anyway (not Ready).
 ADMITTED = (
-    Toleration(GPU_RESOURCE, "Exists", effect="NoSchedule"),
     Toleration("node.kubernetes.io/not-ready", "Exists", effect="NoExecute"),
     Toleration("node.kubernetes.io/unreachable", "Exists", effect="NoExecute"),
 )
@@ -94,32 +99,40 @@ class RoleNodes:
 ANY_NODE = RoleNodes()
 
 
-def role_nodes(role: RoleSpec) -> RoleNodes:
-    """The role's nodeSelector and tolerations as its pods will have them: a podTemplate's
-    nodeSelector merges over the role's, its tolerations replace them (rendering/merge.py)."""
+def role_nodes(role: RoleSpec, gpu_pods: bool = True) -> RoleNodes:
+    """The role's nodeSelector and tolerations as its pods will have them (rendering/roles.py):
+    a podTemplate's nodeSelector merges over the role's and its tolerations replace them
+    (rendering/merge.py; null removes either), and GPU pods (`gpu_pods`: the device plugin's
+    GPUs, not DRA's) tolerate GPU_TOLERATION."""
     template_spec = (role.podTemplate or {}).get("spec")
     template = template_spec if isinstance(template_spec, Mapping) else {}
-    selector = {**role.nodeSelector, **_strings(template.get("nodeSelector"))}
-    tolerations: Iterable[Mapping[str, Any]] = [
+    selector: dict[str, str] = dict(role.nodeSelector)
+    if "nodeSelector" in template:
+        merged = template["nodeSelector"]
+        selector = {**selector, **_strings(merged)} if isinstance(merged, Mapping) else {}
+    tolerations: list[Mapping[str, Any]] = [
         t.model_dump(exclude_none=True) for t in role.tolerations
     ]
-    if isinstance(template.get("tolerations"), list):
-        tolerations = [t for t in template["tolerations"] if isinstance(t, Mapping)]
+    if "tolerations" in template:
+        given = template["tolerations"]
+        tolerations = (
+            [t for t in given if isinstance(t, Mapping)] if isinstance(given, list) else []
+        )
     return RoleNodes(
         node_selector=tuple(sorted(selector.items())),
-        tolerations=tuple(
-            Toleration(
-                key=str(t.get("key") or ""),
-                operator=str(t.get("operator") or "Equal"),
-                value=str(t.get("value") or ""),
-                effect=str(t.get("effect") or ""),
-            )
-            for t in tolerations
-        ),
+        tolerations=tuple(_toleration(t) for t in tolerations)
+        + ((GPU_TOLERATION,) if gpu_pods else ()),
     )
 
 
-def _strings(value: object) -> dict[str, str]:
-    if not isinstance(value, Mapping):
-        return {}
+def _toleration(raw: Mapping[str, Any]) -> Toleration:
+    return Toleration(
+        key=str(raw.get("key") or ""),
+        operator=str(raw.get("operator") or "Equal"),
+        value=str(raw.get("value") or ""),
+        effect=str(raw.get("effect") or ""),
+    )
+
+
+def _strings(value: Mapping[Any, Any]) -> dict[str, str]:
     return {str(k): str(v) for k, v in value.items()}

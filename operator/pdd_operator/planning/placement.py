@@ -130,7 +130,7 @@ class Fleet:
             n for n in self.nodes if n.ready and n.schedulable and n.allocatable_gpus > 0
         )
         self._eligible: dict[tuple[tuple[str, ...], Asks | None], tuple[NodeFacts, ...]] = {}
-        self._domains: dict[tuple[tuple[str, ...], Asks, str], list[_Domain]] = {}
+        self._domains: dict[tuple[tuple[str, ...], Asks | None, str], list[_Domain]] = {}
 
     def eligible(self, values: tuple[str, ...], asks: Asks | None = None) -> tuple[NodeFacts, ...]:
         """Usable nodes whose `pdd.dev/gpudirect` is one of `values` (all when empty) and
@@ -150,10 +150,11 @@ class Fleet:
         values: tuple[str, ...],
         level: str,
         own: Mapping[str, int],
-        asks: Asks = (ANY_NODE,),
+        asks: Asks | None = (ANY_NODE,),
     ) -> list[_Domain]:
-        """The level's domains of nodes eligible for `asks`, fewest free GPUs first, with the
-        GPUs that `own` (node name -> GPUs) holds counted as free."""
+        """The level's domains of nodes eligible for `asks` (None: whatever the pods ask),
+        fewest free GPUs first, with the GPUs that `own` (node name -> GPUs) holds counted as
+        free."""
         key = (values, asks, level)
         if key not in self._domains:
             self._domains[key] = _domains(self.eligible(values, asks), level)
@@ -236,6 +237,9 @@ def plan_placement(
     unplaced = Placement(mode=mode, node_requirements=requirements)
     groups = _instance_groups(spec)
     needed = _gpus(groups)
+    running = _still_running(spec, fleet, gpudirect, previous, own, needed, requirements)
+    if running is not None:
+        return running
 
     asks = _role_asks(spec)
     if not fleet.eligible(gpudirect.values):
@@ -268,19 +272,18 @@ def plan_placement(
         (d for d in domains.get(previous.level, []) if d.name == previous.domain and d.name), None
     )
     if sticky is not None:
-        if (running := _running_in(spec, sticky, own, needed, requirements)) is not None:
-            return running
         fit = _first_fit(groups, sticky.nodes)
         if fit.fits:
             return placed(sticky, fit)
         capacity = sum(n.allocatable_gpus for n in sticky.nodes)
+        ever_fits = _first_fit(groups, [replace(n, used_gpus=0) for n in sticky.nodes]).fits
         room_elsewhere = unschedulable and any(
             _has_room(d, groups, needed, reserved)
             for level in levels
             for d in domains[level]
             if d is not sticky
         )
-        if capacity >= needed and not room_elsewhere:
+        if ever_fits and not room_elsewhere:
             return PlacementResult(
                 placed=True,
                 placement=Placement(
@@ -361,9 +364,9 @@ def _instance_groups(spec: PDDeploymentSpec) -> tuple[_Group, ...]:
     over several nodes is that many pods, each on a node of its own (its GPUs per node).
     Where the two roles ask different nodes (nodeSelector, tolerations) each role's pods are
     a group of their own, packed only onto the nodes they may go to."""
+    asks = _asks_by_role(spec)
+    shared = len(set(asks.values())) == 1
     roles = [(name, role) for name, role in _roles(spec) if role.replicas]
-    asks = {name: role_nodes(role) for name, role in roles}
-    shared = len(set(asks.values())) <= 1
     counts: dict[tuple[int, str], int] = {}
     for name, role in roles:
         key = (role.gpusPerInstance, "" if shared else name)
@@ -379,11 +382,16 @@ def _roles(spec: PDDeploymentSpec) -> tuple[tuple[str, RoleSpec], ...]:
     return (("prefill", spec.prefill), ("decode", spec.decode))
 
 
+def _asks_by_role(spec: PDDeploymentSpec) -> dict[str, RoleNodes]:
+    """What each role's pods ask of a node, whether or not it has replicas now (a slice grown
+    from zero has both roles, and its domain stays the one they may go to)."""
+    gpu_pods = not spec.topology.dra.enabled
+    return {name: role_nodes(role, gpu_pods) for name, role in _roles(spec)}
+
+
 def _role_asks(spec: PDDeploymentSpec) -> Asks:
-    """What the slice's roles ask of a node, each once; a slice of no pods asks nothing of
-    any node (ANY_NODE keeps its domains those of every usable node)."""
-    asks = dict.fromkeys(role_nodes(role) for _, role in _roles(spec) if role.replicas)
-    return tuple(asks) or (ANY_NODE,)
+    """What the roles ask of a node, each once."""
+    return tuple(dict.fromkeys(_asks_by_role(spec).values()))
 
 
 def _gpus(groups: Iterable[_Group]) -> int:
@@ -424,11 +432,10 @@ def _first_fit(groups: Sequence[_Group], nodes: Sequence[NodeFacts]) -> _Fit:
     used = [False] * len(order)
     for index, (size, count, asks, _) in enumerate(groups):
         left = count
-        for i, room in enumerate(free):
+        for i in _visiting_order(order, asks, groups[index + 1 :]):
             if left == 0:
                 break
-            if asks is not None and not order[i].takes(asks):
-                continue
+            room = free[i]
             take = min(left, room // size)
             if take:
                 free[i] -= take * size
@@ -441,20 +448,40 @@ def _first_fit(groups: Sequence[_Group], nodes: Sequence[NodeFacts]) -> _Fit:
     )
 
 
+def _visiting_order(
+    order: Sequence[NodeFacts], asks: RoleNodes | None, later: Sequence[_Group]
+) -> Iterable[int]:
+    """The nodes a group's pods may go to, those no later group may use first: a role with
+    nodes of its own fills them before the ones the other role needs too."""
+    if asks is None:
+        return range(len(order))
+    others = [g.asks for g in later if g.asks is not None and g.asks != asks]
+    mine = [i for i, node in enumerate(order) if node.takes(asks)]
+    if not others:
+        return mine
+    return sorted(mine, key=lambda i: any(order[i].takes(a) for a in others))
+
+
 def _fragmentation(groups: Sequence[_Group], nodes: Sequence[NodeFacts]) -> str:
     """Why enough free GPUs still do not hold the instances (first-fit failed)."""
     fit = _first_fit(groups, nodes)
     index = max(fit.failed_group, 0)
     size, count, asks, role = groups[index]
     where = f"node the {role} pods may go to" if role else "node"
+    instances = f"{size}-GPU {role} instances" if role else f"{size}-GPU instances"
     if index == 0:
         takers = [n for n in nodes if asks is None or n.takes(asks)]
         capacity = sum(n.free_gpus // size for n in takers)
         if capacity == 0:
             return f"no {where} has {size} free"
-        return f"its nodes fit only {capacity} of the {count} {size}-GPU instances"
-    bigger = _and_list(list(dict.fromkeys(str(g.size) for g in groups[:index])))
-    return f"after the {bigger}-GPU instances no {where} has {size} free"
+        holders = f"the {where}s" if role else "its nodes"
+        return f"{holders} fit only {capacity} of the {count} {instances}"
+    before = _and_list(list(dict.fromkeys(_instances(g) for g in groups[:index])))
+    return f"after the {before} instances no {where} has {size} free"
+
+
+def _instances(group: _Group) -> str:
+    return f"{group.size}-GPU {group.role}" if group.role else f"{group.size}-GPU"
 
 
 def _without_domains(
@@ -551,10 +578,25 @@ def _refused_by_a_role(
         )
         return (
             f"none of the {_count(len(candidates), gpudirect.adjective)} takes the {name} pods: "
-            f"{causes}; add the toleration to spec.{name}.tolerations, or change "
-            f"spec.{name}.nodeSelector"
+            f"{causes}; {_fix_for(name, role, why)}"
         )
     return None
+
+
+def _fix_for(name: str, role: RoleSpec, why: Mapping[str, object]) -> str:
+    """What to change, by what kept the pods off: labels, taints or both."""
+    fixes = []
+    if any(reason.startswith("with the taint") for reason in why):
+        template = (role.podTemplate or {}).get("spec")
+        where = (
+            f"spec.{name}.podTemplate.spec.tolerations (they replace spec.{name}.tolerations)"
+            if isinstance(template, Mapping) and "tolerations" in template
+            else f"spec.{name}.tolerations"
+        )
+        fixes.append(f"add the toleration to {where}")
+    if any(reason.startswith("without the label") for reason in why):
+        fixes.append(f"change spec.{name}.nodeSelector or label the nodes")
+    return ", or ".join(fixes)
 
 
 def _gpudirect_summary(usable: Sequence[NodeFacts]) -> str:
@@ -569,6 +611,25 @@ def _gpudirect_summary(usable: Sequence[NodeFacts]) -> str:
         for value, names in sorted(by_value.items())
     ]
     return "Ready GPU nodes: " + "; ".join(parts)
+
+
+def _still_running(
+    spec: PDDeploymentSpec,
+    fleet: Fleet,
+    gpudirect: GpuDirectFilter,
+    previous: PlacementStatus,
+    own: Mapping[str, int],
+    needed: int,
+    requirements: tuple[tuple[str, tuple[str, ...]], ...],
+) -> PlacementResult | None:
+    """The slice placed before, running in its domain. Its bound pods were admitted by the
+    scheduler, with tolerations the planner may not see (a Kueue flavor's, a webhook's), so
+    the domain is judged on every node there, whatever the roles seem to ask."""
+    if not previous.domain:
+        return None
+    domains = fleet.domains(gpudirect.values, previous.level, own, None)
+    found = next((d for d in domains if d.name == previous.domain), None)
+    return _running_in(spec, found, own, needed, requirements) if found else None
 
 
 def _running_in(

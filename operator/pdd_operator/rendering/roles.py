@@ -22,6 +22,7 @@ from pdd_operator.api.v1alpha1 import (
     PDDeploymentSpec,
 )
 from pdd_operator.engines.base import EngineLaunch, EnginePort, HealthCheck, role_spec
+from pdd_operator.planning.eligibility import GPU_TOLERATION
 from pdd_operator.planning.placement import Placement
 from pdd_operator.rendering import model, sidecar, transfer
 from pdd_operator.rendering.command import engine_launch, wrap_with_env_file
@@ -206,7 +207,21 @@ def render_pod_template(
     # podTemplate, as the injected containers are: the account is the sidecar's.
     template["spec"]["automountServiceAccountToken"] = False
     _keep_api_access_in_the_sidecar(template["spec"])
+    if not spec.topology.dra.enabled:
+        _tolerate_the_gpu_taint(template["spec"])
     return template
+
+
+def _tolerate_the_gpu_taint(pod_spec: dict[str, Any]) -> None:
+    """The pods request GPUs, so nodes tainted for GPU pods only are theirs; the planner counts
+    them as room (planning.eligibility.GPU_TOLERATION). Added after the podTemplate, whose
+    tolerations replace the rest."""
+    toleration = {"key": GPU_TOLERATION.key, "operator": "Exists", "effect": "NoSchedule"}
+    tolerations = pod_spec.get("tolerations")
+    if not isinstance(tolerations, list):
+        tolerations = pod_spec["tolerations"] = []
+    if toleration not in tolerations:
+        tolerations.append(toleration)
 
 
 def _keep_api_access_in_the_sidecar(pod_spec: dict[str, Any]) -> None:
