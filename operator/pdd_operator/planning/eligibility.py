@@ -96,9 +96,6 @@ class RoleNodes:
         return None
 
 
-ANY_NODE = RoleNodes()
-
-
 def role_nodes(role: RoleSpec, gpu_pods: bool = True) -> RoleNodes:
     """The role's nodeSelector and tolerations as its pods will have them (rendering/roles.py):
     a podTemplate's nodeSelector merges over the role's and its tolerations replace them

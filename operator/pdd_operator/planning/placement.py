@@ -18,7 +18,7 @@ from typing import NamedTuple
 from pdd_contract.labels import LABEL_GPUDIRECT
 from pdd_contract.resources import GPU_RESOURCE
 from pdd_operator.api.v1alpha1 import PDDeploymentSpec, PlacementStatus, RoleSpec
-from pdd_operator.planning.eligibility import ANY_NODE, RoleNodes, Taint, role_nodes
+from pdd_operator.planning.eligibility import RoleNodes, Taint, role_nodes
 
 
 @dataclass(frozen=True)
@@ -150,7 +150,7 @@ class Fleet:
         values: tuple[str, ...],
         level: str,
         own: Mapping[str, int],
-        asks: Asks | None = (ANY_NODE,),
+        asks: Asks | None = None,
     ) -> list[_Domain]:
         """The level's domains of nodes eligible for `asks` (None: whatever the pods ask),
         fewest free GPUs first, with the GPUs that `own` (node name -> GPUs) holds counted as
