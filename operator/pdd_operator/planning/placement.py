@@ -235,17 +235,18 @@ def plan_placement(
     gpudirect = gpudirect_filter(spec, fleet)
     requirements = ((LABEL_GPUDIRECT, gpudirect.values),) if gpudirect.values else ()
     unplaced = Placement(mode=mode, node_requirements=requirements)
-    groups = _instance_groups(spec)
+    by_role = _asks_by_role(spec)
+    groups = _instance_groups(spec, by_role)
     needed = _gpus(groups)
     running = _still_running(spec, fleet, gpudirect, previous, own, needed, requirements)
     if running is not None:
         return running
 
-    asks = _role_asks(spec)
+    asks = _distinct(by_role)
     if not fleet.eligible(gpudirect.values):
         refusal: str | None = _no_eligible_message(spec, fleet.nodes, fleet.usable)
     else:
-        refusal = _refused_by_a_role(spec, fleet, gpudirect)
+        refusal = _refused_by_a_role(spec, fleet, gpudirect, by_role)
     if refusal is not None:
         return PlacementResult(
             placed=False, placement=unplaced, reason="NoEligibleNodes", message=refusal
@@ -329,11 +330,12 @@ def fits_domain(
     autoscaler grows a placed slice only this far, so a scaling step never moves it (a move
     re-rolls every pod) and two scale-ups at once cannot both take the same free GPUs."""
     gpudirect = gpudirect_filter(spec, fleet)
-    domains = fleet.domains(gpudirect.values, level, own or {}, _role_asks(spec))
+    by_role = _asks_by_role(spec)
+    domains = fleet.domains(gpudirect.values, level, own or {}, _distinct(by_role))
     found = next((d for d in domains if d.name == domain), None)
     if found is None:
         return False
-    groups = _instance_groups(spec)
+    groups = _instance_groups(spec, by_role)
     return _has_room(found, groups, _gpus(groups), reserved or {})
 
 
@@ -344,7 +346,8 @@ def ranked_domains(
     them (fewest free GPUs first: big domains stay free for big slices). Where a deployment
     grows by a slice, the first of these that holds the growth takes it (planning.slices)."""
     gpudirect = gpudirect_filter(spec, fleet)
-    return [d.name for d in fleet.domains(gpudirect.values, level, own or {}, _role_asks(spec))]
+    asks = _distinct(_asks_by_role(spec))
+    return [d.name for d in fleet.domains(gpudirect.values, level, own or {}, asks)]
 
 
 def _has_room(
@@ -359,12 +362,11 @@ def _has_room(
     return _first_fit(groups, domain.nodes).fits
 
 
-def _instance_groups(spec: PDDeploymentSpec) -> tuple[_Group, ...]:
+def _instance_groups(spec: PDDeploymentSpec, asks: Mapping[str, RoleNodes]) -> tuple[_Group, ...]:
     """The slice's pods by size, largest first: the first-fit-decreasing order. An instance
     over several nodes is that many pods, each on a node of its own (its GPUs per node).
     Where the two roles ask different nodes (nodeSelector, tolerations) each role's pods are
     a group of their own, packed only onto the nodes they may go to."""
-    asks = _asks_by_role(spec)
     shared = len(set(asks.values())) == 1
     roles = [(name, role) for name, role in _roles(spec) if role.replicas]
     counts: dict[tuple[int, str], int] = {}
@@ -389,9 +391,9 @@ def _asks_by_role(spec: PDDeploymentSpec) -> dict[str, RoleNodes]:
     return {name: role_nodes(role, gpu_pods) for name, role in _roles(spec)}
 
 
-def _role_asks(spec: PDDeploymentSpec) -> Asks:
+def _distinct(by_role: Mapping[str, RoleNodes]) -> Asks:
     """What the roles ask of a node, each once."""
-    return tuple(dict.fromkeys(_asks_by_role(spec).values()))
+    return tuple(dict.fromkeys(by_role.values()))
 
 
 def _gpus(groups: Iterable[_Group]) -> int:
@@ -560,13 +562,16 @@ def _no_eligible_message(
 
 
 def _refused_by_a_role(
-    spec: PDDeploymentSpec, fleet: Fleet, gpudirect: GpuDirectFilter
+    spec: PDDeploymentSpec,
+    fleet: Fleet,
+    gpudirect: GpuDirectFilter,
+    by_role: Mapping[str, RoleNodes],
 ) -> str | None:
     """For the first role whose pods may go to none of the candidate nodes (ready, GPUDirect
     eligible): which labels or taints keep them off, on which nodes, and what to change."""
     candidates = fleet.eligible(gpudirect.values)
     for name, role in _roles(spec):
-        asks = role_nodes(role)
+        asks = by_role[name]
         if not role.replicas or fleet.eligible(gpudirect.values, (asks,)):
             continue
         why: dict[str, list[str]] = {}

@@ -288,3 +288,19 @@ def test_a_slice_scaled_to_zero_keeps_to_the_nodes_its_roles_may_use() -> None:
     assert fits_domain(spec_of(TOLERANT, TOLERANT), fleet, CLIQUE, "c")
     assert not fits_domain(spec_of(), fleet, CLIQUE, "c")
     assert ranked_domains(spec_of(), fleet, CLIQUE) == ["d"]
+
+
+def test_dra_pods_on_nodes_with_the_gpu_taint_are_told_which_taint_keeps_them_off() -> None:
+    """With DRA the pods request no nvidia.com/gpu and get no toleration for its taint: the
+    refusal names that taint, as the room count does."""
+    gpu = Taint("nvidia.com/gpu", "present", "NoSchedule")
+    dra = make_pdd(
+        {
+            "prefill": {"replicas": 1, "gpusPerInstance": 4},
+            "decode": {"replicas": 1, "gpusPerInstance": 4},
+            "topology": {"placement": "required", "dra": {"enabled": True}},
+        }
+    ).spec
+    result = plan(dra, [gpu_node("g1", "c", 8, gpu), gpu_node("g2", "c", 8, gpu)])
+    assert result.reason == "NoEligibleNodes"
+    assert "the taint nvidia.com/gpu=present:NoSchedule" in result.message
