@@ -180,11 +180,17 @@ class OperatorConfig:
         help="reconcile passes in flight at once",
     )
     coalesce_seconds: float = _option(
-        0.2,
+        0.3,
         env="PDD_COALESCE_SECONDS",
         parse=_delay,
-        help="how long a pass triggered by a child or pod event waits, so that one pass "
-        "answers a burst of them",
+        help="a pass triggered by child or pod events waits until none came for this long, so "
+        "that one pass answers a burst of them",
+    )
+    coalesce_max_seconds: float = _option(
+        1.5,
+        env="PDD_COALESCE_MAX_SECONDS",
+        parse=_delay,
+        help="the longest such a pass waits after the burst's first event",
     )
 
     @classmethod

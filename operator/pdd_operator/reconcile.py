@@ -87,7 +87,7 @@ from pdd_operator.status.observe import (
     pod_nodes,
     pod_problems,
 )
-from pdd_operator.status.own_writes import OwnStatusWrites
+from pdd_operator.status.own_writes import OwnObjectWrites, OwnStatusWrites
 from pdd_operator.status.refusals import Refusal
 from pdd_operator.status.transfer import (
     TransferOutcome,
@@ -127,7 +127,9 @@ class ApiWriter(Protocol):
     ) -> list[dict[str, Any]] | None: ...
     def delete(self, kind: Kind, namespace: str, name: str, uid: str = "") -> None: ...
     def patch_status(self, namespace: str, name: str, status: dict[str, Any]) -> str: ...
-    def annotate_pod(self, namespace: str, name: str, annotations: dict[str, str]) -> None: ...
+    def annotate_pod(
+        self, namespace: str, name: str, annotations: dict[str, str]
+    ) -> dict[str, Any]: ...
     def patch_scaler_status(self, namespace: str, name: str, status: dict[str, Any]) -> None: ...
 
     # The model's prerequisites are read on each pass (nothing watches Secrets or claims).
@@ -146,6 +148,12 @@ class _KeyState:
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)
     dirty: bool = False
     due: bool = False  # a delayed pass is already waiting to start
+    last_ask: float = 0.0  # when the latest delayed trigger came (the event loop's clock)
+    asks: int = 0  # delayed triggers so far
+    read: int = 0  # of those, how many came before the latest pass began to read
+    # Versions of the PDDeployment that came while a pass ran: the status that pass was
+    # writing, or someone else's change; told apart once the pass knows what it wrote.
+    unconfirmed: set[str] = field(default_factory=set)
     conflict_retries: int = 0  # passes in a row that found a child's name taken
 
 
@@ -237,6 +245,7 @@ class Reconciler:
         emit_event: EventSink,
         metrics: OperatorMetrics | None = None,
         max_concurrent: int = 64,
+        coalesce_max_s: float = 0.0,
         model_retry: tuple[float, float] = (MODEL_RETRY_FIRST_S, MODEL_RETRY_MAX_S),
         token_recheck_s: float = TOKEN_RECHECK_S,
     ) -> None:
@@ -249,6 +258,12 @@ class Reconciler:
         # Bounds the passes in flight (kopf's per-object workers are unbounded): each holds
         # rendered children and API calls; beyond the API pool more only queue.
         self._passes = asyncio.Semaphore(max_concurrent)
+        # The longest a delayed pass waits for its burst to end (0: the delay after its first
+        # trigger, however many follow).
+        self.coalesce_max_s = coalesce_max_s
+        # The versions this operator's writes to children and pods produced: their watch
+        # events ask no pass.
+        self.own_object_writes = OwnObjectWrites()
         self._tokens: dict[DeploymentKey, _TokenCheck] = {}
         self.token_recheck_s = token_recheck_s
         self._reservations = ReservationLedger()
@@ -285,25 +300,43 @@ class Reconciler:
         the pass that wrote it already saw everything else, so its watch event needs no pass."""
         return self._own_writes.is_echo(key, resource_version)
 
+    async def deployment_changed(self, key: DeploymentKey, resource_version: str) -> None:
+        """A PDDeployment's watch event: a pass, unless it is the echo of our own status
+        write. The echo can come before the pass that wrote it has the write's answer; while a
+        pass runs, its version waits for that pass to end."""
+        if self.is_own_status_write(key, resource_version):
+            return
+        state = self._states.get(key)
+        if state is not None and state.lock.locked() and resource_version:
+            state.unconfirmed.add(resource_version)
+            return
+        await self.reconcile(key, cause="pddeployments")
+
     async def reconcile(self, key: DeploymentKey, delay: float = 0.0, cause: str = "") -> None:
         """Coalesce triggers: while one pass runs, later triggers collapse into one more pass;
         while a deployment waits for a pass slot (`max_concurrent`), they need none.
 
-        With a `delay` (child and pod events, which come in bursts: a pod is scheduled, bound,
-        started, becomes ready) the pass waits that long first, and every trigger of the same
-        key arriving meanwhile is answered by that one pass: it reads the indexes when it runs.
+        With a `delay` (child and pod events, which come in bursts: pods are created, bound
+        and become ready one after another, each StatefulSet's status follows) the pass waits
+        until no trigger came for `delay` seconds, or `coalesce_max_s` after the first, and
+        every trigger of the same key arriving meanwhile is answered by that one pass: it
+        reads the indexes when it runs.
         """
         if self.metrics and cause:
             self.metrics.pass_requests.labels(cause=cause).inc()
         state = self._states.setdefault(key, _KeyState())
         if delay > 0:
+            state.last_ask = asyncio.get_running_loop().time()
+            state.asks += 1
             if state.due:
                 return
             state.due = True
             try:
-                await asyncio.sleep(delay)
+                await self._until_quiet(state, delay)
             finally:
                 state.due = False
+            if state.read == state.asks:
+                return  # a pass began after the last of them: it read what they announced
         if state.lock.locked():
             state.dirty = True
             return
@@ -313,10 +346,28 @@ class Reconciler:
                 async with self._passes:
                     # Cleared once a pass slot is ours, not before: triggers that come while
                     # this deployment waits for one are answered by the pass about to read.
-                    state.dirty = False
+                    state.dirty, state.read = False, state.asks
                     await self._reconcile_once(key)
+                state.dirty |= self._changed_by_others(key, state)
         if self.view.pdd_body(key) is None:
             self._forget(key)
+
+    def _changed_by_others(self, key: DeploymentKey, state: _KeyState) -> bool:
+        """Whether a version of the PDDeployment that came during the pass is not the
+        status the pass wrote."""
+        versions, state.unconfirmed = state.unconfirmed, set()
+        return not all(self.is_own_status_write(key, v) for v in versions)
+
+    async def _until_quiet(self, state: _KeyState, quiet: float) -> None:
+        """Until no trigger came for `quiet` seconds, or `coalesce_max_s` after the first: a
+        steady stream of triggers still gets a pass that often."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + max(quiet, self.coalesce_max_s)
+        while True:  # each trigger meanwhile moves the end on: sleep to the latest end
+            wait = min(state.last_ask + quiet, deadline) - loop.time()
+            if wait <= 0:
+                return
+            await asyncio.sleep(wait)
 
     def _forget(self, key: DeploymentKey) -> None:
         """The deployment is gone: its reservation and everything remembered about it."""
@@ -775,9 +826,7 @@ class Reconciler:
         for wave in _apply_waves(changes.apply):
             results = await asyncio.gather(
                 *(
-                    asyncio.to_thread(
-                        self.kube.apply, obj, want_result=child_key(obj) in changes.drifted
-                    )
+                    asyncio.to_thread(self._apply_child, obj, child_key(obj) in changes.drifted)
                     for obj in wave
                 )
             )
@@ -792,6 +841,18 @@ class Reconciler:
                     self._put_back(pdd, body, obj, correction)
         for obj in changes.apply:
             self._count_write("apply", obj["kind"])
+
+    def _apply_child(self, obj: dict[str, Any], read_back: bool) -> dict[str, Any]:
+        """Apply one child (in a worker thread) and expect its watch echo from there: the echo
+        can reach the informer before this pass resumes."""
+        result = self.kube.apply(obj, want_result=read_back)
+        self.own_object_writes.expect(kind_of(obj["apiVersion"], obj["kind"]).plural, result)
+        return result
+
+    def _annotate_pod(self, namespace: str, pod: str, annotations: dict[str, str]) -> None:
+        """Ask a pod for a probe (in a worker thread), expecting the write's watch echo."""
+        result = self.kube.annotate_pod(namespace, pod, annotations)
+        self.own_object_writes.expect(POD.plural, result)
 
     async def _prune(
         self,
@@ -1027,9 +1088,7 @@ class Reconciler:
             return ""
         try:
             annotations = {names.ANNOTATION_PROBE_REQUEST: now}
-            await asyncio.to_thread(
-                self.kube.annotate_pod, pdd.namespace, probe_pod.name, annotations
-            )
+            await asyncio.to_thread(self._annotate_pod, pdd.namespace, probe_pod.name, annotations)
         except Exception as err:  # the next reconcile asks again
             log.warning("could not request a transfer probe from %s: %s", probe_pod.name, err)
             return ""
@@ -1046,7 +1105,7 @@ class Reconciler:
         asked = ""
         for pod, request in rank_probe_requests(pdd, is_ready(observed), probers, now):
             try:
-                await asyncio.to_thread(self.kube.annotate_pod, pdd.namespace, pod, request)
+                await asyncio.to_thread(self._annotate_pod, pdd.namespace, pod, request)
             except Exception as err:  # that rank is asked again at the next round
                 log.warning("could not request a transfer probe from %s: %s", pod, err)
                 continue

@@ -213,7 +213,7 @@ class FakeCluster:
         if stored is not None and _without_version(stored) == _without_version(live):
             live = stored  # a no-op apply: the server keeps the version
         self.objects[key] = live
-        return copy.deepcopy(live) if want_result else {}
+        return copy.deepcopy(live if want_result else {"metadata": live["metadata"]})
 
     def create_if_absent(self, obj: dict[str, Any]) -> bool:
         meta = obj["metadata"]
@@ -273,7 +273,9 @@ class FakeCluster:
         key = (namespace, API_VERSION, SCALER_KIND, name)
         self.objects[key] = merge_patch(self.objects[key], {"spec": {"replicas": replicas}})
 
-    def annotate_pod(self, namespace: str, name: str, annotations: dict[str, str]) -> None:
+    def annotate_pod(
+        self, namespace: str, name: str, annotations: dict[str, str]
+    ) -> dict[str, Any]:
         with self._lock:
             self.writes.append(("annotate", "Pod", name))
         if self.annotate_error is not None:
@@ -283,6 +285,7 @@ class FakeCluster:
             for i, pod in enumerate(pods):
                 if pod.name == name and request is not None:
                     pods[i] = replace(pod, probe_request=request)
+        return {}  # no resourceVersion: nothing watches this fake's pods
 
     def secret_exists(self, namespace: str, name: str) -> bool:
         self.reads.append(("Secret", namespace, name))

@@ -27,7 +27,8 @@ DEFAULTS = {
     "verbose": False,
     "worker_limit": 0,
     "max_concurrent_passes": 64,
-    "coalesce_seconds": 0.2,
+    "coalesce_seconds": 0.3,
+    "coalesce_max_seconds": 1.5,
 }
 
 # option -> (its variable's value, what it becomes, a flag for it, what the flag becomes)
@@ -43,6 +44,7 @@ SOURCES: dict[str, tuple[str, Any, list[str], Any]] = {
     "worker_limit": ("8", 8, ["--worker-limit", "16"], 16),
     "max_concurrent_passes": ("4", 4, ["--max-concurrent-passes", "128"], 128),
     "coalesce_seconds": ("0", 0.0, ["--coalesce-seconds", "1"], 1.0),
+    "coalesce_max_seconds": ("3", 3.0, ["--coalesce-max-seconds", "0.5"], 0.5),
 }
 
 

@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from pdd_operator.status.own_writes import OwnStatusWrites, OwnWrite
+from pdd_operator.status.own_writes import OwnObjectWrites, OwnStatusWrites, OwnWrite
 
 KEY = ("team-a", "llama")
 
@@ -71,3 +71,41 @@ def test_a_write_to_a_deleted_object_and_a_forgotten_one_are_nothing() -> None:
     writes.remember(KEY, body("m", {}), "c", {"phase": "new"})
     writes.forget(KEY)
     assert not writes.is_echo(KEY, "c") and writes.latest(KEY, body("m", {})) == body("m", {})
+
+
+def test_an_earlier_writes_echo_coming_after_a_later_write_is_still_an_echo() -> None:
+    """Two passes wrote "c" then "q" before the watch brought "c" back: both are ours."""
+    writes = OwnStatusWrites()
+    writes.remember(KEY, body("m", {}), "c", {})
+    writes.remember(KEY, body("m", {}), "q", {})  # its pass still read "m": the index lagged
+    assert writes.is_echo(KEY, "c") and writes.is_echo(KEY, "q")
+    writes.remember(KEY, body("q", {}), "z", {})  # the index had caught up: "c" came back
+    assert not writes.is_echo(KEY, "c") and not writes.is_echo(KEY, "q")
+    assert writes.is_echo(KEY, "z")
+
+
+def child(version: str, name: str = "llama-decode") -> dict[str, Any]:
+    return {"metadata": {"namespace": "team-a", "name": name, "resourceVersion": version}}
+
+
+def test_an_apply_is_recognised_once_by_the_version_it_returned() -> None:
+    applies = OwnObjectWrites()
+    applies.expect("statefulsets", child("7"))
+    assert not applies.is_echo("statefulsets", "MODIFIED", child("6"))  # an older event
+    assert not applies.is_echo("services", "ADDED", child("7"))  # another kind, same name
+    assert not applies.is_echo("statefulsets", "ADDED", child("7", "llama-prefill"))
+    assert applies.is_echo("statefulsets", "ADDED", child("7"))
+    assert len(applies) == 0
+    assert not applies.is_echo("statefulsets", "MODIFIED", child("7"))  # only once
+
+
+def test_an_apply_that_changed_nothing_is_forgotten_when_its_object_goes() -> None:
+    """A no-op apply returns the version the object already had, and no event follows."""
+    applies = OwnObjectWrites()
+    applies.expect("statefulsets", child("7"))
+    assert not applies.is_echo("statefulsets", "MODIFIED", child("9"))  # someone else's
+    assert len(applies) == 1
+    assert not applies.is_echo("statefulsets", "DELETED", child("7"))
+    assert len(applies) == 0
+    applies.expect("statefulsets", {"metadata": {"name": "x"}})  # no version: nothing to await
+    assert len(applies) == 0

@@ -3,11 +3,13 @@ never by labels or annotations that another object can copy."""
 
 from __future__ import annotations
 
+import copy
 from typing import Any
 
 from pdd_operator.api import names
 from pdd_operator.handlers.owned import OwnedObjects, owned_collections
 from pdd_operator.handlers.view import IndexView
+from pdd_operator.status.own_writes import OwnObjectWrites
 
 Body = dict[str, Any]
 
@@ -135,3 +137,23 @@ def test_the_fleet_is_told_each_pod_summary_that_changed_and_each_pod_gone() -> 
         ("uid-kv-prefill-0", "n1", KEY),
         ("uid-kv-prefill-1", None, None),
     ]
+
+
+def test_the_echo_of_our_own_apply_asks_for_no_pass_and_a_later_change_does() -> None:
+    applies = OwnObjectWrites()
+    asked: list[tuple[tuple[str, str], str]] = []
+    owned = OwnedObjects()
+    collections = owned_collections(
+        owned, (), "pdd-operator", lambda key, cause: asked.append((key, cause)), None, applies
+    )
+    (statefulsets,) = [c for c in collections if c.path.endswith("/statefulsets")]
+    statefulsets.sink.reset([])
+    ours = child("StatefulSet", "kv-prefill", "uid-sts", "uid-kv")
+    ours["metadata"]["resourceVersion"] = "7"
+    applies.expect("statefulsets", ours)
+    statefulsets.sink.apply("ADDED", ours)
+    assert asked == [] and [c.key[2] for c in owned.children_of(KEY)] == ["kv-prefill"]
+    scaled = copy.deepcopy(ours)
+    scaled["metadata"]["resourceVersion"], scaled["spec"]["replicas"] = "8", 3
+    statefulsets.sink.apply("MODIFIED", scaled)
+    assert asked == [(KEY, "statefulsets")]

@@ -3,8 +3,10 @@ unit tier; the real API server is in tests/integration)."""
 
 from __future__ import annotations
 
+import asyncio
 import copy
 import json
+import time
 from typing import Any
 
 import pytest
@@ -163,3 +165,40 @@ async def test_an_unreadable_spec_is_stalled_once_and_then_quiet() -> None:
     assert len(cluster.status_writes) == 2
     stalled = next(c for c in cluster.status_writes[1]["conditions"] if c["type"] == "Stalled")
     assert (stalled["status"], stalled["observedGeneration"]) == ("False", 4)
+
+
+# ---------------------------------------------------------------- echoes that beat the answer
+
+
+@pytest.mark.parametrize(("someone_else", "passes"), [(False, 1), (True, 2)])
+async def test_a_status_echo_that_comes_before_the_writes_answer_runs_no_second_pass(
+    monkeypatch: pytest.MonkeyPatch, someone_else: bool, passes: int
+) -> None:
+    """The watch delivers the status write while its pass still waits for the answer: once
+    the pass has it, the echo is known as ours. A spec change in that moment is not."""
+    cluster = FakeCluster(body("rv-1"))
+    rec = reconciler_for(cluster)
+    loop = asyncio.get_running_loop()
+    write = cluster.patch_status
+    events: list[asyncio.Future[None]] = []
+
+    def delivered_before_the_answer(namespace: str, name: str, status: dict[str, Any]) -> str:
+        version = write(namespace, name, status)
+        seen = "rv-theirs" if someone_else else version
+        event = asyncio.run_coroutine_threadsafe(rec.deployment_changed(KEY, seen), loop)
+        events.append(asyncio.wrap_future(event, loop=loop))
+        time.sleep(0.05)  # the event loop takes the event before this thread returns
+        return version
+
+    monkeypatch.setattr(cluster, "patch_status", delivered_before_the_answer)
+    counted = rec._reconcile_once
+    runs: list[int] = []
+
+    async def one_pass(key: tuple[str, str]) -> None:
+        runs.append(1)
+        await counted(key)
+
+    monkeypatch.setattr(rec, "_reconcile_once", one_pass)
+    await rec.reconcile(KEY)
+    await asyncio.gather(*events)
+    assert len(runs) == passes

@@ -273,3 +273,59 @@ async def test_triggers_that_come_while_a_deployment_waits_for_a_pass_slot_need_
 
     # The three triggers came before the deployment's pass read anything: one pass answers them.
     assert passes == [("other", "busy"), KEY]
+
+
+async def test_a_burst_of_triggers_is_answered_once_it_is_quiet_and_a_stream_at_the_cap(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Triggers 0.03 s apart with a 0.05 s quiet delay: one pass after the burst. A stream that
+    never goes quiet still gets a pass every 0.3 s (the cap), not never."""
+    cluster = FakeCluster(body())
+    rec = Reconciler(cluster, cluster, OperatorSettings(), cluster.emit, coalesce_max_s=0.3)
+    loop = asyncio.get_running_loop()
+    passes: list[float] = []
+
+    async def one_pass(key: tuple[str, str]) -> None:
+        passes.append(loop.time())
+
+    monkeypatch.setattr(rec, "_reconcile_once", one_pass)
+
+    async def triggers(count: int) -> float:
+        tasks, last = [], 0.0
+        for _ in range(count):
+            last = loop.time()
+            tasks.append(asyncio.create_task(rec.reconcile(KEY, 0.05, "pods")))
+            await asyncio.sleep(0.03)
+        await asyncio.gather(*tasks)
+        return last
+
+    last = await triggers(5)  # 0.12 s of triggers
+    assert len(passes) == 1 and passes[0] >= last + 0.045
+    passes.clear()
+    start = loop.time()
+    await triggers(30)  # 0.9 s without a quiet moment
+    assert 2 <= len(passes) <= 4  # 3 on time; a loaded machine's late wake-ups make fewer
+    assert passes[0] - start >= 0.29
+
+
+async def test_triggers_a_later_pass_has_read_need_no_pass_of_their_own(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A pod event waits for its burst to end; meanwhile a spec change runs a pass at once.
+    That pass read what the pod event announced: when the wait ends, nothing is left to do.
+    A pod event after that pass began gets a pass."""
+    cluster = FakeCluster(body())
+    rec = Reconciler(cluster, cluster, OperatorSettings(), cluster.emit)
+    passes: list[str] = []
+
+    async def one_pass(key: tuple[str, str]) -> None:
+        passes.append("pass")
+
+    monkeypatch.setattr(rec, "_reconcile_once", one_pass)
+    waiting = asyncio.create_task(rec.reconcile(KEY, 0.05, "pods"))
+    await asyncio.sleep(0)
+    await rec.reconcile(KEY, cause="pddeployments")
+    await waiting
+    assert passes == ["pass"]
+    await rec.reconcile(KEY, 0.05, "pods")
+    assert passes == ["pass", "pass"]

@@ -102,8 +102,7 @@ async def on_pddeployment(
         runtime.pdds[key] = _plain(body)
     await runtime.watches.synced()
     version = body.get("metadata", {}).get("resourceVersion", "")
-    if not runtime.reconciler.is_own_status_write(key, version):
-        await runtime.reconciler.reconcile(key, cause="pddeployments")
+    await runtime.reconciler.deployment_changed(key, version)
 
 
 def _plain(body: kopf.Body) -> dict[str, Any]:

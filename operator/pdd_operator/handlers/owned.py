@@ -3,7 +3,9 @@ scale target carrying its managed-by label (selected by the API server), kept as
 
 An event that changes a summary gets its deployment a pass; most events change none (a new
 resourceVersion, a StatefulSet status rewritten with the same counts, a container moving from
-waiting to running while the pod is not ready) and cost only their decoding.
+waiting to running while the pod is not ready) and cost only their decoding. The echo of the
+operator's own write (an apply, a probe request on a pod) gets none either: the pass that
+wrote it already knew what it wrote.
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ from pdd_operator.status.observe import (
     summarize_pod,
     summarize_scaler,
 )
+from pdd_operator.status.own_writes import OwnObjectWrites
 
 MANAGED = {"app.kubernetes.io/managed-by": names.MANAGED_BY}
 OURS = ("labelSelector", ",".join(f"{k}={v}" for k, v in MANAGED.items()))
@@ -59,10 +62,12 @@ class GroupedStore:
         on_change: Trigger | None,
         source: str = "",
         observe: Observer | None = None,
+        own_object_writes: OwnObjectWrites | None = None,
     ) -> None:
         self._summarize = summarize
         self._source = source
         self._observe = observe
+        self._own_object_writes = own_object_writes
         self._deployment_of = deployment_of
         self._on_change = on_change
         self._entries: dict[str, _Entry] = {}
@@ -90,7 +95,9 @@ class GroupedStore:
             old = self._entries.get(uid)
             self._put(uid, old, new)
         self._inform_observer(uid, old, new)
-        self._tell(old, new)
+        own = self._own_object_writes
+        if own is None or not own.is_echo(self._source, event_type, body):
+            self._tell(old, new)
 
     def reset(self, bodies: Iterable[Mapping[str, Any]]) -> None:
         """A fresh list: everything it lacks goes. The first one triggers nothing (at start
@@ -185,10 +192,12 @@ def owned_collections(
     field_manager: str,
     trigger: Trigger | None,
     on_pod: Observer | None = None,
+    own_object_writes: OwnObjectWrites | None = None,
 ) -> list[Collection]:
     """One collection per kind (and namespace, where the operator is confined to some),
     label-selected, each feeding its store in `owned`; `on_pod` is told every pod's summary
-    as it changes (the fleet counts our pods' GPUs from them)."""
+    as it changes (the fleet counts our pods' GPUs from them); a child's or pod's event that
+    is the echo of one of `own_object_writes` triggers no pass."""
 
     def child_summarizer() -> Summarize:
         digests = LiveDigests()  # one per collection: each is used by its thread alone
@@ -221,8 +230,9 @@ def owned_collections(
     ]
     collections = []
     for kind, summarizer, deployment_of, stores, observe in kinds:
+        echoes = own_object_writes if stores is owned.children or stores is owned.pods else None
         for ns in tuple(namespaces) or ("",):
-            store = GroupedStore(summarizer(), deployment_of, trigger, kind.plural, observe)
+            store = GroupedStore(summarizer(), deployment_of, trigger, kind.plural, observe, echoes)
             stores.append(store)
             what = f"{kind.plural}{f' in {ns}' if ns else ''}"
             collections.append(Collection(what, kind.path(ns or None), (OURS,), store))

@@ -71,6 +71,7 @@ class OperatorRuntime:
             _kopf_event,
             metrics,
             max_concurrent=config.max_concurrent_passes,
+            coalesce_max_s=config.coalesce_max_seconds,
             token_recheck_s=config.resync_seconds,
         )
         watches = Watches(kube)
@@ -82,7 +83,12 @@ class OperatorRuntime:
         watches.add(fleet_collections(state, config.namespaces))
         watches.add(
             owned_collections(
-                owned, config.namespaces, settings.field_manager, trigger, state.own_pod
+                owned,
+                config.namespaces,
+                settings.field_manager,
+                trigger,
+                state.own_pod,
+                reconciler.own_object_writes,
             )
         )
         watches.add(creation_event_collections(creations, config.namespaces))
@@ -102,8 +108,8 @@ class OperatorRuntime:
         task.add_done_callback(self._passes.discard)
 
     async def _coalesced_pass(self, key: DeploymentKey, cause: str) -> None:
-        """Child and pod events come in bursts (a pod is scheduled, bound, started, ready):
-        the pass waits a moment so that one pass answers the whole burst."""
+        """Child and pod events come in bursts (pods are created, bound and become ready one
+        after another): the pass waits for a quiet moment so that one pass answers the burst."""
         await self.watches.synced()
         try:
             await self.reconciler.reconcile(key, self.config.coalesce_seconds, cause)

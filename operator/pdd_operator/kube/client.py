@@ -70,8 +70,10 @@ class KubeApi:
     ) -> dict[str, Any]:
         """Server-side apply under our one field manager (force: we own these fields).
 
-        `want_result=False` skips decoding the returned object (the reconciler learns the
-        result from its watches; decoding every answer cost CPU at scale)."""
+        `want_result=False` returns the object's metadata only (PartialObjectMetadata, which
+        the API server cuts down before sending): its resourceVersion names the write's
+        watch event, and the reconciler learns the rest from its watches (decoding every
+        whole answer cost CPU at scale)."""
         kind = kind_of(obj["apiVersion"], obj["kind"])
         meta = obj["metadata"]
         path = kind.path(meta.get("namespace"), meta["name"])
@@ -79,14 +81,18 @@ class KubeApi:
         if dry_run:
             query.append(("dryRun", "All"))
         content_type = "application/apply-patch+yaml"
-        return _retry(lambda: self._call("PATCH", path, obj, query, content_type, want_result))
+        accept = JSON if want_result else METADATA_ONLY
+        # Sent as bytes (JSON is YAML): the client library would walk the object and encode
+        # it with the standard library, 40 times slower per deployment's children.
+        body = orjson.dumps(obj)
+        return _retry(lambda: self._call("PATCH", path, body, query, content_type, accept=accept))
 
     def create_if_absent(self, obj: dict[str, Any]) -> bool:
         """POST; an existing object is left alone (tokens must never be regenerated)."""
         kind = kind_of(obj["apiVersion"], obj["kind"])
         path = kind.path(obj["metadata"].get("namespace"))
         try:
-            _retry(lambda: self._call("POST", path, obj, [], "application/json"))
+            _retry(lambda: self._call("POST", path, obj, [], JSON, want_result=False))
             return True
         except ApiException as err:
             if api_status(err).reason == "AlreadyExists":
@@ -131,12 +137,13 @@ class KubeApi:
 
     def patch_status(self, namespace: str, name: str, status: dict[str, Any]) -> str:
         """Merge-patch the status subresource (never spec: GitOps tools own spec); return the
-        new resourceVersion ("" when the object is gone)."""
+        new resourceVersion ("" when the object is gone), read from the metadata alone."""
         path = PDDEPLOYMENT.path(namespace, name, "status")
         body = {"status": status}
+        merge = "application/merge-patch+json"
         try:
             patched = _retry(
-                lambda: self._call("PATCH", path, body, [], "application/merge-patch+json")
+                lambda: self._call("PATCH", path, body, [], merge, accept=METADATA_ONLY)
             )
         except ApiException as err:
             if err.status != 404:  # deleted meanwhile: nothing to report on
@@ -154,10 +161,14 @@ class KubeApi:
             if err.status != 404:  # deleted meanwhile: the next pass creates it again
                 raise
 
-    def annotate_pod(self, namespace: str, name: str, annotations: dict[str, str]) -> None:
+    def annotate_pod(
+        self, namespace: str, name: str, annotations: dict[str, str]
+    ) -> dict[str, Any]:
+        """The pod's metadata after the write (its resourceVersion names the watch event)."""
         path = f"/api/v1/namespaces/{namespace}/pods/{name}"
         body = {"metadata": {"annotations": annotations}}
-        _retry(lambda: self._call("PATCH", path, body, [], "application/merge-patch+json"))
+        merge = "application/merge-patch+json"
+        return _retry(lambda: self._call("PATCH", path, body, [], merge, accept=METADATA_ONLY))
 
     def secret_exists(self, namespace: str, name: str) -> bool:
         """Whether the Secret exists, asked for its metadata only and not even that read:
