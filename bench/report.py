@@ -283,6 +283,45 @@ def pair_tables(r: dict[str, Any]) -> str:
     return "\n".join(out)
 
 
+CPU_PROCESSES = (
+    ("operator", "operator"),
+    ("direct-applier", "direct client"),
+    ("kube-apiserver", "kube-apiserver"),
+    ("etcd", "etcd"),
+    ("kube-scheduler", "scheduler"),
+    ("kube-controller-manager", "controllers"),
+    ("nodesim", "simulated kubelets"),
+)
+
+
+def cpu_tables(r: dict[str, Any]) -> str:
+    """Where the machine's cores went from the first apply to convergence, process by
+    process: on a machine the control plane shares, the operator's cost is its own CPU and
+    the API server's for its requests and watches, and both lengthen convergence."""
+    head = " | ".join(label for _, label in CPU_PROCESSES)
+    out = [
+        f"| deployments | arm | converged after (s) | {head} | all (CPU-s) | machine busy |",
+        "|---|---|---|" + "---|" * len(CPU_PROCESSES) + "---|---|",
+    ]
+    for n, arm, o in _arms(r, ALL_ARMS):
+        end, series = o.get("converge_s"), _g(o, "series", "proc")
+        if not end or not series:
+            continue
+        used = {name: _cpu_within(series.get(name) or [], end) for name, _ in CPU_PROCESSES}
+        busy = [b for t, b in _g(o, "series", "machine_busy") or [] if 0 <= t <= end]
+        cells = " | ".join(_f(used[name]) for name, _ in CPU_PROCESSES)
+        total = sum(v for v in used.values() if v is not None)
+        share = f"{sum(busy) / len(busy):.0%}" if busy else "—"
+        out.append(f"| {n} | {arm} | {_f(end)} | {cells} | {_f(total)} | {share} |")
+    return "\n".join(out)
+
+
+def _cpu_within(points: list[list[float]], end: float) -> float | None:
+    """CPU-s a process used between t=0 (the first apply) and `end`, from (t, cpu, rss)."""
+    inside = [p for p in points if 0 <= p[0] <= end]
+    return inside[-1][1] - inside[0][1] if len(inside) > 1 else None
+
+
 def render(r: dict[str, Any]) -> str:
     """Every table of one run, as Markdown."""
     parts = [
@@ -294,6 +333,7 @@ def render(r: dict[str, Any]) -> str:
     for title, fn in (
         ("Interleaved pairs", pair_tables),
         ("Scale", scale_tables),
+        ("CPU by process, first apply to convergence (median pair)", cpu_tables),
         ("API requests", api_tables),
         ("Steady state", steady_tables),
         ("After the largest size: restart, idle, soak", aftercare_tables),

@@ -1,4 +1,5 @@
-"""bench/pddbench/summary.py: summary.json from a run's raw results (issue 16's keys)."""
+"""bench/pddbench/summary.py: summary.json from a run's raw results (issue 16's keys); and
+bench/report.py's table of the CPU each process used."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
 from pddbench.analysis import rss_drift_pct
 from pddbench.results_file import median_view
 from pddbench.summary import AFTERCARE_KEYS, build_summary, median_pair_index
+from report import cpu_tables
 
 PER_SIZE_KEYS = {
     "operator_cpu_s_per_deployment",
@@ -188,3 +190,23 @@ def test_rss_drift_is_the_last_sample_against_the_first_after_the_warm_up(
     samples: list[tuple[float, float]], warmup: float, expected: float | None
 ) -> None:
     assert rss_drift_pct(samples, warmup) == expected
+
+
+def test_the_cpu_table_counts_each_process_from_the_first_apply_to_convergence() -> None:
+    """Samples before the first apply (t < 0) and after convergence are left out."""
+    pairs = three_pairs()
+    arm = pairs[0]["operator"]  # the median pair (ratio 3), converged after 30 s
+    arm["series"] = {
+        "proc": {
+            "operator": [[-5.0, 1.0, 90], [0.0, 2.0, 90], [30.0, 5.5, 95], [40.0, 9.0, 95]],
+            "kube-apiserver": [[0.0, 10.0, 900], [15.0, 20.0, 900], [29.9, 34.0, 900]],
+        },
+        "machine_busy": [[-1.0, 0.1], [10.0, 0.9], [20.0, 1.0], [35.0, 0.2]],
+    }
+    row = next(
+        line for line in cpu_tables(results(pairs)).splitlines() if line.startswith("| 10 |")
+    )
+    cells = [c.strip() for c in row.strip("|").split("|")]
+    assert cells[:5] == ["10", "operator", "30.0", "3.5", "—"]
+    assert cells[5] == "24.0"  # the API server: 34 - 10
+    assert cells[-2:] == ["27.5", "95%"]
