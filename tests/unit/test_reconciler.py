@@ -278,10 +278,11 @@ async def test_triggers_that_come_while_a_deployment_waits_for_a_pass_slot_need_
 async def test_a_burst_of_triggers_is_answered_once_it_is_quiet_and_a_stream_at_the_cap(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """Triggers 0.03 s apart with a 0.05 s quiet delay: one pass after the burst. A stream that
-    never goes quiet still gets a pass every 0.3 s (the cap), not never."""
+    """Triggers 0.02 s apart with a 0.2 s quiet delay: one pass after the burst. A stream that
+    never goes quiet still gets a pass every 0.5 s (the cap), not never. (The margins are wide:
+    a loaded machine wakes sleepers late.)"""
     cluster = FakeCluster(body())
-    rec = Reconciler(cluster, cluster, OperatorSettings(), cluster.emit, coalesce_max_s=0.3)
+    rec = Reconciler(cluster, cluster, OperatorSettings(), cluster.emit, coalesce_max_s=0.5)
     loop = asyncio.get_running_loop()
     passes: list[float] = []
 
@@ -294,18 +295,18 @@ async def test_a_burst_of_triggers_is_answered_once_it_is_quiet_and_a_stream_at_
         tasks, last = [], 0.0
         for _ in range(count):
             last = loop.time()
-            tasks.append(asyncio.create_task(rec.reconcile(KEY, 0.05, "pods")))
-            await asyncio.sleep(0.03)
+            tasks.append(asyncio.create_task(rec.reconcile(KEY, 0.2, "pods")))
+            await asyncio.sleep(0.02)
         await asyncio.gather(*tasks)
         return last
 
-    last = await triggers(5)  # 0.12 s of triggers
-    assert len(passes) == 1 and passes[0] >= last + 0.045
+    last = await triggers(5)  # 0.08 s of triggers
+    assert len(passes) == 1 and passes[0] >= last + 0.2
     passes.clear()
     start = loop.time()
-    await triggers(30)  # 0.9 s without a quiet moment
-    assert 2 <= len(passes) <= 4  # 3 on time; a loaded machine's late wake-ups make fewer
-    assert passes[0] - start >= 0.29
+    last = await triggers(75)  # 1.5 s or more without a quiet moment
+    assert passes[0] - start >= 0.5
+    assert 2 <= len(passes) <= (last - start) / 0.5 + 1
 
 
 async def test_triggers_a_later_pass_has_read_need_no_pass_of_their_own(
