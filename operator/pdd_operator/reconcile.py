@@ -346,8 +346,12 @@ class Reconciler:
                 async with self._passes:
                     # Cleared once a pass slot is ours, not before: triggers that come while
                     # this deployment waits for one are answered by the pass about to read.
-                    state.dirty, state.read = False, state.asks
-                    await self._reconcile_once(key)
+                    state.dirty, before, state.read = False, state.read, state.asks
+                    try:
+                        await self._reconcile_once(key)
+                    except BaseException:
+                        state.read = before  # it answered nothing: the asks it took run
+                        raise
                 state.dirty |= self._changed_by_others(key, state)
         if self.view.pdd_body(key) is None:
             self._forget(key)

@@ -139,21 +139,80 @@ def test_the_fleet_is_told_each_pod_summary_that_changed_and_each_pod_gone() -> 
     ]
 
 
-def test_the_echo_of_our_own_apply_asks_for_no_pass_and_a_later_change_does() -> None:
-    applies = OwnObjectWrites()
-    asked: list[tuple[tuple[str, str], str]] = []
-    owned = OwnedObjects()
+Asked = list[tuple[tuple[str, str], str]]
+
+
+def stores_with_echoes() -> tuple[OwnObjectWrites, Asked, dict[str, Any]]:
+    """The stores as the operator wires them, listed empty; (its own writes, the passes asked
+    for, each collection's sink by plural)."""
+    writes, asked, owned = OwnObjectWrites(), [], OwnedObjects()
     collections = owned_collections(
-        owned, (), "pdd-operator", lambda key, cause: asked.append((key, cause)), None, applies
+        owned, (), "pdd-operator", lambda key, cause: asked.append((key, cause)), None, writes
     )
-    (statefulsets,) = [c for c in collections if c.path.endswith("/statefulsets")]
-    statefulsets.sink.reset([])
-    ours = child("StatefulSet", "kv-prefill", "uid-sts", "uid-kv")
-    ours["metadata"]["resourceVersion"] = "7"
-    applies.expect("statefulsets", ours)
-    statefulsets.sink.apply("ADDED", ours)
-    assert asked == [] and [c.key[2] for c in owned.children_of(KEY)] == ["kv-prefill"]
-    scaled = copy.deepcopy(ours)
-    scaled["metadata"]["resourceVersion"], scaled["spec"]["replicas"] = "8", 3
-    statefulsets.sink.apply("MODIFIED", scaled)
+    sinks = {c.path.rsplit("/", 1)[-1]: c.sink for c in collections}
+    for sink in sinks.values():
+        sink.reset([])
+    return writes, asked, sinks
+
+
+def versioned(body: dict[str, Any], version: str, **status: Any) -> dict[str, Any]:
+    copied = copy.deepcopy(body)
+    copied["metadata"]["resourceVersion"] = version
+    copied.setdefault("status", {}).update(status)
+    return copied
+
+
+def test_the_echo_of_our_own_apply_asks_for_no_pass_and_a_later_change_does() -> None:
+    writes, asked, sinks = stores_with_echoes()
+    ours = versioned(child("StatefulSet", "kv-prefill", "uid-sts", "uid-kv"), "7")
+    writes.expect("statefulsets", ours)
+    sinks["statefulsets"].apply("ADDED", ours)
+    assert asked == []
+    scaled = versioned(ours, "8")
+    scaled["spec"]["replicas"] = 3
+    sinks["statefulsets"].apply("MODIFIED", scaled)
     assert asked == [(KEY, "statefulsets")]
+
+
+def test_a_write_that_changed_nothing_hides_no_status_change_under_its_version() -> None:
+    """Our apply changed nothing and answered with version 9, the StatefulSet controller's,
+    whose event was still on its way: that event's new ready count asks for a pass."""
+    writes, asked, sinks = stores_with_echoes()
+    ours = versioned(child("StatefulSet", "kv-prefill", "uid-sts", "uid-kv"), "7")
+    sinks["statefulsets"].apply("ADDED", ours)
+    asked.clear()
+    theirs = versioned(ours, "9", readyReplicas=1)
+    writes.expect("statefulsets", theirs)
+    sinks["statefulsets"].apply("MODIFIED", theirs)
+    assert asked == [(KEY, "statefulsets")]
+    respec = versioned(theirs, "10")  # our spec change, the status as it was: an echo
+    respec["spec"]["replicas"], respec["metadata"]["generation"] = 3, 2
+    writes.expect("statefulsets", respec)
+    sinks["statefulsets"].apply("MODIFIED", respec)
+    assert asked == [(KEY, "statefulsets")]
+
+
+def test_a_probe_request_comes_back_asking_nothing_unless_the_pod_changed_too() -> None:
+    writes, asked, sinks = stores_with_echoes()
+    owner = child("StatefulSet", "kv-prefill", "uid-sts", "uid-kv")
+    sinks["statefulsets"].apply("ADDED", versioned(owner, "1"))
+    prober = versioned(pod("kv-prefill-0", ref("StatefulSet", "kv-prefill", "uid-sts")), "5")
+    sinks["pods"].apply("ADDED", prober)
+    asked.clear()
+    requested = versioned(prober, "6")
+    requested["metadata"]["annotations"] = {**COPIED, names.ANNOTATION_PROBE_REQUEST: "t1"}
+    writes.expect("pods", requested)
+    sinks["pods"].apply("MODIFIED", requested)
+    assert asked == []
+    again = versioned(requested, "8", conditions=[{"type": "Ready", "status": "True"}])
+    writes.expect("pods", again)  # the same request again answered with the kubelet's version
+    sinks["pods"].apply("MODIFIED", again)
+    assert asked == [(KEY, "pods")]
+
+
+def test_a_fresh_list_forgets_the_echoes_its_lost_watch_would_have_brought() -> None:
+    writes, _, sinks = stores_with_echoes()
+    writes.expect("statefulsets", versioned(child("StatefulSet", "a", "u", "uid-kv"), "7"))
+    writes.expect("services", versioned(child("Service", "a", "u2", "uid-kv"), "8"))
+    sinks["statefulsets"].reset([])
+    assert len(writes) == 1  # the Service's is kept

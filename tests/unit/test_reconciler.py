@@ -330,3 +330,26 @@ async def test_triggers_a_later_pass_has_read_need_no_pass_of_their_own(
     assert passes == ["pass"]
     await rec.reconcile(KEY, 0.05, "pods")
     assert passes == ["pass", "pass"]
+
+
+async def test_a_failed_pass_leaves_the_asks_it_took_to_run_their_own(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A pod event waits; a spec change's pass begins after it and fails (an API error): the
+    pod event's wait ends in a pass of its own, as if the failed one had never run."""
+    cluster = FakeCluster(body())
+    rec = Reconciler(cluster, cluster, OperatorSettings(), cluster.emit)
+    passes: list[str] = []
+
+    async def one_pass(key: tuple[str, str]) -> None:
+        passes.append("pass")
+        if len(passes) == 1:
+            raise RuntimeError("the API server answered 503")
+
+    monkeypatch.setattr(rec, "_reconcile_once", one_pass)
+    waiting = asyncio.create_task(rec.reconcile(KEY, 0.05, "pods"))
+    await asyncio.sleep(0)
+    with pytest.raises(RuntimeError):
+        await rec.reconcile(KEY, cause="pddeployments")
+    await waiting
+    assert passes == ["pass", "pass"]

@@ -95,9 +95,21 @@ class GroupedStore:
             old = self._entries.get(uid)
             self._put(uid, old, new)
         self._inform_observer(uid, old, new)
+        if not self._own_echo(event_type, body, old, new):
+            self._tell(old, new)
+
+    def _own_echo(
+        self, event_type: str, body: Mapping[str, Any], old: _Entry | None, new: _Entry | None
+    ) -> bool:
+        """Whether the event brings back a write of ours and nothing else. A write that
+        changed nothing answers with the version the object already had, perhaps someone
+        else's whose event is still on its way: what only others write must not have changed
+        (a workload's status, a pod's state)."""
         own = self._own_object_writes
         if own is None or not own.is_echo(self._source, event_type, body):
-            self._tell(old, new)
+            return False
+        created = old is None and event_type == "ADDED"
+        return created or _written_by_others(old) == _written_by_others(new)
 
     def reset(self, bodies: Iterable[Mapping[str, Any]]) -> None:
         """A fresh list: everything it lacks goes. The first one triggers nothing (at start
@@ -108,6 +120,8 @@ class GroupedStore:
             for b in bodies
             if (entry := self._entry(b)) is not None
         }
+        if self._own_object_writes is not None:  # echoes lost with the watch never come
+            self._own_object_writes.forget(self._source)
         with self._lock:
             old_entries, self._entries = self._entries, {}
             self._groups = {}
@@ -148,6 +162,18 @@ class GroupedStore:
             if entry is not None and entry.deployment is not None:
                 self._on_change(entry.deployment, self._source)
                 return
+
+
+def _written_by_others(entry: _Entry | None) -> Any:
+    """What of an entry this operator's writes never change: a workload's status (its
+    controller's), everything of a pod but the probe it was asked for (its kubelet's)."""
+    summary = entry.summary if entry is not None else None
+    if isinstance(summary, ChildSummary):
+        state = summary.workload
+        return state and dataclasses.replace(state, desired=0, generation=0)
+    if isinstance(summary, PodSummary):
+        return dataclasses.replace(summary, probe_request="")
+    return summary
 
 
 def _looks(entry: _Entry | None) -> Any:

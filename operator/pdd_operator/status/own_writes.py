@@ -118,6 +118,12 @@ class OwnObjectWrites:
                 del self._versions[key]
         return expected == version and event_type != "DELETED"
 
+    def forget(self, plural: str) -> None:
+        """A kind's watch was lost and its objects listed afresh: the echoes it would have
+        brought never come."""
+        with self._lock:
+            self._versions = {k: v for k, v in self._versions.items() if k[0] != plural}
+
     def __len__(self) -> int:
         with self._lock:
             return len(self._versions)
