@@ -84,6 +84,7 @@ from pdd_operator.status.observe import (
     ChildSummary,
     PodSummary,
     ScalerSummary,
+    counted_from_pods,
     pod_nodes,
     pod_problems,
 )
@@ -980,7 +981,7 @@ class Reconciler:
         wanted = scale_target_roles(pdd.spec)
         ready = {
             role: state.ready
-            for role, state in _role_workloads(pdd, self.view.children(key).values()).items()
+            for role, state in _role_workloads(pdd, self._counted_children(key)).items()
         }
         try:
             for role in wanted:
@@ -1033,12 +1034,17 @@ class Reconciler:
         FailedCreate Event arriving later asks for a pass of its own)."""
         return [
             Refusal(summary.role, summary.key[2], message)
-            for summary in self.view.children(_key(pdd)).values()
+            for summary in self._counted_children(_key(pdd))
             if summary.key[1] == "StatefulSet"
             and summary.workload is not None
             and summary.workload.pods < summary.workload.desired
             and (message := self.view.creation_refusal(summary.uid))
         ]
+
+    def _counted_children(self, key: DeploymentKey) -> list[ChildSummary]:
+        """The children, their StatefulSets counted from their pods (the pass reads no
+        StatefulSet's own counts: status.observe.counted_from_pods says why)."""
+        return counted_from_pods(self.view.children(key).values(), self.view.pods(key))
 
     # ------------------------------------------------------------------------------ status
 
@@ -1051,9 +1057,9 @@ class Reconciler:
         scaling: _Scaling,
     ) -> Observed:
         key = _key(pdd)
-        children = self.view.children(key)
-        workloads = _role_workloads(pdd, children.values(), desired.hashes)
         pods = self.view.pods(key)
+        children = counted_from_pods(self.view.children(key).values(), pods)
+        workloads = _role_workloads(pdd, children, desired.hashes)
         outcome = _transfer_outcome(pdd, pods)
         routers = pdd.spec.router.replicas * max(len(scaling.slices), 1)
         wanted = {

@@ -100,6 +100,8 @@ class FakeCluster:
         self.index_lag: set[ChildKey] = set()  # children whose watch event has not come yet
         self._indexed_children: dict[ObjectKey, ChildSummary] = {}
         self.pods_of: dict[DeploymentKey, list[PodSummary]] = {}
+        # The pods of each StatefulSet (by its key) as their kubelets last reported them.
+        self.workload_pods: dict[ObjectKey, list[PodSummary]] = {}
         self.nodes_ready: dict[str, bool] = {}
         self.fleet_snapshot = Fleet(())
         self.respell = respell  # the server reads one owned value back in another spelling
@@ -169,10 +171,16 @@ class FakeCluster:
         self._indexed_children[key] = summarize_child(live, MANAGER)
 
     def workloads_ready(self, namespace: str) -> None:
-        """The StatefulSet and Deployment controllers report every replica ready."""
-        for (ns, _, kind, _), live in self.objects.items():
-            if ns == namespace and kind in ("StatefulSet", "Deployment"):
+        """Every replica's pod is Ready at its workload's latest revision, and the StatefulSet
+        and Deployment controllers report it."""
+        for key, live in self.objects.items():
+            if key[0] == namespace and key[2] in ("StatefulSet", "Deployment"):
                 replicas = live["spec"].get("replicas", 1)
+                if key[2] == "StatefulSet":  # pods that were there keep what was asked of them
+                    kept = {pod.name: pod for pod in self.workload_pods.get(key, [])}
+                    self.workload_pods[key] = [
+                        kept.get(pod.name, pod) for pod in ready_pods(live, replicas, "r")
+                    ]
                 live["status"] = {
                     "observedGeneration": live["metadata"]["generation"],
                     "replicas": replicas,
@@ -281,7 +289,7 @@ class FakeCluster:
         if self.annotate_error is not None:
             raise self.annotate_error
         request = annotations.get(names.ANNOTATION_PROBE_REQUEST)
-        for pods in self.pods_of.values():
+        for pods in (*self.pods_of.values(), *self.workload_pods.values()):
             for i, pod in enumerate(pods):
                 if pod.name == name and request is not None:
                     pods[i] = replace(pod, probe_request=request)
@@ -325,7 +333,24 @@ class FakeCluster:
         }
 
     def pods(self, key: DeploymentKey) -> Sequence[PodSummary]:
-        return list(self.pods_of.get(key, ()))
+        """Its StatefulSets' pods, and the pods a test gave the deployment: one of a
+        StatefulSet pod's name stands for that pod (its owner and revision when it names
+        none)."""
+        workloads = {
+            pod.name: pod
+            for where, pods in self.workload_pods.items()
+            if where in self.objects
+            and where[0] == key[0]
+            and _owner(self.objects[where]) == key[1]
+            for pod in pods
+        }
+        given = [
+            replace(pod, owner_uid=twin.owner_uid, controller_revision=twin.controller_revision)
+            if (twin := workloads.pop(pod.name, None)) is not None and not pod.owner_uid
+            else pod
+            for pod in self.pods_of.get(key, ())
+        ]
+        return given + list(workloads.values())
 
     def fleet(self) -> Fleet:
         return self.fleet_snapshot
@@ -353,6 +378,26 @@ class FakeCluster:
 
     def _has_role(self, namespace: str, ref: Mapping[str, Any]) -> bool:
         return (namespace, "rbac.authorization.k8s.io/v1", ref["kind"], ref["name"]) in self.objects
+
+
+def ready_pods(statefulset: Mapping[str, Any], replicas: int, revision: str) -> list[PodSummary]:
+    """The StatefulSet's pods, Ready, created from its controller revision `revision`."""
+    meta = statefulset["metadata"]
+    template = statefulset["spec"].get("template", {}).get("metadata", {}).get("labels", {})
+    return [
+        PodSummary(
+            f"{meta['name']}-{ordinal}",
+            f"{meta['uid']}-{ordinal}",
+            meta.get("labels", {}).get(names.LABEL_ROLE, ""),
+            "",
+            True,
+            template.get(names.LABEL_REVISION, ""),
+            None,
+            owner_uid=meta["uid"],
+            controller_revision=revision,
+        )
+        for ordinal in range(replicas)
+    ]
 
 
 def reconciler_for(cluster: FakeCluster, metrics: OperatorMetrics | None = None) -> Reconciler:

@@ -176,12 +176,12 @@ def test_the_echo_of_our_own_apply_asks_for_no_pass_and_a_later_change_does() ->
 
 def test_a_write_that_changed_nothing_hides_no_status_change_under_its_version() -> None:
     """Our apply changed nothing and answered with version 9, the StatefulSet controller's,
-    whose event was still on its way: that event's new ready count asks for a pass."""
+    whose event was still on its way: that event's new observed generation asks for a pass."""
     writes, asked, sinks = stores_with_echoes()
     ours = versioned(child("StatefulSet", "kv-prefill", "uid-sts", "uid-kv"), "7")
     sinks["statefulsets"].apply("ADDED", ours)
     asked.clear()
-    theirs = versioned(ours, "9", readyReplicas=1)
+    theirs = versioned(ours, "9", observedGeneration=1, updateRevision="kv-prefill-1")
     writes.expect("statefulsets", theirs)
     sinks["statefulsets"].apply("MODIFIED", theirs)
     assert asked == [(KEY, "statefulsets")]
@@ -216,3 +216,32 @@ def test_a_fresh_list_forgets_the_echoes_its_lost_watch_would_have_brought() -> 
     writes.expect("services", versioned(child("Service", "a", "u2", "uid-kv"), "8"))
     sinks["statefulsets"].reset([])
     assert len(writes) == 1  # the Service's is kept
+
+
+def test_a_statefulsets_controller_counting_its_pods_asks_for_no_pass() -> None:
+    """A pass counts a StatefulSet's replicas from its pods (their own events ask for it):
+    the controller's counts coming later ask for nothing; a new generation observed or a
+    new update revision does."""
+    _, asked, sinks = stores_with_echoes()
+    created = versioned(child("StatefulSet", "kv-prefill", "uid-sts", "uid-kv"), "1")
+    sinks["statefulsets"].apply("ADDED", created)
+    asked.clear()
+    counted = versioned(created, "2", replicas=1, readyReplicas=1, updatedReplicas=1)
+    counted["status"] |= {"currentReplicas": 1, "availableReplicas": 1, "currentRevision": "a"}
+    sinks["statefulsets"].apply("MODIFIED", counted)
+    assert asked == []
+    sinks["statefulsets"].apply("MODIFIED", versioned(counted, "3", observedGeneration=1))
+    assert asked == [(KEY, "statefulsets")]
+    sinks["statefulsets"].apply("MODIFIED", versioned(counted, "4", updateRevision="b"))
+    assert asked == [(KEY, "statefulsets")] * 2
+
+
+def test_a_router_deployments_counts_still_ask_for_a_pass() -> None:
+    """A Deployment's counts are read as its controller writes them (its pods belong to
+    ReplicaSets whose revisions only it tells apart)."""
+    _, asked, sinks = stores_with_echoes()
+    created = versioned(child("Deployment", "kv-router", "uid-dep", "uid-kv"), "1")
+    sinks["deployments"].apply("ADDED", created)
+    asked.clear()
+    sinks["deployments"].apply("MODIFIED", versioned(created, "2", readyReplicas=1))
+    assert asked == [(KEY, "deployments")]

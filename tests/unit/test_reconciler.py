@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import copy
+from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -104,6 +105,29 @@ async def test_an_unchanged_pass_writes_nothing() -> None:
     for _ in range(3):  # resyncs, and passes answering pod or child events that changed nothing
         await rec.reconcile(KEY)
     assert (len(cluster.writes), len(cluster.events)) == (writes, events)
+
+
+async def test_readiness_follows_the_pods_not_the_statefulsets_own_counts() -> None:
+    """Under load a StatefulSet's controller counts its pods seconds after they change: the
+    pass asked by a pod's event reads the pods themselves."""
+    cluster = FakeCluster(body())
+    rec = reconciler_for(cluster)
+    await settle(cluster, rec)
+    cluster.workloads_ready(NS)
+    for (_, _, kind, _), live in cluster.objects.items():
+        if kind == "StatefulSet":  # not counted yet
+            live["status"] |= {"replicas": 0, "readyReplicas": 0, "updatedReplicas": 0}
+    await rec.reconcile(KEY)
+    assert condition(cluster, "Ready") == ("True", "AllReplicasReady")
+    assert cluster.stored[KEY]["status"]["decodeReplicas"] == "4/4"
+
+    # The controller now counts every pod ready; one is not any more.
+    cluster.workloads_ready(NS)
+    [(where, pods)] = [(k, p) for k, p in cluster.workload_pods.items() if k[3] == "llama-decode"]
+    cluster.workload_pods[where] = [replace(pods[0], ready=False), *pods[1:]]
+    await rec.reconcile(KEY)
+    assert condition(cluster, "Ready")[0] == "False"
+    assert cluster.stored[KEY]["status"]["decodeReplicas"] == "3/4"
 
 
 async def test_events_are_posted_only_after_the_status_write_succeeded() -> None:

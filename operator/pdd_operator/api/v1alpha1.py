@@ -1455,10 +1455,25 @@ class Condition(Model):
 class RoleStatus(Model):
     model_config = ConfigDict(extra="ignore", frozen=True)
 
-    desired: int = 0
-    ready: int = 0
-    updated: int = 0
-    revision: str = ""
+    desired: int = Field(
+        default=0, description="What the role runs now: pods, or instances where they span nodes."
+    )
+    ready: int = Field(
+        default=0,
+        description="Of those, how many are Ready. Prefill and decode are counted from their "
+        "pods (Ready and not terminating; an instance when all its ranks are), the router from "
+        "its Deployment.",
+    )
+    updated: int = Field(
+        default=0,
+        description="Of those, how many run the current revision: prefill and decode pods "
+        "created from their StatefulSet's update revision, the router from its Deployment.",
+    )
+    revision: str = Field(
+        default="",
+        description="The revision the spec asks prefill and decode pods to run: a hash of what "
+        "they must share to pair (their pdd.dev/revision label).",
+    )
 
 
 class PlacementStatus(Model):

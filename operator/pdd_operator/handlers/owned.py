@@ -1,11 +1,11 @@
 """The operator's own objects as a pass reads them: every child, pod, router ReplicaSet and
 scale target carrying its managed-by label (selected by the API server), kept as summaries.
 
-An event that changes a summary gets its deployment a pass; most events change none (a new
-resourceVersion, a StatefulSet status rewritten with the same counts, a container moving from
-waiting to running while the pod is not ready) and cost only their decoding. The echo of the
-operator's own write (an apply, a probe request on a pod) gets none either: the pass that
-wrote it already knew what it wrote.
+An event that changes what a pass reads of a summary gets its deployment a pass; most events
+change none (a new resourceVersion, a StatefulSet's controller updating its counts, a container
+moving from waiting to running while the pod is not ready) and cost only their decoding. The
+echo of the operator's own write (an apply, a probe request on a pod) gets none either: the
+pass that wrote it already knew what it wrote.
 """
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ from pdd_operator.api import names
 from pdd_operator.api.names import DeploymentKey
 from pdd_operator.handlers.listwatch import Collection
 from pdd_operator.kube.resources import CHILD_KINDS, POD, ROLE_SCALER, Kind
+from pdd_operator.status.compute import WorkloadState
 from pdd_operator.status.drift import LiveDigests
 from pdd_operator.status.observe import (
     ChildSummary,
@@ -178,13 +179,24 @@ def _written_by_others(entry: _Entry | None) -> Any:
 
 def _looks(entry: _Entry | None) -> Any:
     """What a pass reads of an entry: a child's resourceVersion changes with every write and
-    no pass decision reads it alone."""
+    no pass decision reads it alone; a StatefulSet's replica counts and current revision are
+    not read at all (a pass counts its pods: status.observe.counted_from_pods), so its
+    controller writing them asks for nothing."""
     if entry is None:
         return None
     summary = entry.summary
     if isinstance(summary, ChildSummary):
-        summary = dataclasses.replace(summary, resource_version="")
+        summary = dataclasses.replace(
+            summary, resource_version="", workload=_read_of_workload(summary)
+        )
     return entry.group, summary, entry.deployment
+
+
+def _read_of_workload(child: ChildSummary) -> WorkloadState | None:
+    state = child.workload
+    if state is None or child.key[1] != "StatefulSet":
+        return state
+    return dataclasses.replace(state, ready=0, updated=0, pods=0, current_revision="")
 
 
 @dataclass

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from pdd_operator.api import names
@@ -18,6 +18,7 @@ from pdd_operator.status.drift import LiveDigests, live_fingerprint
 
 ChildKey = tuple[str, str, str]  # (apiVersion, kind, name)
 ENGINE_CONTAINER = "engine"
+STATEFULSET_REVISION_LABEL = "controller-revision-hash"
 
 
 @dataclass(frozen=True)
@@ -56,6 +57,8 @@ class PodSummary:
     failed: bool = False  # phase Failed
     terminating: bool = False  # deletion asked for (deletionTimestamp set)
     gpus: int = 0  # its effective GPU request: the fleet's GPU count takes ours from here
+    # controller-revision-hash: the StatefulSet revision it was created from (set at creation).
+    controller_revision: str = ""
 
 
 @dataclass(frozen=True)
@@ -173,6 +176,40 @@ def _workload(body: Mapping[str, Any]) -> WorkloadState:
     )
 
 
+def counted_from_pods(
+    children: Iterable[ChildSummary], pods: Iterable[PodSummary]
+) -> list[ChildSummary]:
+    """The children, each StatefulSet's replica counts taken from its pods as the pod watch
+    shows them, counted as its controller counts them (status.replicas: its pods; ready: those
+    Ready; updated: those of its update revision), but leaving out pods on their way out.
+
+    Under load the StatefulSet controller writes its counts seconds after the pods change: a
+    pass asked by a pod's event would read the old counts, write nothing, and need another
+    pass for the counts' own event. Counted here, the pod's event is the one that matters, and
+    the counts' events ask for no pass (handlers.owned). The revisions and generations still
+    come from the StatefulSet: only its controller knows them."""
+    by_owner: dict[str, list[PodSummary]] = {}
+    for pod in pods:
+        by_owner.setdefault(pod.owner_uid, []).append(pod)
+    return [
+        replace(child, workload=_counted(child.workload, by_owner.get(child.uid, [])))
+        if child.key[1] == "StatefulSet" and child.workload is not None
+        else child
+        for child in children
+    ]
+
+
+def _counted(workload: WorkloadState, pods: Sequence[PodSummary]) -> WorkloadState:
+    serving = [pod for pod in pods if not pod.terminating]
+    revision = workload.update_revision
+    return replace(
+        workload,
+        pods=len(pods),
+        ready=sum(1 for pod in serving if pod.ready),
+        updated=sum(1 for pod in serving if revision and pod.controller_revision == revision),
+    )
+
+
 def summarize_pod(body: Mapping[str, Any]) -> PodSummary:
     meta = body["metadata"]
     labels = meta.get("labels", {})
@@ -200,6 +237,7 @@ def summarize_pod(body: Mapping[str, Any]) -> PodSummary:
         failed=status.get("phase") == "Failed",
         terminating=bool(meta.get("deletionTimestamp")),
         gpus=pod_gpu_request(spec),
+        controller_revision=labels.get(STATEFULSET_REVISION_LABEL, ""),
     )
 
 
