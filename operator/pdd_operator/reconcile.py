@@ -448,7 +448,6 @@ class Reconciler:
                 return
         if not blocked.message:
             await self._restart_broken_instances(pdd, body)
-        refusals = self._refusals(pdd)
         observed_now = self._observed(pdd, desired, placement, blocked, scaling)
         autoscaled = pdd.spec.autoscaling is not None
         status = await self._status(
@@ -456,7 +455,6 @@ class Reconciler:
             replace(
                 observed_now,
                 model=model,
-                refusals=refusals,
                 gang=gang,
                 scaled_to_zero=scaling.plan.scaled_to_zero if autoscaled else None,
                 scaling_held=scaling.plan.held if autoscaled else None,
@@ -979,10 +977,8 @@ class Reconciler:
         key = _key(pdd)
         existing = self.view.scalers(key)
         wanted = scale_target_roles(pdd.spec)
-        ready = {
-            role: state.ready
-            for role, state in _role_workloads(pdd, self._counted_children(key)).items()
-        }
+        children = counted_from_pods(self.view.children(key).values(), self.view.pods(key))
+        ready = {role: state.ready for role, state in _role_workloads(pdd, children).items()}
         try:
             for role in wanted:
                 if role not in existing:
@@ -1029,22 +1025,17 @@ class Reconciler:
         log.warning("%s/%s: %s", pdd.namespace, pdd.name, message)
         return _Blocked(ownership.REASON, message)
 
-    def _refusals(self, pdd: PDDeployment) -> list[Refusal]:
+    def _refusals(self, children: Iterable[ChildSummary]) -> list[Refusal]:
         """The engine StatefulSets short of pods whose newest pod creation was refused (a
         FailedCreate Event arriving later asks for a pass of its own)."""
         return [
             Refusal(summary.role, summary.key[2], message)
-            for summary in self._counted_children(_key(pdd))
+            for summary in children
             if summary.key[1] == "StatefulSet"
             and summary.workload is not None
             and summary.workload.pods < summary.workload.desired
             and (message := self.view.creation_refusal(summary.uid))
         ]
-
-    def _counted_children(self, key: DeploymentKey) -> list[ChildSummary]:
-        """The children, their StatefulSets counted from their pods (the pass reads no
-        StatefulSet's own counts: status.observe.counted_from_pods says why)."""
-        return counted_from_pods(self.view.children(key).values(), self.view.pods(key))
 
     # ------------------------------------------------------------------------------ status
 
@@ -1079,6 +1070,7 @@ class Reconciler:
             transfer_reason=outcome.reason if outcome else "",
             apply_error=blocked.message,
             apply_error_reason=blocked.reason or "ApplyFailed",
+            refusals=self._refusals(children),
         )
 
     async def _status(self, pdd: PDDeployment, observed: Observed) -> PDDeploymentStatus:

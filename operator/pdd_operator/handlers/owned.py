@@ -20,7 +20,6 @@ from pdd_operator.api import names
 from pdd_operator.api.names import DeploymentKey
 from pdd_operator.handlers.listwatch import Collection
 from pdd_operator.kube.resources import CHILD_KINDS, POD, ROLE_SCALER, Kind
-from pdd_operator.status.compute import WorkloadState
 from pdd_operator.status.drift import LiveDigests
 from pdd_operator.status.observe import (
     ChildSummary,
@@ -31,6 +30,7 @@ from pdd_operator.status.observe import (
     summarize_child,
     summarize_pod,
     summarize_scaler,
+    workload_as_read,
 )
 from pdd_operator.status.own_writes import OwnObjectWrites
 
@@ -179,24 +179,16 @@ def _written_by_others(entry: _Entry | None) -> Any:
 
 def _looks(entry: _Entry | None) -> Any:
     """What a pass reads of an entry: a child's resourceVersion changes with every write and
-    no pass decision reads it alone; a StatefulSet's replica counts and current revision are
-    not read at all (a pass counts its pods: status.observe.counted_from_pods), so its
-    controller writing them asks for nothing."""
+    no pass decision reads it alone; of its workload status, what workload_as_read keeps (a
+    StatefulSet's controller writing its counts asks for nothing)."""
     if entry is None:
         return None
     summary = entry.summary
     if isinstance(summary, ChildSummary):
         summary = dataclasses.replace(
-            summary, resource_version="", workload=_read_of_workload(summary)
+            summary, resource_version="", workload=workload_as_read(summary)
         )
     return entry.group, summary, entry.deployment
-
-
-def _read_of_workload(child: ChildSummary) -> WorkloadState | None:
-    state = child.workload
-    if state is None or child.key[1] != "StatefulSet":
-        return state
-    return dataclasses.replace(state, ready=0, updated=0, pods=0, current_revision="")
 
 
 @dataclass

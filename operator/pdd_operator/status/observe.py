@@ -210,6 +210,16 @@ def _counted(workload: WorkloadState, pods: Sequence[PodSummary]) -> WorkloadSta
     )
 
 
+def workload_as_read(child: ChildSummary) -> WorkloadState | None:
+    """What a pass reads of the child's own workload status: a StatefulSet's replica counts
+    are taken from its pods instead (counted_from_pods), and no pass reads its current
+    revision."""
+    state = child.workload
+    if state is None or child.key[1] != "StatefulSet":
+        return state
+    return replace(state, ready=0, updated=0, pods=0, current_revision="")
+
+
 def summarize_pod(body: Mapping[str, Any]) -> PodSummary:
     meta = body["metadata"]
     labels = meta.get("labels", {})
