@@ -723,9 +723,8 @@ class Reconciler:
         }
         # The coordinated rollout steps the home slice (slices beyond it roll on their own).
         home = [c for c in observed.values() if _slice_of(pdd, c.key[2]) == 0]
-        partitions = rollout_partitions(
-            engine_revision(pdd.spec), replicas, home, self.view.pods(_key(pdd))
-        )
+        home_pods = [p for p in self.view.pods(_key(pdd)) if p.slice == 0]
+        partitions = rollout_partitions(engine_revision(pdd.spec), replicas, home, home_pods)
         return RenderContext(self.settings, placement.placement, partitions, slices=slices)
 
     # ------------------------------------------------------------------------------ render

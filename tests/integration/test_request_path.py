@@ -11,9 +11,10 @@ decode checks every byte before it answers.
 
 Then, under steady traffic: a prefill pod is deleted (no request may hang past its timeout,
 and the router must stop choosing it), the engine image is rolled (a coordinated rollout: no
-request may pair a prefill and a decode of different revisions), and decode is scaled up and
-down (no request may fail). Per engine the summary prints the router binary and version, the
-requests sent / succeeded / failed and the KV bytes the decodes verified.
+request may pair a prefill and a decode of different revisions, and the router must always
+have a pair to send to), and decode is scaled up and down (no request may fail). Per engine
+the summary prints the router binary and version, the requests sent / succeeded / failed, the
+failures and the KV bytes the decodes verified.
 """
 
 from __future__ import annotations
@@ -218,8 +219,12 @@ def test_requests_through_the_router_return_tokens_with_verified_kv(
     deleted = disruptions["delete prefill pod"]
     assert max(o.seconds for o in deleted) < TIMEOUT_S + 5
     assert all(o.ok for o in deleted[-8:]), [o.error for o in deleted[-8:]]
-    # The coordinated rollout: no request paired revisions.
-    assert revisions.crossed(disruptions["roll the engine image"]) == []
+    # The coordinated rollout: no request paired revisions, and the router always had a
+    # prefill and a decode to send to (both routers answer 503 when they have none; the old
+    # routers did, while the rollout replaced their last pod of a role).
+    rolled = disruptions["roll the engine image"]
+    assert revisions.crossed(rolled) == []
+    assert [o.error for o in rolled if o.status == 503] == []
     # Scaling decode: no request failed.
     scaled = disruptions["scale decode 2 -> 3 -> 2"]
     assert all(o.ok for o in scaled), [o.error for o in scaled if not o.ok]
@@ -231,7 +236,16 @@ def test_requests_through_the_router_return_tokens_with_verified_kv(
         "failed": tally.failed,
         "kv_bytes_verified": tally.kv_bytes_verified,
         "failed_per_step": {k: sum(not o.ok for o in v) for k, v in disruptions.items()},
+        "failures": [
+            f"{step} after {o.seconds:.2f} s: {o.error}"
+            for step, outcomes in disruptions.items()
+            for o in outcomes
+            if not o.ok
+        ][:6],
         "slowest_s": round(tally.slowest_s, 2),
+        "slowest_per_step": {
+            k: round(max((o.seconds for o in v), default=0.0), 2) for k, v in disruptions.items()
+        },
     }
     with capsys.disabled():
         print(f"\nrequest path [{engine}]: {report}")

@@ -128,6 +128,14 @@ def test_a_pod_summary_carries_its_effective_gpu_request() -> None:
     assert summarize_pod(body).gpus == 3
 
 
+@pytest.mark.parametrize(("label", "expected"), [(None, 0), ("2", 2), ("x", 0)])
+def test_a_pod_summary_carries_the_slice_it_serves(label: str | None, expected: int) -> None:
+    body = pod("p", "n1", gpus=1)
+    if label is not None:
+        body["metadata"]["labels"] = {"pdd.dev/slice": label}
+    assert summarize_pod(body).slice == expected
+
+
 def test_an_own_pod_that_went_or_failed_holds_nothing_any_more() -> None:
     state = FleetState()
     prefill = summary("kv-prefill-0", "n1", gpus=2)

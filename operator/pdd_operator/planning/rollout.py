@@ -5,6 +5,12 @@ blocks to (pods pair only within one `pdd.dev/revision`). So the two roles move 
 decode first, then whichever role has updated the smaller share of its pods, one pod at a time,
 and only once every pod updated so far is Ready. With the PodDisruptionBudgets this keeps at
 most one instance per role out of service, and the roles never drift a revision apart.
+
+A router pairs the pods of one revision (rendering.router.router_discovery), so the routers of
+the old revision serve on the old pods until the new routers are Ready. The last old pod of a
+role therefore waits until no router of the old revision is left, as soon as the new revision
+has a Ready pod in every role for its routers to pair (before that, waiting could never end).
+A role of one replica cannot keep an old pod while its new one starts: its rollout has a gap.
 """
 
 from __future__ import annotations
@@ -76,9 +82,9 @@ def rollout_partitions(
     children: Iterable[ObservedChild],
     pods: Iterable[ObservedPod],
 ) -> dict[str, int]:
-    """Partitions for this reconcile, from the observed StatefulSets and pods: a new revision
-    starts with nothing updated in either role; a rollout in progress advances one pod at a
-    time (next_partitions)."""
+    """Partitions for this reconcile, from the observed StatefulSets and pods (routers' too): a
+    new revision starts with nothing updated in either role; a rollout in progress advances
+    one pod at a time (next_partitions)."""
     existing = {
         child.role: child
         for child in children
@@ -86,7 +92,10 @@ def rollout_partitions(
     }
     if any(s.template_revision != revision for s in existing.values()):
         return {role: replicas[role] for role in existing}
+    pods = list(pods)
     updated = [p for p in pods if p.revision == revision]
+    # A terminating router still answers the requests it has taken: it counts until gone.
+    old_routers = any(p.role == "router" and p.revision != revision for p in pods)
     states = {
         role: RoleRollout(
             replicas=replicas[role],
@@ -96,16 +105,22 @@ def rollout_partitions(
         )
         for role, s in existing.items()
     }
-    return next_partitions(states) if states else {}
+    return next_partitions(states, old_routers) if states else {}
 
 
-def next_partitions(roles: dict[str, RoleRollout]) -> dict[str, int]:
+def next_partitions(roles: dict[str, RoleRollout], old_routers: bool = False) -> dict[str, int]:
     """Partitions for this step: at most one role advances by one pod, and only when both
-    roles are settled (nothing updating is still unready)."""
+    roles are settled (nothing updating is still unready); a role's last old pod waits for
+    the old routers to go (`old_routers`: a router pod of an older revision still exists)."""
     partitions = {role: state.pending for role, state in roles.items()}
     if not all(state.settled for state in roles.values()):
         return partitions
-    movable = [role for role in ROLE_ORDER if role in roles and partitions[role] > 0]
+    handing_over = old_routers and all(state.updated_ready > 0 for state in roles.values())
+    movable = [
+        role
+        for role in ROLE_ORDER
+        if role in roles and partitions[role] > (1 if handing_over else 0)
+    ]
     if not movable:
         return partitions
     # The role that is furthest behind moves; ties go to decode (ROLE_ORDER).

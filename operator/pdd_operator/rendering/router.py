@@ -49,9 +49,10 @@ def router_discovery(pdd: PDDeployment, slice_index: int = 0) -> RouterDiscovery
     the router Deployment rolls too: its new pods (new revision) stay unready (/readiness
     answers 503 without workers) until the rollout has a Ready pod of the new revision in
     each role (it updates decode first, then prefill), and with maxUnavailable 0 the old
-    router pods keep serving the old revision until then. The handover needs no step of its
-    own, and the partitions stay out of the router's render: otherwise every rollout step
-    would restart the router.
+    router pods keep serving the old revision until then. The rollout keeps the last old pod
+    of each role until those old router pods are gone (planning.rollout), so they always have
+    a pair to send to. The partitions stay out of the router's render: otherwise every
+    rollout step would restart the router.
 
     A deployment that may grow by slices (planning.slices) runs a router per slice, and each
     pairs only its slice's pods, so a prefill never hands KV blocks to another domain: the
@@ -151,7 +152,11 @@ def render_router_deployment(
         container["args"] = args
     template: dict[str, Any] = {
         "metadata": {
-            "labels": names.common_labels(pdd.name, "router"),
+            # The revision it pairs: the rollout keeps old pods until such routers are gone.
+            "labels": {
+                **names.common_labels(pdd.name, "router"),
+                names.LABEL_REVISION: engine_revision(spec),
+            },
             "annotations": {
                 "kubectl.kubernetes.io/default-container": "router",
                 names.ANNOTATION_OWNER_NAME: pdd.name,

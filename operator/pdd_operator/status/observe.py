@@ -59,6 +59,7 @@ class PodSummary:
     gpus: int = 0  # its effective GPU request: the fleet's GPU count takes ours from here
     # controller-revision-hash: the StatefulSet revision it was created from (set at creation).
     controller_revision: str = ""
+    slice: int = 0  # pdd.dev/slice: the slice it serves (planning.slices); 0: the home slice
 
 
 @dataclass(frozen=True)
@@ -248,7 +249,12 @@ def summarize_pod(body: Mapping[str, Any]) -> PodSummary:
         terminating=bool(meta.get("deletionTimestamp")),
         gpus=pod_gpu_request(spec),
         controller_revision=labels.get(STATEFULSET_REVISION_LABEL, ""),
+        slice=_slice_index(labels.get(names.LABEL_SLICE, "")),
     )
+
+
+def _slice_index(label: str) -> int:
+    return int(label) if label.isdigit() else 0
 
 
 def _engine_restarts(status: Mapping[str, Any]) -> int:

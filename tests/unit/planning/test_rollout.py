@@ -143,3 +143,81 @@ def test_rollout_partitions_of_one_reconcile(
     children: list[ChildSummary], observed_pods: list[PodSummary], expected: dict[str, int]
 ) -> None:
     assert rollout_partitions(NEW, REPLICAS, children, observed_pods) == expected
+
+
+def routers(revision: str, count: int = 1) -> list[PodSummary]:
+    return [
+        PodSummary(f"llama-router-{revision}-{i}", f"r{i}", "router", "n", True, revision, None)
+        for i in range(count)
+    ]
+
+
+HALFWAY = [statefulset("prefill", NEW, 1), statefulset("decode", NEW, 1)]
+HALFWAY_PODS = (
+    pods("prefill", NEW, 1)
+    + pods("prefill", OLD, 1)
+    + pods("decode", NEW, 1)
+    + pods("decode", OLD, 1)
+)
+
+
+@pytest.mark.parametrize(
+    ("observed_routers", "expected"),
+    [
+        pytest.param(routers(OLD), {"prefill": 1, "decode": 1}, id="an-old-router-serves"),
+        pytest.param(routers(NEW) + routers(OLD), {"prefill": 1, "decode": 1}, id="both-serve"),
+        pytest.param(routers(NEW), {"prefill": 1, "decode": 0}, id="handed-over"),
+        pytest.param([], {"prefill": 1, "decode": 0}, id="no-router"),
+    ],
+)
+def test_the_last_old_pod_of_a_role_waits_for_the_old_routers_to_go(
+    observed_routers: list[PodSummary], expected: dict[str, int]
+) -> None:
+    replicas = {"prefill": 2, "decode": 2}
+    observed = HALFWAY_PODS + observed_routers
+    assert rollout_partitions(NEW, replicas, HALFWAY, observed) == expected
+
+
+def test_a_terminating_old_router_still_holds_the_last_old_pods() -> None:
+    (old,) = routers(OLD)
+    terminating = PodSummary(old.name, old.uid, "router", "n", False, OLD, None, terminating=True)
+    replicas = {"prefill": 2, "decode": 2}
+    got = rollout_partitions(NEW, replicas, HALFWAY, [*HALFWAY_PODS, terminating])
+    assert got == {"prefill": 1, "decode": 1}
+
+
+def test_a_role_of_one_replica_moves_although_an_old_router_serves() -> None:
+    """Waiting would never end: the new routers need a new pod in every role to be Ready."""
+    children = [statefulset("prefill", NEW, 1), statefulset("decode", NEW, 1)]
+    got = rollout_partitions(
+        NEW,
+        {"prefill": 1, "decode": 1},
+        children,
+        pods("prefill", OLD, 1) + pods("decode", OLD, 1) + routers(OLD),
+    )
+    assert got == {"prefill": 1, "decode": 0}
+
+
+@pytest.mark.parametrize("prefill,decode", [(2, 2), (2, 4), (4, 2), (3, 8)])
+def test_old_routers_always_have_an_old_pod_in_every_role(prefill: int, decode: int) -> None:
+    """Walk a rollout in which the old routers go only after the planner has waited for them
+    with the new revision able to serve (a Ready new pod in every role), as a router
+    Deployment hands over: until they are gone, every role keeps an old pod."""
+    replicas = {"prefill": prefill, "decode": decode}
+    partitions = starting_partitions(replicas)
+    old_routers = True
+    for _ in range(100):
+        roles = {
+            r: RoleRollout(replicas[r], partitions[r], *[replicas[r] - partitions[r]] * 2)
+            for r in replicas
+        }
+        nxt = next_partitions(roles, old_routers)
+        if old_routers:
+            assert all(p > 0 for p in nxt.values()), nxt
+        if nxt == partitions:
+            if not old_routers:
+                break
+            assert all(state.updated_ready > 0 for state in roles.values())
+            old_routers = False  # the new routers are Ready: the old ones go
+        partitions = nxt
+    assert partitions == {"prefill": 0, "decode": 0}
