@@ -4,6 +4,7 @@ and the blocking work (NIXL, sidecar calls) moved off the event loop."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 import os
@@ -13,7 +14,7 @@ import time
 import urllib.error
 import urllib.request
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
@@ -57,6 +58,39 @@ class KvOutcome:
         }
 
 
+class KvSteps:
+    """How long each step of one KV transfer took. Logged when it fails or is slow, and by
+    the drain for those still under way: a request stuck in a transfer leaves no other trace."""
+
+    SLOW_S = 2.0
+
+    def __init__(self, what: str) -> None:
+        self.what = what
+        self.started = self._last = time.monotonic()
+        self.durations: list[tuple[str, float]] = []
+        self._reported = False
+
+    def done(self, step: str) -> None:
+        now = time.monotonic()
+        self.durations.append((step, now - self._last))
+        self._last = now
+
+    def describe(self) -> str:
+        steps = ", ".join(f"{step} {seconds:.2f} s" for step, seconds in self.durations)
+        return (
+            f"{self.what} at {time.monotonic() - self.started:.2f} s, steps done: "
+            f"{steps or 'none'}, then {time.monotonic() - self._last:.2f} s in the next"
+        )
+
+    def report(self, error: BaseException | None = None) -> None:
+        slow = time.monotonic() - self.started >= self.SLOW_S
+        if self._reported or (error is None and not slow):
+            return
+        self._reported = True
+        outcome = f"failed ({type(error).__name__}: {error})" if error else "slow"
+        log.warning("%s %s: %s", self.what, outcome, self.describe())
+
+
 class Engine:
     def __init__(self, config: EngineConfig) -> None:
         self.config = config
@@ -78,6 +112,24 @@ class Engine:
         self.sidecar = SidecarClient.from_env(timeout_s=5)
         self.published = threading.Event()
         self.stop = threading.Event()
+        self.transfers: set[KvSteps] = set()  # KV transfers under way, for the drain's report
+
+    @contextlib.contextmanager
+    def kv_steps(self, what: str) -> Iterator[KvSteps]:
+        """Times the steps of one KV transfer; logs them if it fails or is slow."""
+        steps = KvSteps(what)
+        self.transfers.add(steps)
+        try:
+            yield steps
+        except BaseException as exc:
+            steps.report(exc)
+            raise
+        finally:
+            self.transfers.discard(steps)
+            steps.report()
+
+    def transfers_under_way(self) -> str:
+        return "; ".join(steps.describe() for steps in list(self.transfers)) or "none"
 
     def publish_forever(self) -> None:
         """Publish the agent's metadata to the sidecar, retrying until it answers, then keep

@@ -276,7 +276,11 @@ async def _drain(engine: Engine, app: App) -> None:
         elif time.monotonic() - quiet_since >= DRAIN_QUIET_S:
             return
         await asyncio.sleep(0.1)
-    log.warning("drain time over with %d request(s) in flight", app.in_flight)
+    log.warning(
+        "drain time over with %d request(s) in flight; transfers: %s",
+        app.in_flight,
+        engine.transfers_under_way(),
+    )
 
 
 async def _start(app: web.Application, host: str, port: int) -> web.AppRunner:

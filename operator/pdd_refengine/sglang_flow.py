@@ -24,6 +24,7 @@ from aiohttp import web
 from pdd_refengine.engine import (
     Engine,
     KvOutcome,
+    KvSteps,
     compute_prompt_kv,
     http_json,
     off_loop,
@@ -93,9 +94,11 @@ async def prefill(engine: Engine, rooms: Rooms, req: Completion, room_key: str) 
     tokens = len(req.prompt_tokens)
     blocks = await compute_prompt_kv(engine, req)
     try:
-        await asyncio.wait_for(room.registered.wait(), engine.kv_timeout_s)
-        assert room.region is not None
-        seconds = await off_loop(_push, engine, room, room_key, blocks, tokens)
+        with engine.kv_steps(f"KV push for room {room_key}") as steps:
+            await asyncio.wait_for(room.registered.wait(), engine.kv_timeout_s)
+            steps.done("decode registered")
+            assert room.region is not None
+            seconds = await off_loop(_push, engine, room, room_key, blocks, tokens, steps)
     except TimeoutError:
         room.state, room.error = "failed", "no decode registered for this room in time"
         raise TransferError(f"bootstrap room {room_key}: {room.error}") from None
@@ -113,12 +116,15 @@ async def prefill(engine: Engine, rooms: Rooms, req: Completion, room_key: str) 
     )
 
 
-def _push(engine: Engine, room: Room, key: str, blocks: list[int], tokens: int) -> float:
+def _push(
+    engine: Engine, room: Room, key: str, blocks: list[int], tokens: int, steps: KvSteps
+) -> float:
     assert room.region is not None
     deadline = time.monotonic() + engine.kv_timeout_s
     if room.tokens != tokens:
         raise TransferError(f"room {key}: the decode expects {room.tokens} tokens, not {tokens}")
     engine.load_peer(room.region.agent_name, deadline)
+    steps.done("metadata")
     return engine.cache.transfer(
         "WRITE",
         room.region,
@@ -142,8 +148,11 @@ async def decode(
     try:
         url = f"http://{host}:{port}{ROOMS_PATH.format(room=key)}"
         registration = {**engine.region_json(), "blocks": blocks, "tokens": tokens}
-        answer = await off_loop(http_json, "PUT", url, registration, 5.0)
-        await _await_arrival(engine, arrival, url)
+        with engine.kv_steps(f"KV wait in room {key} of {host}:{port}") as steps:
+            answer = await off_loop(http_json, "PUT", url, registration, 5.0)
+            steps.done("registered")
+            await _await_arrival(engine, arrival, url)
+            steps.done("arrived")
         seconds = time.perf_counter() - start
         problem = await off_loop(engine.cache.verify_prompt, blocks, req.digest, tokens)
     finally:

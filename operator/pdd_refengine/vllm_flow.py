@@ -27,6 +27,7 @@ from aiohttp import web
 from pdd_refengine.engine import (
     Engine,
     KvOutcome,
+    KvSteps,
     compute_prompt_kv,
     http_json,
     off_loop,
@@ -87,13 +88,22 @@ async def decode(engine: Engine, req: Completion, params: Any) -> KvOutcome:
 
 
 def _pull_and_verify(engine: Engine, req: Completion, remote: RemotePrefill) -> KvOutcome:
+    with engine.kv_steps(f"KV pull from {remote.engine_id}") as steps:
+        return _pull_steps(engine, req, remote, steps)
+
+
+def _pull_steps(
+    engine: Engine, req: Completion, remote: RemotePrefill, steps: KvSteps
+) -> KvOutcome:
     deadline = time.monotonic() + engine.kv_timeout_s
     url = f"http://{remote.host}:{remote.port}{HANDSHAKE_PATH}"
     handshake = http_json("GET", url, None, min(5.0, engine.kv_timeout_s))
+    steps.done("handshake")
     region = region_of(handshake)
     if region.agent_name != remote.engine_id:
         raise_mismatch(remote, region.agent_name)
     engine.load_peer(remote.engine_id, deadline)
+    steps.done("metadata")
     tokens = len(req.prompt_tokens)
     local = engine.cache.allocate(tokens)
     try:
@@ -107,6 +117,7 @@ def _pull_and_verify(engine: Engine, req: Completion, remote: RemotePrefill) -> 
             notif,
             max(0.1, deadline - time.monotonic()),
         )
+        steps.done("transfer")
         problem = engine.cache.verify_prompt(local, req.digest, tokens)
     finally:
         engine.cache.release(local)

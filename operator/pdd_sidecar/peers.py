@@ -574,6 +574,8 @@ class PeerTracker:
         if not (added or removed):
             return
         self.signal.fire()
+        for record in added:
+            log.info("peer agent %s of pod %s added", record.name, record.pod)
         removals = self._explain(removed, view, now)
         for removal in removals:
             self._metrics.stale_peer_drops.labels(removal.reason).inc()
