@@ -153,6 +153,13 @@ def _add_serve(p: argparse.ArgumentParser) -> None:
         type=float,
         default=_env_num("PDD_PEER_GRACE_SECONDS", 15),
     )
+    p.add_argument(
+        "--drain-seconds",
+        type=float,
+        default=_env_num("PDD_SIDECAR_DRAIN_SECONDS", 55),
+        help="after SIGTERM, serve while the engine still has agents published, at most this "
+        "long (the pod's grace period ends it anyway)",
+    )
     p.add_argument("--resync-seconds", type=float, default=_env_num("PDD_RESYNC_SECONDS", 10))
     p.add_argument(
         "--reachability-interval-seconds",
@@ -257,6 +264,7 @@ def build_config(args: argparse.Namespace) -> SidecarConfig:
         side_channel_ports=ports,
         side_channel_roles=side_roles,
         peer_grace_s=args.peer_grace_seconds,
+        drain_s=args.drain_seconds,
         resync_s=args.resync_seconds,
         reachability_interval_s=args.reachability_interval_seconds,
         prober=bool(args.prober_pod) and args.prober_pod == identity.pod_name,

@@ -68,6 +68,9 @@ class SidecarConfig:
     # A peer sidecar that has not answered for this long stops being served (its engine's
     # writes would fail anyway); the K8s source drops a deleted pod at once.
     peer_grace_s: float = 15.0
+    # After SIGTERM: keep serving while this pod's engine still has agents published (it
+    # drains its requests, which need their peers' metadata), at most this long.
+    drain_s: float = 55.0
     poll_timeout_s: float = 20.0  # long-poll length between sidecars
     resync_s: float = 10.0  # re-list the peer source at least this often
     reachability_interval_s: float = 10.0

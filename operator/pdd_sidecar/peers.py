@@ -3,8 +3,9 @@
 A ``PeerSource`` lists the peer pods (the deployment's pods in a cluster, a fixed or
 file-backed list locally). The ``PeerTracker`` follows every listed peer sidecar with a
 long-poll on its ``/v1/local/agents`` and keeps the versioned view of peer agents that engines
-read and watch. A peer that leaves the source, turns terminating, or answers with another pod
-UID is dropped from the view at once; one that stops answering is dropped after a grace period.
+read and watch. A peer that leaves the source or answers with another pod UID is dropped from
+the view at once; one that stops answering is dropped after a grace period. A terminating peer
+stays while it answers (its engine drains) until its engine unpublishes.
 A peer of the other role whose engine revision differs from this pod's (``--revision``) is
 never paired with: it stays out of the view and is reported as incompatible.
 """
@@ -556,9 +557,15 @@ class PeerTracker:
         ]
 
     def _is_live(self, state: PeerState, now: float) -> bool:
-        """Listed, compatible, not terminating, answered, and either healthy or failing for
-        less than the grace period."""
-        if state.is_self or state.endpoint.terminating or state.last_ok is None:
+        """Served (below) and not terminating: a peer to probe and check."""
+        return not state.endpoint.terminating and self._is_served(state, now)
+
+    def _is_served(self, state: PeerState, now: float) -> bool:
+        """Its agents are in the view: listed, compatible, answered, and either healthy or
+        failing for less than the grace period. A terminating peer is served while it
+        answers: its engine drains, and the transfers of the requests it took still need its
+        metadata. Its agents go when its engine unpublishes them or its pod goes."""
+        if state.is_self or state.last_ok is None:
             return False
         if not self.compatible(state):
             return False
@@ -567,10 +574,10 @@ class PeerTracker:
     def _rebuild(self) -> None:
         """Recompute the view from every live peer; report and act on what left."""
         now = time.monotonic()
-        live = [s for s in self.peers() if self._is_live(s, now)]
-        view = merge_pods(s.agents for s in live)
+        served = [s for s in self.peers() if self._is_served(s, now)]
+        view = merge_pods(s.agents for s in served)
         added, removed = self.history.update(view)
-        self._update_peer_gauge(live)
+        self._update_peer_gauge([s for s in served if not s.endpoint.terminating])
         if not (added or removed):
             return
         self.signal.fire()

@@ -196,6 +196,17 @@ class Sidecar:
     def _spawn(self, coro: Awaitable[None]) -> None:
         self._tasks.append(asyncio.ensure_future(coro))
 
+    async def outlive_engine(self, limit_s: float) -> None:
+        """Every container of a pod gets SIGTERM at once, and the engine then drains: its
+        requests in flight still load their peers' metadata from here. So serve on until the
+        engine has unpublished its agents (it does as it stops; a dead engine's expire), at
+        most `limit_s`."""
+        deadline = time.monotonic() + limit_s
+        if self.local.all():
+            log.info("stopping once the engine's agents are gone (at most %g s)", limit_s)
+        while self.local.all() and (left := deadline - time.monotonic()) > 0:
+            await self.local.wait_changed(self.local.generation, left)
+
     async def _expire_forever(self) -> None:
         while True:
             for name in self.local.expire():
@@ -453,5 +464,6 @@ async def serve(config: SidecarConfig, source: PeerSource, access_log: bool = Fa
             loop.add_signal_handler(signum, stop.set)
     try:
         await stop.wait()
+        await sidecar.outlive_engine(config.drain_s)
     finally:
         await runner.cleanup()

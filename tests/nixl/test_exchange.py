@@ -6,7 +6,10 @@ from __future__ import annotations
 
 import hashlib
 import json
+import signal
 import socket
+import time
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -243,3 +246,70 @@ def test_unix_socket_and_client(procs: Processes) -> None:
     assert first["resync"] and first["added"] == []
     assert client.peers()["agents"] == []
     assert client.status()["local_agents"][0]["name"] == "engine-0"
+
+
+def test_after_sigterm_the_sidecar_serves_until_its_engine_has_unpublished(
+    procs: Processes,
+) -> None:
+    """A pod's containers all get SIGTERM at once, and the engine drains: the requests it
+    still serves load their peers' metadata from this sidecar. So the sidecar serves on while
+    its engine has agents published, and stops once they are unpublished."""
+    pa, pb = free_port(PREFILL_HOST), free_port(DECODE_HOST)
+    source = _static(pa, pb)
+    sidecar_a = procs.sidecar(host=PREFILL_HOST, port=pa, role="prefill", pod="p0", uid="ua",
+                              peer_source=source)  # fmt: skip
+    sidecar_b = procs.sidecar(host=DECODE_HOST, port=pb, role="decode", pod="d0", uid="ub",
+                              peer_source=source)  # fmt: skip
+    assert http("PUT", f"{sidecar_a.url}/v1/agents/peer", body=b"md-a")[0] == 200
+    assert http("PUT", f"{sidecar_b.url}/v1/agents/mine", body=b"md-b")[0] == 200
+    wait_until(lambda: http("GET", f"{sidecar_b.url}/v1/agents/peer")[0] == 200, 15, "B to see A")
+
+    sidecar_b.proc.send_signal(signal.SIGTERM)
+    time.sleep(1.5)
+    assert sidecar_b.proc.poll() is None, "stopped while its engine still had an agent"
+    status, body, _ = http("GET", f"{sidecar_b.url}/v1/agents/peer")
+    assert (status, body) == (200, b"md-a")  # the draining engine still gets its peers
+
+    assert http("DELETE", f"{sidecar_b.url}/v1/agents/mine")[0] in (200, 204)
+    sidecar_b.proc.wait(timeout=10)
+
+
+def test_after_sigterm_a_sidecar_without_agents_stops_at_once(procs: Processes) -> None:
+    pa, pb = free_port(PREFILL_HOST), free_port(DECODE_HOST)
+    sidecar = procs.sidecar(host=PREFILL_HOST, port=pa, role="prefill", pod="p0", uid="ua",
+                            peer_source=_static(pa, pb))  # fmt: skip
+    sidecar.proc.send_signal(signal.SIGTERM)
+    sidecar.proc.wait(timeout=5)
+
+
+def test_a_terminating_peer_is_served_until_its_engine_unpublishes(
+    procs: Processes, tmp_path: Path
+) -> None:
+    """A deleted pod's engine drains: the decodes reading the KV of the requests it took still
+    need its metadata. Its peers serve it on while it answers, and drop it once its engine
+    unpublishes (as it stops)."""
+    pa, pb = free_port(PREFILL_HOST), free_port(DECODE_HOST)
+    peers = tmp_path / "peers.json"
+    pods = [
+        {"role": "prefill", "host": PREFILL_HOST, "port": pa, "pod": "p0", "uid": "ua"},
+        {"role": "decode", "host": DECODE_HOST, "port": pb, "pod": "d0", "uid": "ub"},
+    ]
+    peers.write_text(json.dumps(pods))
+    source = f"file:{peers}"
+    sidecar_a = procs.sidecar(host=PREFILL_HOST, port=pa, role="prefill", pod="p0", uid="ua",
+                              peer_source=source)  # fmt: skip
+    sidecar_b = procs.sidecar(host=DECODE_HOST, port=pb, role="decode", pod="d0", uid="ub",
+                              peer_source=source)  # fmt: skip
+    assert http("PUT", f"{sidecar_a.url}/v1/agents/draining", body=b"md-a")[0] == 200
+
+    def served() -> int:
+        return http("GET", f"{sidecar_b.url}/v1/agents/draining")[0]
+
+    wait_until(lambda: served() == 200, 15, "B to serve A's agent")
+    pods[0]["terminating"] = True
+    peers.write_text(json.dumps(pods))
+    wait_until(lambda: sidecar_b.get_json("/v1/peers")["pods"][0]["terminating"], 15, "B to see it")
+    assert served() == 200  # still served: A's engine is draining
+
+    assert http("DELETE", f"{sidecar_a.url}/v1/agents/draining")[0] in (200, 204)
+    wait_until(lambda: served() == 404, 15, "A's agent to leave B's view")
