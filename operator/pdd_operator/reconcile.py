@@ -50,7 +50,7 @@ from pdd_operator.planning.placement import (
 )
 from pdd_operator.planning.probe_pairs import per_rank_probes
 from pdd_operator.planning.reservations import ReservationLedger, slice_reservation
-from pdd_operator.planning.rollout import rollout_partitions
+from pdd_operator.planning.rollout import rollout_partitions, serving_revision
 from pdd_operator.planning.slices import Slice, scale_by_slices, slices_possible
 from pdd_operator.rendering.children import child_key, owner_reference, render_children
 from pdd_operator.rendering.context import OperatorSettings, RenderContext
@@ -724,8 +724,14 @@ class Reconciler:
         # The coordinated rollout steps the home slice (slices beyond it roll on their own).
         home = [c for c in observed.values() if _slice_of(pdd, c.key[2]) == 0]
         home_pods = [p for p in self.view.pods(_key(pdd)) if p.slice == 0]
-        partitions = rollout_partitions(engine_revision(pdd.spec), replicas, home, home_pods)
-        return RenderContext(self.settings, placement.placement, partitions, slices=slices)
+        revision = engine_revision(pdd.spec)
+        return RenderContext(
+            self.settings,
+            placement.placement,
+            rollout_partitions(revision, replicas, home, home_pods),
+            slices=slices,
+            router_revision=serving_revision(revision, home, home_pods),
+        )
 
     # ------------------------------------------------------------------------------ render
 

@@ -15,6 +15,7 @@ prefilled and decoded by that slice's pods only, their KV handed over and verifi
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -22,8 +23,8 @@ import pytest
 from kubernetes import client
 
 from helpers.operator_proc import OperatorProcess
-from helpers.running_pods import OwnNodes, refengine_pdd, running_nodes
-from helpers.traffic import complete
+from helpers.running_pods import REFENGINE_IMAGE, OwnNodes, refengine_pdd, running_nodes
+from helpers.traffic import complete, steady_traffic
 from helpers.waits import wait_for
 from pdd_localcluster import LocalControlPlane, SimNode, gpu_node_labels
 from pdd_localcluster.nodes import gpu_node_capacity
@@ -44,6 +45,8 @@ SLICE_NODES = [
     )
     for domain, gpus in (("near", 2), ("far", 2))
 ]
+# What a router answers when it has no prefill and decode to send to.
+AT_ZERO_STATUSES = (503, 404)
 TIMEOUT_S = 20.0
 READY_S = 240.0
 # engine -> what its router answers at zero: status and the message in its body.
@@ -167,6 +170,90 @@ def test_scale_to_zero_answers_at_once_and_scaling_back_serves_again(
     assert back.served.get("kv_verified"), back
     assert conditions(pdd(api_client, ns, name))["ScaledToZero"]["status"] == "False"
     assert router_pod(core, ns, name).metadata.uid == router.metadata.uid
+
+
+def ready_router_url(core: client.CoreV1Api, ns: str, name: str) -> str:
+    """A ready router pod's address, as the router Service would pick one; while a rollout
+    hands over, old and new may both be ready."""
+    pods = core.list_namespaced_pod(
+        ns, label_selector=f"pdd.dev/deployment={name},pdd.dev/role=router"
+    ).items
+    for pod in pods:
+        ready = any(c.type == "Ready" and c.status == "True" for c in pod.status.conditions or [])
+        if ready and pod.status.pod_ip and not pod.metadata.deletion_timestamp:
+            return f"http://{pod.status.pod_ip}:8000"
+    raise LookupError("no ready router pod")
+
+
+def rolled_to(core: client.CoreV1Api, ns: str, name: str, revision: str, n: int) -> bool:
+    """Every engine and router pod runs (or, for the router, pairs) `revision`, n engine pods
+    per role Ready, and no old pod is left."""
+    pods = core.list_namespaced_pod(ns, label_selector=f"pdd.dev/deployment={name}").items
+    ready = [
+        p
+        for p in pods
+        if any(c.type == "Ready" and c.status == "True" for c in p.status.conditions or [])
+    ]
+    return (
+        all(p.metadata.labels.get("pdd.dev/revision") == revision for p in pods)
+        and sum(p.metadata.labels.get("pdd.dev/role") != "router" for p in ready) == 2 * n
+        and len(pods) == 2 * n + 1
+    )
+
+
+@pytest.mark.parametrize("engine", ["vllm", "sglang"])
+def test_an_autoscaled_deployment_rolls_its_engine_and_the_router_never_runs_dry(
+    engine: str,
+    operator: OperatorProcess,
+    api_client: client.ApiClient,
+    namespace: str,
+    runtime: PodRuntime,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """An autoscaled deployment's router is Ready without workers (so a deployment at zero
+    answers), so a router of the new revision would take the traffic before any pod of that
+    revision could serve it. The router keeps pairing the old revision until the new one has
+    a Ready pod in every role, and the old routers keep an old pair until they are gone: under
+    steady traffic no request is refused for want of workers."""
+    core, name, ns = client.CoreV1Api(api_client), "tiny-auto-roll", namespace
+    autoscaling = {"decode": {"minReplicas": 2, "maxReplicas": 2}, "follower": "prefill"}
+    client.CustomObjectsApi(api_client).create_namespaced_custom_object(
+        GROUP,
+        VERSION,
+        ns,
+        PLURAL,
+        refengine_pdd(name, engine, NODES, replicas=2, autoscaling=autoscaling),
+    )
+    wait_for(lambda: at(api_client, ns, name, 2), READY_S, what="2P/2D Ready")
+    old = pdd(api_client, ns, name)["status"]["decode"]["revision"]
+
+    with steady_traffic(lambda: ready_router_url(core, ns, name), "tiny", timeout=TIMEOUT_S) as t:
+        time.sleep(2)
+        client.CustomObjectsApi(api_client).patch_namespaced_custom_object(
+            GROUP,
+            VERSION,
+            ns,
+            PLURAL,
+            name,
+            {"spec": {"engine": {"image": f"{REFENGINE_IMAGE}:0.1.1"}}},
+        )
+        new = wait_for(
+            lambda: (r := pdd(api_client, ns, name)["status"]["decode"]["revision"]) != old and r,
+            30,
+            what="the new revision",
+        )
+        wait_for(lambda: rolled_to(core, ns, name, new, 2), READY_S, what="the rollout")
+        time.sleep(3)
+    outcomes = t.outcomes
+    failed = [o.error for o in outcomes if not o.ok]
+    with capsys.disabled():
+        print(
+            f"\nautoscaled rollout [{engine}]: {len(outcomes)} sent, {len(failed)} failed",
+            failed[:3],
+        )
+    refused = [o.error for o in outcomes if o.status in AT_ZERO_STATUSES]
+    assert refused == [], f"{len(refused)} of {len(outcomes)} refused: {refused[:3]}"
+    assert len(failed) < 0.1 * len(outcomes), failed[:5]
 
 
 def served_by(url: str, prompt: str) -> tuple[str, str]:

@@ -6,10 +6,11 @@ decode first, then whichever role has updated the smaller share of its pods, one
 and only once every pod updated so far is Ready. With the PodDisruptionBudgets this keeps at
 most one instance per role out of service, and the roles never drift a revision apart.
 
-A router pairs the pods of one revision (rendering.router.router_discovery), so the routers of
-the old revision serve on the old pods until the new routers are Ready. The last old pod of a
-role therefore waits until no router of the old revision is left, as soon as the new revision
-has a Ready pod in every role for its routers to pair (before that, waiting could never end).
+A router pairs the pods of one revision (rendering.router.router_discovery). It keeps pairing
+the old revision until the new one has a Ready pod in every role (serving_revision): a router
+of the new revision would have nothing to send to before, and one that is Ready without
+workers (an autoscaled deployment's) would take the traffic from the old. Then the routers
+roll, and the last old pod of a role waits until no router of the old revision is left.
 A role of one replica cannot keep an old pod while its new one starts: its rollout has a gap.
 """
 
@@ -74,6 +75,8 @@ class ObservedPod(Protocol):
     def revision(self) -> str: ...
     @property
     def ready(self) -> bool: ...
+    @property
+    def terminating(self) -> bool: ...
 
 
 def rollout_partitions(
@@ -106,6 +109,30 @@ def rollout_partitions(
         for role, s in existing.items()
     }
     return next_partitions(states, old_routers) if states else {}
+
+
+def serving_revision(
+    revision: str, children: Iterable[ObservedChild], pods: Iterable[ObservedPod]
+) -> str:
+    """The revision the router pairs: the spec's `revision`, unless the router still pairs
+    another one that has a Ready pod in every role while `revision` has not yet. Once the
+    router pairs `revision` it stays there."""
+    current = next(
+        (c.template_revision for c in children if c.key[1] == "Deployment" and c.role == "router"),
+        "",
+    )
+    if not current or current == revision:
+        return revision
+    serving = [p for p in pods if p.role in names.ROLES and not p.terminating]
+    roles = {p.role for p in serving}
+
+    def ready_in_every_role(rev: str) -> bool:
+        ready = {p.role for p in serving if p.revision == rev and p.ready}
+        return bool(roles) and ready == roles
+
+    if ready_in_every_role(current) and not ready_in_every_role(revision):
+        return current
+    return revision
 
 
 def next_partitions(roles: dict[str, RoleRollout], old_routers: bool = False) -> dict[str, int]:

@@ -30,6 +30,9 @@ class RenderContext:
     # The slices beyond the home domain (planning.slices); empty while the deployment fits
     # its home domain.
     slices: tuple[Slice, ...] = ()
+    # The engine revision the home router pairs (planning.rollout.serving_revision); empty:
+    # the spec's.
+    router_revision: str = ""
     # spec.engine.type -> adapter; tests add engines here without touching the registry.
     engines: Mapping[str, EngineAdapter] = field(default_factory=lambda: ENGINES)
 

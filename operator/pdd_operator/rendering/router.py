@@ -39,20 +39,21 @@ def render_router(pdd: PDDeployment, ctx: RenderContext) -> list[dict[str, Any]]
     ]
 
 
-def router_discovery(pdd: PDDeployment, slice_index: int = 0) -> RouterDiscovery:
+def router_discovery(
+    pdd: PDDeployment, slice_index: int = 0, revision: str = ""
+) -> RouterDiscovery:
     """The pods the router pairs: this deployment's prefill and decode pods of one revision.
 
-    The revision is the spec's, the one the StatefulSets' templates carry. During a
-    coordinated rollout (RenderContext.partitions) old and new pods run side by side, and a
-    router must never pair a prefill of one revision with a decode of the other, so a router
-    selects exactly one revision. The spec's revision changes the router's pod template, so
-    the router Deployment rolls too: its new pods (new revision) stay unready (/readiness
-    answers 503 without workers) until the rollout has a Ready pod of the new revision in
-    each role (it updates decode first, then prefill), and with maxUnavailable 0 the old
-    router pods keep serving the old revision until then. The rollout keeps the last old pod
-    of each role until those old router pods are gone (planning.rollout), so they always have
-    a pair to send to. The partitions stay out of the router's render: otherwise every
-    rollout step would restart the router.
+    During a coordinated rollout (RenderContext.partitions) old and new pods run side by
+    side, and a router must never pair a prefill of one revision with a decode of the other,
+    so a router selects exactly one revision: `revision`, or the spec's (the one the
+    StatefulSets' templates carry). The home router keeps the old revision until the new
+    one has a Ready pod in every role (planning.rollout.serving_revision); then its pod
+    template changes and the Deployment rolls, with maxUnavailable 0, so the old router
+    pods serve until a new one is Ready. The rollout keeps the last old pod of each role
+    until those old router pods are gone, so they always have a pair to send to. The
+    partitions stay out of the router's render: otherwise every rollout step would restart
+    the router.
 
     A deployment that may grow by slices (planning.slices) runs a router per slice, and each
     pairs only its slice's pods, so a prefill never hands KV blocks to another domain: the
@@ -60,9 +61,12 @@ def router_discovery(pdd: PDDeployment, slice_index: int = 0) -> RouterDiscovery
     unchanged), slice k's router the `pdd.dev/slice` label its pods carry. Static per spec:
     opening a slice never restarts the home router.
     """
-    revision = {names.LABEL_REVISION: engine_revision(pdd.spec), **_slice_labels(pdd, slice_index)}
-    prefill = {**names.selector_labels(pdd.name, "prefill"), **revision, **_leaders(pdd, "prefill")}
-    decode = {**names.selector_labels(pdd.name, "decode"), **revision, **_leaders(pdd, "decode")}
+    paired = {
+        names.LABEL_REVISION: revision or engine_revision(pdd.spec),
+        **_slice_labels(pdd, slice_index),
+    }
+    prefill = {**names.selector_labels(pdd.name, "prefill"), **paired, **_leaders(pdd, "prefill")}
+    decode = {**names.selector_labels(pdd.name, "decode"), **paired, **_leaders(pdd, "decode")}
     return RouterDiscovery(
         namespace=pdd.namespace,
         prefill_selector=tuple(sorted(prefill.items())),
@@ -91,19 +95,38 @@ def engine_router(
     spec = pdd.spec
     if spec.router.command is not None:
         return None
-    return ctx.engine(spec).router(spec, router_discovery(pdd, slice_index))
+    discovery = router_discovery(pdd, slice_index, paired_revision(pdd, ctx, slice_index))
+    return ctx.engine(spec).router(spec, discovery)
 
 
-def _readiness_path(pdd: PDDeployment, launch: RouterLaunch) -> str:
+def paired_revision(pdd: PDDeployment, ctx: RenderContext, slice_index: int) -> str:
+    """The engine revision a router pairs: the home router's may lag the spec's during a
+    rollout (RenderContext.router_revision); slices beyond it roll on their own and their
+    routers follow the spec."""
+    if slice_index == 0 and ctx.router_revision:
+        return ctx.router_revision
+    return engine_revision(pdd.spec)
+
+
+# An autoscaled deployment's router is Ready without workers (below). A new router pod (a
+# rollout, a restart) is then Ready before its discovery has found any: smg was seen taking
+# requests 1 s before it had registered a worker, and answering 404 to them. Ready only after
+# this long, while the old router pods serve (maxUnavailable 0).
+DISCOVERY_GRACE_S = 10
+
+
+def _readiness_probe(pdd: PDDeployment, launch: RouterLaunch) -> dict[str, Any]:
     """An autoscaled deployment may have no engine pod at all (scaled to zero), and both
     upstream routers' readiness then fails (503: no healthy workers): the Service would have
     no endpoint and a client's connection would be refused, not answered. So its router is
     ready while it serves at all, and answers for itself (vllm-router: 503 "No available
-    workers: 0 prefill, 0 decode"). Static per spec: a scaling step never changes the router's
-    pod template, so it never restarts the router."""
+    workers: 0 prefill, 0 decode"), once its discovery has had DISCOVERY_GRACE_S. Static per
+    spec: a scaling step never changes the router's pod template, so it never restarts the
+    router."""
     if pdd.spec.autoscaling is not None:
-        return launch.liveness_path
-    return launch.readiness_path
+        probe = _http_probe(launch.liveness_path, 5, 3)
+        return {**probe, "initialDelaySeconds": DISCOVERY_GRACE_S}
+    return _http_probe(launch.readiness_path, 5, 3)
 
 
 def render_router_deployment(
@@ -140,7 +163,7 @@ def render_router_deployment(
             {"name": METRICS_PORT_NAME, "containerPort": router.metricsPort, "protocol": "TCP"}
         )
         # Readiness: the router has a healthy prefill and decode to send to (503 before).
-        container["readinessProbe"] = _http_probe(_readiness_path(pdd, launch), 5, 3)
+        container["readinessProbe"] = _readiness_probe(pdd, launch)
         # Liveness answers while the process serves at all, workers or not: an empty or
         # rolling deployment must not restart its router.
         container["livenessProbe"] = _http_probe(launch.liveness_path, 10, 6)
@@ -155,7 +178,7 @@ def render_router_deployment(
             # The revision it pairs: the rollout keeps old pods until such routers are gone.
             "labels": {
                 **names.common_labels(pdd.name, "router"),
-                names.LABEL_REVISION: engine_revision(spec),
+                names.LABEL_REVISION: paired_revision(pdd, ctx, slice_index),
             },
             "annotations": {
                 "kubectl.kubernetes.io/default-container": "router",

@@ -219,6 +219,23 @@ def test_a_rollout_step_does_not_restart_the_router() -> None:
 
 
 @pytest.mark.parametrize("engine", sorted(ROUTERS))
+def test_the_router_pairs_the_revision_the_rollout_says_and_carries_it(engine: str) -> None:
+    """During a rollout the home router keeps pairing the old revision
+    (RenderContext.router_revision); its pods carry the revision they pair, which the
+    rollout reads to know when the old routers are gone."""
+    pdd = router_pdd(engine)
+    pinned = RenderContext(router_revision="old0000000")
+    deployment = find(render_children(pdd, pinned), "Deployment", "llama-router")
+    template = deployment["spec"]["template"]
+    assert template["metadata"]["labels"][names.LABEL_REVISION] == "old0000000"
+    args = template["spec"]["containers"][0]["args"]
+    assert args.count(f"{names.LABEL_REVISION}=old0000000") == 2  # prefill and decode
+    steady = find(render_children(pdd, RenderContext()), "Deployment", "llama-router")
+    revision = engine_revision(pdd.spec)
+    assert steady["spec"]["template"]["metadata"]["labels"][names.LABEL_REVISION] == revision
+
+
+@pytest.mark.parametrize("engine", sorted(ROUTERS))
 def test_the_router_may_only_list_and_watch_pods_in_its_namespace(engine: str) -> None:
     objs = render_children(router_pdd(engine), RenderContext())
     account = names.router_account_name("llama")
@@ -387,6 +404,8 @@ def test_an_autoscaled_router_stays_ready_with_no_engine_pod_and_a_scale_step_ke
     pdd = router_pdd(engine, {"autoscaling": autoscaling})
     container = router_container(pdd)
     assert container["readinessProbe"]["httpGet"]["path"] == "/liveness"
+    # ... once its discovery has had time to find the workers that are there.
+    assert container["readinessProbe"]["initialDelaySeconds"] >= 5
     at_zero = pdd.model_copy(
         update={
             "spec": pdd.spec.model_copy(

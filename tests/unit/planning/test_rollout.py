@@ -11,6 +11,7 @@ from pdd_operator.planning.rollout import (
     RoleRollout,
     next_partitions,
     rollout_partitions,
+    serving_revision,
     starting_partitions,
 )
 from pdd_operator.status.observe import ChildSummary, PodSummary
@@ -221,3 +222,57 @@ def test_old_routers_always_have_an_old_pod_in_every_role(prefill: int, decode: 
             old_routers = False  # the new routers are Ready: the old ones go
         partitions = nxt
     assert partitions == {"prefill": 0, "decode": 0}
+
+
+def router_deployment(revision: str) -> ChildSummary:
+    key = ("apps/v1", "Deployment", "llama-router")
+    return ChildSummary(key, "h", "router", template_revision=revision)
+
+
+@pytest.mark.parametrize(
+    ("router", "observed_pods", "expected"),
+    [
+        pytest.param(
+            router_deployment(OLD),
+            pods("prefill", OLD, 2) + pods("decode", OLD, 1) + pods("decode", NEW, 0, 1),
+            OLD,
+            id="old-router-stays-while-new-revision-cannot-serve",
+        ),
+        pytest.param(
+            router_deployment(OLD),
+            pods("prefill", OLD, 1) + pods("prefill", NEW, 1) + pods("decode", NEW, 1),
+            NEW,
+            id="new-revision-ready-in-every-role",
+        ),
+        pytest.param(
+            router_deployment(OLD),
+            pods("prefill", OLD, 2) + pods("decode", NEW, 0, 1),
+            NEW,
+            id="old-revision-cannot-serve-either",
+        ),
+        pytest.param(
+            router_deployment(NEW),
+            pods("prefill", OLD, 2) + pods("decode", OLD, 2),
+            NEW,
+            id="once-new-it-stays",
+        ),
+        pytest.param(router_deployment(""), pods("prefill", OLD, 1), NEW, id="unlabelled-router"),
+        pytest.param(None, pods("prefill", OLD, 1), NEW, id="no-router"),
+    ],
+)
+def test_the_router_pairs_the_old_revision_until_the_new_one_can_serve(
+    router: ChildSummary | None, observed_pods: list[PodSummary], expected: str
+) -> None:
+    children = [statefulset("prefill", NEW, 2), statefulset("decode", NEW, 1)]
+    if router is not None:
+        children.append(router)
+    assert serving_revision(NEW, children, observed_pods) == expected
+
+
+def test_a_terminating_old_pod_does_not_keep_the_router_on_its_revision() -> None:
+    (leaving,) = pods("decode", OLD, 1)
+    leaving = PodSummary(
+        leaving.name, leaving.uid, "decode", "n", True, OLD, None, terminating=True
+    )
+    observed = [*pods("prefill", OLD, 1), leaving, *pods("decode", NEW, 0, 1)]
+    assert serving_revision(NEW, [router_deployment(OLD)], observed) == NEW
