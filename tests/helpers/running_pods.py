@@ -12,6 +12,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from kubernetes import client
+
 from pdd_localcluster import LocalControlPlane, NodeSimulator, SimNode, gpu_node_labels
 from pdd_localcluster.runtime import PodRuntime, RuntimeOptions
 
@@ -89,3 +91,17 @@ def refengine_pdd(
             **spec,
         },
     }
+
+
+def ready_router_url(core: client.CoreV1Api, ns: str, name: str) -> str:
+    """A ready router pod's own address, as the router Service would pick one (its ClusterIP
+    is not routed here: no kube-proxy). While a rollout hands over, old and new may both be
+    ready."""
+    pods = core.list_namespaced_pod(
+        ns, label_selector=f"pdd.dev/deployment={name},pdd.dev/role=router"
+    ).items
+    for pod in pods:
+        ready = any(c.type == "Ready" and c.status == "True" for c in pod.status.conditions or [])
+        if ready and pod.status.pod_ip and not pod.metadata.deletion_timestamp:
+            return f"http://{pod.status.pod_ip}:8000"
+    raise LookupError("no ready router pod")

@@ -23,7 +23,13 @@ import pytest
 from kubernetes import client
 
 from helpers.operator_proc import OperatorProcess
-from helpers.running_pods import REFENGINE_IMAGE, OwnNodes, refengine_pdd, running_nodes
+from helpers.running_pods import (
+    REFENGINE_IMAGE,
+    OwnNodes,
+    ready_router_url,
+    refengine_pdd,
+    running_nodes,
+)
 from helpers.traffic import complete, steady_traffic
 from helpers.waits import wait_for
 from pdd_localcluster import LocalControlPlane, SimNode, gpu_node_labels
@@ -170,19 +176,6 @@ def test_scale_to_zero_answers_at_once_and_scaling_back_serves_again(
     assert back.served.get("kv_verified"), back
     assert conditions(pdd(api_client, ns, name))["ScaledToZero"]["status"] == "False"
     assert router_pod(core, ns, name).metadata.uid == router.metadata.uid
-
-
-def ready_router_url(core: client.CoreV1Api, ns: str, name: str) -> str:
-    """A ready router pod's address, as the router Service would pick one; while a rollout
-    hands over, old and new may both be ready."""
-    pods = core.list_namespaced_pod(
-        ns, label_selector=f"pdd.dev/deployment={name},pdd.dev/role=router"
-    ).items
-    for pod in pods:
-        ready = any(c.type == "Ready" and c.status == "True" for c in pod.status.conditions or [])
-        if ready and pod.status.pod_ip and not pod.metadata.deletion_timestamp:
-            return f"http://{pod.status.pod_ip}:8000"
-    raise LookupError("no ready router pod")
 
 
 def rolled_to(core: client.CoreV1Api, ns: str, name: str, revision: str, n: int) -> bool:

@@ -32,7 +32,13 @@ import pytest
 from kubernetes import client
 
 from helpers.operator_proc import OperatorProcess
-from helpers.running_pods import REFENGINE_IMAGE, OwnNodes, refengine_pdd, running_nodes
+from helpers.running_pods import (
+    REFENGINE_IMAGE,
+    OwnNodes,
+    ready_router_url,
+    refengine_pdd,
+    running_nodes,
+)
 from helpers.traffic import Outcome, Tally, complete, steady_traffic
 from helpers.waits import wait_for
 from pdd_localcluster import LocalControlPlane
@@ -139,23 +145,6 @@ def _tail(runtime: PodRuntime, pod: Any, container: str) -> str:
     return f"--- {pod.metadata.name}/{container}\n{text}"
 
 
-def router_url(core: client.CoreV1Api, ns: str, name: str) -> str:
-    """A ready router pod's own address, as the router Service would pick one (its ClusterIP
-    is not routed here: no kube-proxy)."""
-    pods = core.list_namespaced_pod(ns, label_selector=f"pdd.dev/deployment={name}").items
-    routers = [
-        p
-        for p in pods
-        if p.metadata.labels.get("pdd.dev/role") == "router"
-        and p.status.pod_ip
-        and not p.metadata.deletion_timestamp
-        and any(c.type == "Ready" and c.status == "True" for c in p.status.conditions or [])
-    ]
-    if not routers:
-        raise LookupError("no ready router pod")
-    return f"http://{routers[0].status.pod_ip}:8000"
-
-
 def verified_on_decodes(core: client.CoreV1Api, ns: str, name: str) -> int:
     """What the decode pods' own metrics say they verified."""
     total = 0
@@ -193,7 +182,7 @@ def test_requests_through_the_router_return_tokens_with_verified_kv(
         GROUP, VERSION, namespace, PLURAL, pdd_body(name, engine)
     )
     wait_serving(api_client, namespace, name, runtime)
-    url = router_url(core, namespace, name)
+    url = ready_router_url(core, namespace, name)
     tally = Tally()
 
     # Requests one by one: tokens come out, the KV each moved was checked by the decode.
@@ -258,7 +247,7 @@ def run_disruptions(
     results: dict[str, list[Outcome]] = {}
 
     def url() -> str:
-        return router_url(core, ns, name)
+        return ready_router_url(core, ns, name)
 
     with steady_traffic(url, "tiny", workers=2, timeout=TIMEOUT_S) as traffic:
         settle(2)

@@ -58,6 +58,15 @@ def _start_decode(procs: Processes, port: int, source: str, grace_s: float) -> t
     return sidecar, engine
 
 
+def _pair(procs: Processes, pa: int, pb: int, source: str) -> tuple[SidecarProcess, SidecarProcess]:
+    """A prefill pod's sidecar (p0) and a decode pod's (d0), on ports `pa` and `pb`."""
+    sidecar_a = procs.sidecar(host=PREFILL_HOST, port=pa, role="prefill", pod="p0", uid="ua",
+                              peer_source=source)  # fmt: skip
+    sidecar_b = procs.sidecar(host=DECODE_HOST, port=pb, role="decode", pod="d0", uid="ub",
+                              peer_source=source)  # fmt: skip
+    return sidecar_a, sidecar_b
+
+
 def _served_sha(sidecar: SidecarProcess, agent: str) -> str | None:
     status, body, headers = http("GET", f"{sidecar.url}/v1/agents/{agent}")
     if status == 404:
@@ -173,10 +182,7 @@ def test_ttl_expiry_unpublishes_a_dead_engines_metadata(procs: Processes) -> Non
     expires and peers see the agent removed, while a heartbeat-free agent without TTL stays."""
     pa, pb = free_port(PREFILL_HOST), free_port(DECODE_HOST)
     source = _static(pa, pb)
-    sidecar_a = procs.sidecar(host=PREFILL_HOST, port=pa, role="prefill", pod="p0", uid="ua",
-                              peer_source=source)  # fmt: skip
-    sidecar_b = procs.sidecar(host=DECODE_HOST, port=pb, role="decode", pod="d0", uid="ub",
-                              peer_source=source)  # fmt: skip
+    sidecar_a, sidecar_b = _pair(procs, pa, pb, source)
     assert http("PUT", f"{sidecar_a.url}/v1/agents/steady", body=b"md1")[0] == 200
 
     def names() -> list[str]:
@@ -256,10 +262,7 @@ def test_after_sigterm_the_sidecar_serves_until_its_engine_has_unpublished(
     its engine has agents published, and stops once they are unpublished."""
     pa, pb = free_port(PREFILL_HOST), free_port(DECODE_HOST)
     source = _static(pa, pb)
-    sidecar_a = procs.sidecar(host=PREFILL_HOST, port=pa, role="prefill", pod="p0", uid="ua",
-                              peer_source=source)  # fmt: skip
-    sidecar_b = procs.sidecar(host=DECODE_HOST, port=pb, role="decode", pod="d0", uid="ub",
-                              peer_source=source)  # fmt: skip
+    sidecar_a, sidecar_b = _pair(procs, pa, pb, source)
     assert http("PUT", f"{sidecar_a.url}/v1/agents/peer", body=b"md-a")[0] == 200
     assert http("PUT", f"{sidecar_b.url}/v1/agents/mine", body=b"md-b")[0] == 200
     wait_until(lambda: http("GET", f"{sidecar_b.url}/v1/agents/peer")[0] == 200, 15, "B to see A")
@@ -296,10 +299,7 @@ def test_a_terminating_peer_is_served_until_its_engine_unpublishes(
     ]
     peers.write_text(json.dumps(pods))
     source = f"file:{peers}"
-    sidecar_a = procs.sidecar(host=PREFILL_HOST, port=pa, role="prefill", pod="p0", uid="ua",
-                              peer_source=source)  # fmt: skip
-    sidecar_b = procs.sidecar(host=DECODE_HOST, port=pb, role="decode", pod="d0", uid="ub",
-                              peer_source=source)  # fmt: skip
+    sidecar_a, sidecar_b = _pair(procs, pa, pb, source)
     assert http("PUT", f"{sidecar_a.url}/v1/agents/draining", body=b"md-a")[0] == 200
 
     def served() -> int:
