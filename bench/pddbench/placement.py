@@ -27,7 +27,7 @@ from pddbench.cluster import (
     FleetSpec,
     node_domains,
 )
-from pddbench.scale import OPERATOR_ENV, OperatorProcess, install_crd
+from pddbench.scale import OPERATOR_ENV, OperatorProcess, install_operator
 from pddbench.workload import PLACEMENT_MIX, pdd_body, pick_shapes
 
 NS = "place"
@@ -71,9 +71,7 @@ def run_placement(cfg: PlacementConfig, work_dir: Path, raw_dir: Path, log: Any)
             "free_per_node_histogram": _hist([GPUS_PER_NODE - used[n.name] for n in cl.nodes]),
             "demand_gpus": sum(s.gpus for s in shapes),
         }
-        admin = kconfig.new_client_from_config(config_file=str(cl.cp.kubeconfig))
-        install_crd(admin)
-        admin.close()
+        install_operator(cl)
         op = OperatorProcess(
             cl.kubeconfig_for(OPERATOR_USER),
             raw_dir / "placement-operator.log",

@@ -50,7 +50,7 @@ from pddbench.workload import (
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "tests"))
 import itertools
 
-from helpers.operator_proc import OperatorProcess, install_crd
+from helpers.operator_proc import NAME_GUARD_ENV, OperatorProcess, install_crd, install_name_guard
 
 NAMESPACE = "bench"
 # The resources the operator writes: writes to these during a no-op resync must be 0.
@@ -69,10 +69,25 @@ OPERATOR_RESOURCES = {
     "events",
     "resourceclaimtemplates",
 }
-# The operator runs as shipped. (Until the fix, its default PDD_WORKER_LIMIT=64 deadlocked
+# The operator runs as shipped: as the chart runs it, with the name-guard policy installed and
+# named to it (`install_operator`). (Until the fix, its default PDD_WORKER_LIMIT=64 deadlocked
 # kopf at start-up on a cluster with more than 64 Nodes, and the runs had to lift it;
 # `startup_probe` checks the shipped settings on the bench's fleet.)
-OPERATOR_ENV: dict[str, str] = {}
+OPERATOR_ENV: dict[str, str] = dict(NAME_GUARD_ENV)
+
+
+def install_operator(cl: BenchCluster) -> None:
+    """What a Helm install puts in the cluster before the operator starts: the CRDs and the
+    name-guard policy (once the API server enforces it)."""
+    assert cl.cp is not None
+    admin = kconfig.new_client_from_config(config_file=str(cl.cp.kubeconfig))
+    try:
+        install_crd(admin)
+        install_name_guard(admin)
+    finally:
+        admin.close()
+
+
 READ_VERBS = ("get", "list", "watch")
 WRITE_VERBS = ("create", "update", "patch", "delete", "deletecollection")
 
@@ -312,9 +327,7 @@ def run_operator_arm(
         assert cl.cp is not None and cl.kube is not None
         out["cluster_start_s"] = round(cl.start_seconds, 1)
         cl.create_namespace(NAMESPACE)
-        admin = kconfig.new_client_from_config(config_file=str(cl.cp.kubeconfig))
-        install_crd(admin)
-        admin.close()
+        install_operator(cl)
         _wait_crd_served(cl)
         op_log = raw_dir / "operator.log"
         op_log.unlink(missing_ok=True)
@@ -859,13 +872,14 @@ def startup_probe(fleet: FleetSpec, controller_qps: int, work_dir: Path, raw_dir
     ) as cl:
         assert cl.cp is not None and cl.kube is not None
         cl.create_namespace(NAMESPACE)
-        admin = kconfig.new_client_from_config(config_file=str(cl.cp.kubeconfig))
-        install_crd(admin)
-        admin.close()
+        install_operator(cl)
         _wait_crd_served(cl)
         t_process = time.monotonic()
         op = OperatorProcess(
-            cl.kubeconfig_for(OPERATOR_USER), raw_dir / "startup-probe-operator.log", 300.0
+            cl.kubeconfig_for(OPERATOR_USER),
+            raw_dir / "startup-probe-operator.log",
+            300.0,
+            extra_env=OPERATOR_ENV,
         ).start()
         try:
             body = pdd_body("probe", NAMESPACE, SCALE_MIX[0], "preferred")

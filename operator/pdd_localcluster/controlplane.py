@@ -66,12 +66,12 @@ rules:
 
 
 def audit_policy(read_users: Sequence[str] = ()) -> str:
-    """Every user's writes; the lists and watches of `read_users` too (what a client asks
-    the apiserver to send it: its selectors are in the request URI)."""
+    """Every user's writes; the reads of `read_users` too (what a client asks the apiserver to
+    send it: its selectors are in the request URI; which names it looks up)."""
     reads = ""
     if read_users:
         users = ", ".join(f'"{u}"' for u in read_users)
-        reads = f'  - level: Metadata\n    users: [{users}]\n    verbs: ["list", "watch"]\n'
+        reads = f'  - level: Metadata\n    users: [{users}]\n    verbs: ["get", "list", "watch"]\n'
     return AUDIT_POLICY.format(reads=reads)
 
 
@@ -483,9 +483,11 @@ class LocalControlPlane:
                     count += 1
         return count
 
-    def reads_by(self, user: str, resource: str) -> list[tuple[str, str]]:
-        """(verb, request URI) of each list and watch of `resource` by `user`; only for a
-        user named in `audit_reads_of`."""
+    def reads_by(
+        self, user: str, resource: str, verbs: tuple[str, ...] = ("list", "watch")
+    ) -> list[tuple[str, str]]:
+        """(verb, request URI) of each read of `resource` by `user` (lists and watches unless
+        `verbs` says otherwise); only for a user named in `audit_reads_of`."""
         # A watch is logged when its response starts and again when it ends: one per ID.
         seen: dict[str, tuple[str, str]] = {}
         if not self.audit_log.exists():
@@ -495,7 +497,7 @@ class LocalControlPlane:
                 event = json.loads(line)
                 if event.get("user", {}).get("username") != user:
                     continue
-                if event.get("verb") not in ("list", "watch"):
+                if event.get("verb") not in verbs:
                     continue
                 if event.get("objectRef", {}).get("resource") != resource:
                     continue

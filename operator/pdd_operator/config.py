@@ -192,6 +192,13 @@ class OperatorConfig:
         parse=_delay,
         help="the longest such a pass waits after the burst's first event",
     )
+    name_guard_policy: str = _option(
+        "",
+        env="PDD_NAME_GUARD_POLICY",
+        help="the ValidatingAdmissionPolicy (and binding of the same name) that refuses to make "
+        "an existing object a PDDeployment's child, as the chart installs it; while it is in "
+        "force a new child's name is not looked up before the apply; empty: look up each",
+    )
 
     @classmethod
     def from_sources(cls, flags: Mapping[str, Any], env: Mapping[str, str]) -> OperatorConfig:

@@ -249,8 +249,13 @@ class Reconciler:
         coalesce_max_s: float = 0.0,
         model_retry: tuple[float, float] = (MODEL_RETRY_FIRST_S, MODEL_RETRY_MAX_S),
         token_recheck_s: float = TOKEN_RECHECK_S,
+        names_guarded: bool = False,
     ) -> None:
         self.kube = kube
+        # The name-guard admission policy is in force: the API server itself refuses an apply
+        # that would make an existing object this deployment's child, so only workloads are
+        # looked up before their apply (docs/security.md, "Names and ownership").
+        self.names_guarded = names_guarded
         self.view = view
         self.settings = settings
         self.emit_event = emit_event
@@ -768,10 +773,14 @@ class Reconciler:
         changes = _changes(desired, observed, self._corrections.of(_key(pdd)), held)
         self._corrections.keep_wanted(_key(pdd), desired.owned)
         try:
-            conflicts = await self._name_conflicts(pdd, changes.apply, observed)
+            looked_up = changes.apply
+            if self.names_guarded:
+                looked_up = [obj for obj in changes.apply if obj["kind"] in WORKLOAD_KINDS]
+            conflicts = await self._name_conflicts(pdd, looked_up, observed)
+            if not conflicts:
+                conflicts = await self._apply(pdd, body, changes, desired, observed)
             if conflicts:
                 return self._report_conflicts(pdd, conflicts)
-            await self._apply(pdd, body, changes, desired, observed)
             await self._prune(pdd.namespace, changes.stale, observed)
         except Exception as err:  # surfaced as a condition + event, not a trace
             if namespace_unavailable(err):
@@ -826,19 +835,22 @@ class Reconciler:
         changes: _Changes,
         desired: _Desired,
         observed: Mapping[ChildKey, ChildSummary],
-    ) -> None:
-        """Two waves, each sent at once. A RoleBinding is refused while its Role does not
-        exist (the API server checks that the operator holds the rules it grants); the rest
-        need no order (a pod waiting for its ServiceAccount is retried). A drifted child's
-        answer is read back to record what the correction produced."""
+    ) -> list[ownership.NameConflict]:
+        """Waves, each sent at once (`_apply_waves`); a wave with a refused apply is the last:
+        the name conflicts behind it are returned, any other refusal raised. A drifted
+        child's answer is read back to record what the correction produced."""
         for wave in _apply_waves(changes.apply):
             results = await asyncio.gather(
                 *(
                     asyncio.to_thread(self._apply_child, obj, child_key(obj) in changes.drifted)
                     for obj in wave
-                )
+                ),
+                return_exceptions=True,
             )
-            for obj, result in zip(wave, results, strict=True):
+            applied = [(o, r) for o, r in zip(wave, results, strict=True) if isinstance(r, dict)]
+            for obj, _ in applied:
+                self._count_write("apply", obj["kind"])
+            for obj, result in applied:
                 if (key := child_key(obj)) in changes.drifted:
                     correction = Correction(
                         wanted=desired.owned[key],
@@ -847,8 +859,25 @@ class Reconciler:
                         read=observed[key].resource_version,
                     )
                     self._put_back(pdd, body, obj, correction)
-        for obj in changes.apply:
-            self._count_write("apply", obj["kind"])
+            failed = [(o, r) for o, r in zip(wave, results, strict=True) if not isinstance(r, dict)]
+            if failed:
+                return await self._conflicts_behind(pdd, failed, observed)
+        return []
+
+    async def _conflicts_behind(
+        self,
+        pdd: PDDeployment,
+        failed: Sequence[tuple[dict[str, Any], BaseException]],
+        observed: Mapping[ChildKey, ChildSummary],
+    ) -> list[ownership.NameConflict]:
+        """A refused apply of a child the indexes do not list may be a taken name: refused by
+        the name-guard policy, or by the API server itself (an object has one controller).
+        Whose each such name is, is read; without a conflict the first refusal is raised."""
+        unlisted = [obj for obj, _ in failed if child_key(obj) not in observed]
+        conflicts = await self._name_conflicts(pdd, unlisted, observed)
+        if conflicts:
+            return conflicts
+        raise failed[0][1]
 
     def _apply_child(self, obj: dict[str, Any], read_back: bool) -> dict[str, Any]:
         """Apply one child (in a worker thread) and expect its watch echo from there: the echo
@@ -932,6 +961,12 @@ class Reconciler:
         now = time.monotonic()
         if last is not None and last.uid == pdd.uid and now - last.at < self.token_recheck_s:
             return last
+        if last is None and not self.view.children(key) and await self._created_token(pdd):
+            # A new deployment: its Secret's name carries its uid and is free unless someone
+            # raced for it, so it is created at once (one request, not a look and a create),
+            # before any engine can mount it; a taken name is looked at below.
+            self._tokens[key] = _TokenCheck(pdd.uid, now)
+            return self._tokens[key]
         name = names.token_secret_name(pdd.name, pdd.uid)
         try:
             owners = await asyncio.to_thread(
@@ -959,20 +994,32 @@ class Reconciler:
         by someone else between the look and the create is looked at by the next pass."""
         if not token.missing:
             return token.found
-        secret = render_token_secret(pdd, secrets.token_urlsafe(32))
-        secret["metadata"]["ownerReferences"] = [owner_reference(pdd)]
         try:
-            created = await asyncio.to_thread(self.kube.create_if_absent, secret)
+            created = await self._created_token(pdd, quiet=False)
         except Exception as err:
             message = api_error_message(err)
             return _Blocked("ApplyFailed", f"could not create the sidecar token Secret: {message}")
-        self._count_write("create", "Secret")
         if created:
             self._tokens[_key(pdd)] = replace(token, missing=False)
         else:
             self._tokens.pop(_key(pdd), None)
             self._retry_later(_key(pdd), self._model_retry[0])
         return _Blocked()
+
+    async def _created_token(self, pdd: PDDeployment, quiet: bool = True) -> bool:
+        """Create the sidecar token Secret with a new random token: False when its name is
+        taken. `quiet`: a failure is logged and answers False (a look follows)."""
+        secret = render_token_secret(pdd, secrets.token_urlsafe(32))
+        secret["metadata"]["ownerReferences"] = [owner_reference(pdd)]
+        try:
+            created = await asyncio.to_thread(self.kube.create_if_absent, secret)
+        except Exception as err:
+            if not quiet:
+                raise
+            log.info("could not create the sidecar token Secret: %s", api_error_message(err))
+            return False
+        self._count_write("create", "Secret")
+        return created
 
     async def _sync_scalers(self, pdd: PDDeployment, scaling: ScalingPlan) -> _Blocked:
         """Create the scale target of each autoscaled role that has none, delete those of
@@ -1162,13 +1209,18 @@ class Reconciler:
 
 
 REFERENCED_FIRST = frozenset({"Role", "ServiceAccount"})
+WORKLOAD_KINDS = frozenset({"StatefulSet", "Deployment"})
 
 
 def _apply_waves(objects: Sequence[dict[str, Any]]) -> list[list[dict[str, Any]]]:
-    """Roles and ServiceAccounts, then everything else (empty waves left out)."""
+    """Roles and ServiceAccounts; then what the pods use (a RoleBinding is refused while its
+    Role does not exist: the API server checks that the operator holds the rules it grants);
+    then the workloads, so that no pod is created while one of the objects it would run
+    against is someone else's (empty waves left out)."""
     first = [obj for obj in objects if obj["kind"] in REFERENCED_FIRST]
-    rest = [obj for obj in objects if obj["kind"] not in REFERENCED_FIRST]
-    return [wave for wave in (first, rest) if wave]
+    workloads = [obj for obj in objects if obj["kind"] in WORKLOAD_KINDS]
+    rest = [obj for obj in objects if obj not in first and obj not in workloads]
+    return [wave for wave in (first, rest, workloads) if wave]
 
 
 def _changes(

@@ -49,9 +49,11 @@ class Helm:
             )
         return result
 
-    def template(self, *args: str, namespace: str = "pdd-system") -> list[dict[str, Any]]:
+    def template(
+        self, *args: str, namespace: str = "pdd-system", release: str = "pdd-operator"
+    ) -> list[dict[str, Any]]:
         """`helm template` of the chart, as the list of its non-empty documents."""
-        out = self.run("template", "pdd-operator", str(CHART), "--namespace", namespace, *args)
+        out = self.run("template", release, str(CHART), "--namespace", namespace, *args)
         return [doc for doc in yaml.safe_load_all(out.stdout) if doc]
 
 

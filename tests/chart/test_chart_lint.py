@@ -99,9 +99,9 @@ def test_default_render(helm: Helm) -> None:
             "Service",
             "DaemonSet",
             "Deployment",
-            # The podTemplate policy, the operator's pods, the agent's Node.
-            *["ValidatingAdmissionPolicy"] * 3,
-            *["ValidatingAdmissionPolicyBinding"] * 3,
+            # The podTemplate policy, the operator's pods, the name guard, the agent's Node.
+            *["ValidatingAdmissionPolicy"] * 4,
+            *["ValidatingAdmissionPolicyBinding"] * 4,
         ]
     )
     assert all(d["metadata"].get("namespace") in (None, "pdd-system") for d in docs)
@@ -118,6 +118,13 @@ def test_default_render(helm: Helm) -> None:
     assert container["args"][0] == "run"
     assert "--sidecar-image=ghcr.io/pdd-dev/pdd-sidecar:0.1.0" in container["args"]
     assert not any(a.startswith("--namespace") for a in container["args"])
+    # The operator is told the name guard's name, the policy the chart renders next to it.
+    assert "--name-guard-policy=pdd-operator-child-names" in container["args"]
+    guard = [d for d in docs if d["metadata"]["name"] == "pdd-operator-child-names"]
+    assert sorted(kinds(guard)) == [
+        "ValidatingAdmissionPolicy",
+        "ValidatingAdmissionPolicyBinding",
+    ]
     ctx = container["securityContext"]
     assert ctx["readOnlyRootFilesystem"] is True
     assert ctx["allowPrivilegeEscalation"] is False
@@ -188,7 +195,14 @@ def test_watch_namespaces_grants_namespaced_rules_per_namespace(helm: Helm) -> N
         r for r in by_kind(docs, "ClusterRole") if r["metadata"]["name"] == "pdd-operator"
     )
     cluster_resources = {res for rule in cluster_role["rules"] for res in rule["resources"]}
-    assert cluster_resources == {"nodes", "customresourcedefinitions", "namespaces"}
+    assert cluster_resources == {
+        "nodes",
+        "customresourcedefinitions",
+        "namespaces",
+        # The name guard, read by name at start-up (cluster-scoped objects).
+        "validatingadmissionpolicies",
+        "validatingadmissionpolicybindings",
+    }
     assert "pddeployments" in {
         res for rule in roles["team-a"]["rules"] for res in rule["resources"]
     }
@@ -257,7 +271,7 @@ def access_policies(docs: list[dict[str, Any]]) -> dict[str, str]:
     return {
         d["metadata"]["name"]: d["spec"]["matchConditions"][0]["expression"]
         for d in by_kind(docs, "ValidatingAdmissionPolicy")
-        if not d["metadata"]["name"].endswith("-podtemplate")
+        if not d["metadata"]["name"].endswith(("-podtemplate", "-child-names"))
     }
 
 
@@ -287,3 +301,32 @@ def test_access_policies_name_the_accounts_the_chart_creates(helm: Helm) -> None
         "pdd-operator-operator-pods"
     ]
     assert access_policies(helm.template("--set", "accessPolicy.enabled=false")) == {}
+
+
+def test_the_name_guard_goes_with_the_access_policies_and_is_named_to_the_operator(
+    helm: Helm,
+) -> None:
+    """The operator skips its name look-ups only where the chart renders the guard: its flag,
+    the policy and the `get` on them appear together, under the release's name."""
+
+    def operator_args(docs: list[dict[str, Any]]) -> list[str]:
+        args: list[str] = one(docs, "Deployment")["spec"]["template"]["spec"]["containers"][0][
+            "args"
+        ]
+        return args
+
+    def policy_reads(docs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        rules = [r for d in by_kind(docs, "ClusterRole") for r in d.get("rules") or []]
+        return [r for r in rules if "admissionregistration.k8s.io" in r.get("apiGroups", [])]
+
+    renamed = helm.template(release="edge")
+    assert "--name-guard-policy=edge-pdd-operator-child-names" in operator_args(renamed)
+    assert named(renamed, "ValidatingAdmissionPolicy", "edge-pdd-operator-child-names")
+    [rule] = policy_reads(renamed)
+    assert rule["resourceNames"] == ["edge-pdd-operator-child-names"]
+    assert rule["verbs"] == ["get"]
+
+    off = helm.template("--set", "accessPolicy.enabled=false")
+    assert not [a for a in operator_args(off) if a.startswith("--name-guard-policy")]
+    assert named(off, "ValidatingAdmissionPolicy", "-child-names") == []
+    assert policy_reads(off) == []

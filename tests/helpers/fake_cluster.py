@@ -83,8 +83,27 @@ def forbidden(message: str) -> ApiException:
     return err
 
 
+def name_taken(kind: str, name: str) -> ApiException:
+    """What the chart's name-guard admission policy answers an apply that would make an
+    existing object, not the applying PDDeployment's, its child."""
+    err = ApiException(status=422, reason="Invalid")
+    message = (
+        f"ValidatingAdmissionPolicy 'pdd-operator-child-names' denied request: "
+        f"pdd.dev/name-taken: {kind} {name} exists and is not this PDDeployment's"
+    )
+    err.body = f'{{"kind": "Status", "code": 422, "reason": "Invalid", "message": "{message}"}}'
+    return err
+
+
+def _controller_uid(obj: Mapping[str, Any]) -> str:
+    refs = obj["metadata"].get("ownerReferences") or []
+    return next((r.get("uid", "") for r in refs if r.get("controller")), "")
+
+
 class FakeCluster:
-    """The API server and the operator's indexes in one."""
+    """The API server and the operator's indexes in one. `name_guard`: the chart's name-guard
+    admission policy is installed (an apply may not make an existing object, not the
+    PDDeployment's, its child)."""
 
     def __init__(
         self,
@@ -92,7 +111,9 @@ class FakeCluster:
         respell: bool = False,
         apply_error: Exception | None = None,
         slow_kinds: Mapping[str, float] | None = None,
+        name_guard: bool = False,
     ) -> None:
+        self.name_guard = name_guard
         self.stored: dict[DeploymentKey, dict[str, Any]] = {}  # PDDeployments on the server
         self.indexed: dict[DeploymentKey, dict[str, Any]] = {}  # as the index last saw them
         self.hold_pdd_watch = False  # status writes reach the server, not the index
@@ -213,9 +234,12 @@ class FakeCluster:
             raise forbidden(f"RoleBinding {name}: its Role does not exist")
         if self.respell and obj["kind"] == "Service":  # an owned value the render lacks
             obj = {**obj, "metadata": {**obj["metadata"], "labels": {"respelled": "x"}}}
-        live = applied(obj, self.next_version())
         key = (namespace, obj["apiVersion"], obj["kind"], name)
         stored = self.objects.get(key)
+        guarded = self.name_guard and stored is not None
+        if guarded and _controller_uid(stored or {}) != _controller_uid(obj):
+            raise name_taken(obj["kind"], name)
+        live = applied(obj, self.next_version())
         if stored is not None and "status" in stored:  # an apply leaves status alone
             live["status"] = stored["status"]
         if stored is not None and _without_version(stored) == _without_version(live):
@@ -401,7 +425,14 @@ def ready_pods(statefulset: Mapping[str, Any], replicas: int, revision: str) -> 
 
 
 def reconciler_for(cluster: FakeCluster, metrics: OperatorMetrics | None = None) -> Reconciler:
-    return Reconciler(cluster, cluster, OperatorSettings(), cluster.emit, metrics)
+    return Reconciler(
+        cluster,
+        cluster,
+        OperatorSettings(),
+        cluster.emit,
+        metrics,
+        names_guarded=cluster.name_guard,
+    )
 
 
 def _owner(live: Mapping[str, Any]) -> str:

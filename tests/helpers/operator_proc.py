@@ -21,6 +21,11 @@ from pdd_localcluster import LocalControlPlane
 
 ROOT = Path(__file__).resolve().parents[2]
 CRD_FILE = ROOT / "crds" / "pdd.dev_pddeployments.yaml"
+ACCESS_POLICY_FILE = ROOT / "manifests" / "access-policy.yaml"
+# The chart's name-guard policy and its binding, as `manifests/` names them; the operator
+# reads them at start-up when this is its --name-guard-policy.
+NAME_GUARD_POLICY = "pdd-operator-child-names"
+NAME_GUARD_ENV = {"PDD_NAME_GUARD_POLICY": NAME_GUARD_POLICY}
 SCALER_CRD_FILE = ROOT / "crds" / "pdd.dev_pddrolescalers.yaml"
 # The operator's static user on the integration tier's control plane: its writes show in the
 # audit log under this name.
@@ -64,6 +69,78 @@ def _install_one(api: client.ApiClient, crd: dict[str, Any]) -> None:
             return
         time.sleep(0.2)
     raise TimeoutError("CRD not established")
+
+
+def install_name_guard(api: client.ApiClient, probe_namespace: str = "default") -> None:
+    """The chart's name-guard policy and binding (from `manifests/`), created or replaced,
+    once the API server enforces them (its admission plugin loads policies asynchronously):
+    until a probe Service in `probe_namespace` may no longer be made a PDDeployment's child."""
+    admission = client.AdmissionregistrationV1Api(api)
+    for doc in yaml.safe_load_all(ACCESS_POLICY_FILE.read_text()):
+        if doc and doc["metadata"]["name"] == NAME_GUARD_POLICY:
+            _create_or_replace_policy(admission, doc)
+    core = client.CoreV1Api(api)
+    probe = client.V1Service(
+        metadata=client.V1ObjectMeta(name="name-guard-probe"),
+        spec=client.V1ServiceSpec(ports=[client.V1ServicePort(port=80)]),
+    )
+    try:
+        core.create_namespaced_service(probe_namespace, probe)
+    except ApiException as err:
+        if err.status != 409:
+            raise
+    claim = {
+        "metadata": {
+            "ownerReferences": [
+                {"apiVersion": "pdd.dev/v1alpha1", "kind": "PDDeployment", "name": "probe",
+                 "uid": "00000000-0000-0000-0000-000000000000", "controller": True}
+            ]
+        }
+    }  # fmt: skip
+    deadline = time.time() + 60
+    try:
+        while time.time() < deadline:
+            try:  # a dry run: admission answers, nothing is stored
+                core.patch_namespaced_service(
+                    "name-guard-probe", probe_namespace, claim, dry_run="All"
+                )
+            except ApiException as err:
+                if err.status == 422 and "pdd.dev/name-taken" in str(err.body):
+                    return
+                raise
+            time.sleep(0.2)
+        raise TimeoutError("the name-guard policy was not enforced within 60 s")
+    finally:
+        core.delete_namespaced_service("name-guard-probe", probe_namespace)
+
+
+def remove_name_guard(api: client.ApiClient) -> None:
+    admission = client.AdmissionregistrationV1Api(api)
+    admission.delete_validating_admission_policy_binding(NAME_GUARD_POLICY)
+    admission.delete_validating_admission_policy(NAME_GUARD_POLICY)
+
+
+def _create_or_replace_policy(admission: Any, doc: dict[str, Any]) -> None:
+    name = doc["metadata"]["name"]
+    if doc["kind"] == "ValidatingAdmissionPolicy":
+        create = admission.create_validating_admission_policy
+        read, replace = (
+            admission.read_validating_admission_policy,
+            admission.replace_validating_admission_policy,
+        )
+    else:
+        create = admission.create_validating_admission_policy_binding
+        read, replace = (
+            admission.read_validating_admission_policy_binding,
+            admission.replace_validating_admission_policy_binding,
+        )
+    try:
+        create(doc)
+    except ApiException as err:
+        if err.status != 409:
+            raise
+        doc["metadata"]["resourceVersion"] = read(name).metadata.resource_version
+        replace(name, doc)
 
 
 class OperatorProcess:
@@ -169,14 +246,21 @@ class OperatorProcess:
 
 @contextmanager
 def operator_on(
-    plane: LocalControlPlane, api: client.ApiClient, log_dir: Path
+    plane: LocalControlPlane, api: client.ApiClient, log_dir: Path, name_guard: bool = False
 ) -> Iterator[OperatorProcess]:
     """The CRDs installed and the real operator running against `plane` as OPERATOR_USER
-    (resync every 2 s, so tests do not wait for the chart's default); killed after the block."""
+    (resync every 2 s, so tests do not wait for the chart's default); killed after the block.
+    `name_guard`: with the chart's name-guard policy installed and named to the operator, as
+    a Helm install runs it (removed after the block)."""
     install_crd(api)
+    if name_guard:
+        install_name_guard(api)
     identity = plane.kubeconfig_for(OPERATOR_USER)
-    proc = OperatorProcess(identity, log_dir / "operator.log", resync_seconds=2.0).start()
+    env = NAME_GUARD_ENV if name_guard else None
+    proc = OperatorProcess(identity, log_dir / "operator.log", 2.0, extra_env=env).start()
     try:
         yield proc
     finally:
         proc.kill()
+        if name_guard:
+            remove_name_guard(api)

@@ -1,12 +1,16 @@
 """Names and ownership on the real control plane: an object holding a child's name that the
 PDDeployment does not own is never taken over, changed or deleted; the PDDeployment is
 Stalled=NameConflict naming it (and its owner) with a Warning event, and resumes once the
-name is free. Two PDDeployments whose names used to map to the same children get their own."""
+name is free. Two PDDeployments whose names used to map to the same children get their own.
+
+Every test runs twice: with the operator looking up each new child's name before its apply,
+and as a Helm install runs it, with the chart's name-guard policy refusing the takeover at the
+API server (only workloads looked up first)."""
 
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
@@ -14,12 +18,31 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from helpers.factories import small_pdd_body
-from helpers.operator_proc import OperatorProcess
+from helpers.operator_proc import OPERATOR_USER, OperatorProcess, operator_on
 from helpers.waits import wait_for
+from pdd_localcluster import LocalControlPlane, NodeSimulator
 from pdd_operator.api import names
 
 GROUP, VERSION, PLURAL = "pdd.dev", "v1alpha1", "pddeployments"
 FOREIGN_LABELS = {"app": "someone-else"}
+GUARDED = "name-guard policy"
+
+
+@pytest.fixture(scope="module", params=["looked up", GUARDED])
+def operator(
+    request: pytest.FixtureRequest,
+    control_plane: LocalControlPlane,
+    api_client: client.ApiClient,
+    node_sim: NodeSimulator,
+    tmp_path_factory: pytest.TempPathFactory,
+) -> Iterator[OperatorProcess]:
+    log_dir = tmp_path_factory.mktemp("operator")
+    with operator_on(control_plane, api_client, log_dir, name_guard=request.param == GUARDED) as op:
+        yield op
+
+
+def guarded(operator: OperatorProcess) -> bool:
+    return "PDD_NAME_GUARD_POLICY" in operator.extra_env
 
 
 def create_pdd(api: client.ApiClient, ns: str, name: str = "kv") -> dict[str, Any]:
@@ -271,3 +294,30 @@ def test_a_dotted_name_and_its_hashed_twin_get_separate_children(
     assert again == generations
     for name in uids:
         assert "NameConflict" not in str(conditions(api_client, namespace, name))
+
+
+def test_a_new_deployments_names_are_looked_up_only_where_nothing_else_guards_them(
+    operator: OperatorProcess,
+    control_plane: LocalControlPlane,
+    api_client: client.ApiClient,
+    namespace: str,
+) -> None:
+    """Under the name-guard policy the operator reads the names of its new workloads only
+    (the API server refuses a takeover of the rest); without it, every new child's name."""
+    create_pdd(api_client, namespace)
+    wait_for(
+        lambda: conditions(api_client, namespace).get("Ready", {}).get("status") == "True",
+        90,
+        what="Ready",
+    )
+
+    def looked_up(resource: str) -> list[str]:
+        return [
+            uri
+            for _, uri in control_plane.reads_by(OPERATOR_USER, resource, verbs=("get",))
+            if f"/namespaces/{namespace}/" in uri
+        ]
+
+    assert looked_up("statefulsets")  # workloads: always looked up before their creation
+    for resource in ("services", "serviceaccounts", "roles", "networkpolicies"):
+        assert bool(looked_up(resource)) is not guarded(operator), resource

@@ -29,6 +29,7 @@ DEFAULTS = {
     "max_concurrent_passes": 64,
     "coalesce_seconds": 0.3,
     "coalesce_max_seconds": 1.5,
+    "name_guard_policy": "",
 }
 
 # option -> (its variable's value, what it becomes, a flag for it, what the flag becomes)
@@ -45,6 +46,7 @@ SOURCES: dict[str, tuple[str, Any, list[str], Any]] = {
     "max_concurrent_passes": ("4", 4, ["--max-concurrent-passes", "128"], 128),
     "coalesce_seconds": ("0", 0.0, ["--coalesce-seconds", "1"], 1.0),
     "coalesce_max_seconds": ("3", 3.0, ["--coalesce-max-seconds", "0.5"], 0.5),
+    "name_guard_policy": ("a", "a", ["--name-guard-policy", "pdd-child-names"], "pdd-child-names"),
 }
 
 

@@ -17,6 +17,7 @@ from pdd_operator.status import ownership
 
 NS = "team-a"
 KEY = (NS, "llama")
+TOKEN = names.token_secret_name("llama", "uid-llama")
 
 
 def body(name: str = "llama") -> dict[str, Any]:
@@ -90,7 +91,7 @@ TAKEN = [
 @pytest.mark.parametrize(
     "owners,holder", [(o, h) for _, o, h in NOT_OURS], ids=[i for i, _, _ in NOT_OURS]
 )
-async def test_a_taken_name_stops_every_write_and_is_named_in_stalled(
+async def test_a_taken_name_stops_every_child_write_and_is_named_in_stalled(
     kind: str, api_version: str, name: str, owners: list[dict[str, Any]], holder: str
 ) -> None:
     cluster = FakeCluster(body())
@@ -99,7 +100,8 @@ async def test_a_taken_name_stops_every_write_and_is_named_in_stalled(
 
     await reconciler(cluster).reconcile(KEY)
 
-    assert [w for w in cluster.writes if w[0] != "status"] == []
+    # Only its own sidecar token Secret (created first, named after its uid) was written.
+    assert [w for w in cluster.writes if w[0] != "status"] == [("create", "Secret", TOKEN)]
     assert cluster.objects[(NS, api_version, kind, name)] == theirs
     stalled = conditions(cluster)["Stalled"]
     assert (stalled["status"], stalled["reason"]) == ("True", "NameConflict")
@@ -138,16 +140,35 @@ async def test_a_settled_deployment_reads_nothing_to_check_names() -> None:
     assert len(cluster.reads) == first  # children listed as its own need no look-up
 
 
-async def test_the_token_secret_found_missing_is_not_looked_up_again_while_held_back() -> None:
+async def test_a_new_deployments_token_secret_is_created_once_without_a_look() -> None:
     cluster, rec, where = service_taken()
     await rec.reconcile(KEY)
-    await rec.reconcile(KEY)  # still held back by the name conflict: no Secret created yet
+    await rec.reconcile(KEY)  # still held back by the name conflict
     del cluster.objects[where]
     await rec.reconcile(KEY)
 
-    secret = names.token_secret_name("llama", "uid-llama")
-    assert [r for r in cluster.reads if r[0] == "Secret"] == [("Secret", secret)]
-    assert ("create", "Secret", secret) in cluster.writes
+    assert [r for r in cluster.reads if r[0] == "Secret"] == []
+    assert [w for w in cluster.writes if w[1] == "Secret"] == [("create", "Secret", TOKEN)]
+
+
+async def test_a_token_secret_missing_at_a_look_is_not_looked_up_again_while_held_back() -> None:
+    """Past a new deployment's first pass (an operator restarted, its children listed), the
+    Secret is looked at; found missing, it is created once the pass is not held back, with no
+    second look meanwhile."""
+    cluster, rec, where = service_taken()
+    del cluster.objects[where]
+    await rec.reconcile(KEY)  # children and Secret created
+    restarted = reconciler(cluster)
+    del cluster.objects[(NS, "v1", "Secret", TOKEN)]
+    cluster.objects[where] = foreign("Service", "v1", "llama-prefill", [])
+    await restarted.reconcile(KEY)
+    await restarted.reconcile(KEY)  # held back by the name conflict: no Secret created yet
+    assert (NS, "v1", "Secret", TOKEN) not in cluster.objects
+    del cluster.objects[where]
+    await restarted.reconcile(KEY)
+
+    assert [r for r in cluster.reads if r[0] == "Secret"] == [("Secret", TOKEN)]
+    assert (NS, "v1", "Secret", TOKEN) in cluster.objects
 
 
 async def test_two_deployments_whose_names_would_collide_do_not_share_a_child() -> None:
@@ -183,7 +204,8 @@ async def test_a_child_taken_by_another_deployment_names_that_deployment() -> No
 
     await reconciler(cluster).reconcile((NS, "second"))
 
-    assert [w for w in cluster.writes[before:] if w[0] != "status"] == []
+    token = names.token_secret_name("second", "uid-second")
+    assert [w for w in cluster.writes[before:] if w[0] != "status"] == [("create", "Secret", token)]
     message = conditions(cluster, (NS, "second"))["Stalled"]["message"]
     assert "StatefulSet second-prefill (owned by PDDeployment first)" in message
 
@@ -274,3 +296,73 @@ async def test_a_conflict_is_looked_at_again_by_itself_with_backoff() -> None:
     reads = len(cluster.reads)
     await asyncio.sleep(0.5)
     assert len(cluster.reads) == reads  # resolved: no more passes of its own
+
+
+# ------------------------------------------------------- with the name-guard policy in force
+
+
+GUARDED_TAKEN = [t for t in TAKEN if t[0] not in ("StatefulSet", "Deployment")]
+
+
+@pytest.mark.parametrize(
+    "kind,api_version,name", GUARDED_TAKEN, ids=[f"{k} {n}" for k, _, n in GUARDED_TAKEN]
+)
+async def test_under_the_name_guard_a_refused_apply_is_named_and_no_workload_written(
+    kind: str, api_version: str, name: str
+) -> None:
+    """The API server refuses the takeover (the policy); the operator reads whose the
+    object is to name it, and applies no workload: no pod runs against that object."""
+    cluster = FakeCluster(body(), name_guard=True)
+    owners = [{"kind": "Deployment", "name": "web", "uid": "u-web", "controller": True}]
+    theirs = foreign(kind, api_version, name, owners)
+    cluster.objects[(NS, api_version, kind, name)] = copy.deepcopy(theirs)
+
+    await reconciler(cluster).reconcile(KEY)
+
+    assert cluster.objects[(NS, api_version, kind, name)] == theirs
+    assert not [w for w in cluster.writes if w[1] in ("StatefulSet", "Deployment")]
+    stalled = conditions(cluster)["Stalled"]
+    assert (stalled["status"], stalled["reason"]) == ("True", "NameConflict")
+    assert f"{kind} {name} (owned by Deployment web)" in stalled["message"]
+    assert (kind, name) in cluster.reads  # looked up after the refusal, to name the holder
+
+
+async def test_under_the_name_guard_only_workloads_are_looked_up_before_their_apply() -> None:
+    cluster = FakeCluster(body(), name_guard=True)
+    await reconciler(cluster).reconcile(KEY)
+
+    workloads = {(k, n) for k, n, _ in cluster.applies if k in ("StatefulSet", "Deployment")}
+    assert workloads  # the deployment's StatefulSets and router
+    assert set(cluster.reads) == workloads
+    assert conditions(cluster)["Stalled"]["status"] == "False"
+
+
+async def test_under_the_name_guard_a_taken_workload_name_stops_every_workload() -> None:
+    """Workloads are still looked up first: a taken StatefulSet name stops its sibling too."""
+    cluster = FakeCluster(body(), name_guard=True)
+    theirs = foreign("StatefulSet", "apps/v1", "llama-prefill", [])
+    cluster.objects[(NS, "apps/v1", "StatefulSet", "llama-prefill")] = copy.deepcopy(theirs)
+
+    await reconciler(cluster).reconcile(KEY)
+
+    assert cluster.objects[(NS, "apps/v1", "StatefulSet", "llama-prefill")] == theirs
+    assert not [w for w in cluster.writes if w[1] in ("StatefulSet", "Deployment")]
+    assert (
+        "StatefulSet llama-prefill (owned by no owner)" in conditions(cluster)["Stalled"]["message"]
+    )
+
+
+async def test_under_the_name_guard_a_settled_deployment_applies_its_own_children() -> None:
+    """Its own objects pass the policy: a changed spec is applied as usual."""
+    cluster = FakeCluster(body(), name_guard=True)
+    rec = reconciler(cluster)
+    await rec.reconcile(KEY)
+    changed = copy.deepcopy(cluster.stored[KEY])
+    changed["spec"]["decode"]["replicas"] = 3
+    changed["metadata"]["generation"] = 2
+    cluster.add(changed)
+    before = len(cluster.writes)
+    await rec.reconcile(KEY)
+
+    assert ("apply", "StatefulSet", "llama-decode") in cluster.writes[before:]
+    assert conditions(cluster)["Stalled"]["status"] == "False"

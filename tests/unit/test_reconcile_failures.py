@@ -65,7 +65,9 @@ async def test_the_token_secret_is_looked_at_once_per_recheck_period() -> None:
     del cluster.objects[SECRET_KEY]
     await rec.reconcile(KEY)
     assert SECRET_KEY not in cluster.objects  # not looked at again yet
-    assert [r for r in cluster.reads if r == ("Secret", TOKEN)] == [("Secret", TOKEN)]
+    # Created at once by the first pass (a new deployment's), and not looked at since.
+    assert [r for r in cluster.reads if r == ("Secret", TOKEN)] == []
+    assert created_secrets(cluster) == [("create", "Secret", TOKEN)]
 
 
 async def test_a_planted_token_secret_is_refused_left_alone_and_holds_the_engines() -> None:
@@ -80,7 +82,10 @@ async def test_a_planted_token_secret_is_refused_left_alone_and_holds_the_engine
     await reconciler(cluster).reconcile(KEY)
 
     assert cluster.objects[SECRET_KEY] == planted
-    assert created_secrets(cluster) == []
+    # Tried once (a new deployment's Secret is created without a look first), refused as
+    # taken, then looked at to name its owner.
+    assert created_secrets(cluster) == [("create", "Secret", TOKEN)]
+    assert ("Secret", TOKEN) in cluster.reads
     assert not [w for w in cluster.writes if w[1] == "StatefulSet"]
     status, reason, message = condition(cluster, "Stalled")
     assert (status, reason) == ("True", "TokenSecretConflict")

@@ -17,7 +17,12 @@ from pdd_operator.handlers.fleet import FleetCache, FleetState, fleet_collection
 from pdd_operator.handlers.listwatch import Watches
 from pdd_operator.handlers.owned import OwnedObjects, owned_collections
 from pdd_operator.handlers.view import IndexView
-from pdd_operator.kube.client import API_CONNECTIONS, KubeApi, load_api_client
+from pdd_operator.kube.client import (
+    API_CONNECTIONS,
+    KubeApi,
+    api_error_message,
+    load_api_client,
+)
 from pdd_operator.metrics import OperatorMetrics
 from pdd_operator.reconcile import Reconciler
 from pdd_operator.rendering.context import OperatorSettings
@@ -73,6 +78,7 @@ class OperatorRuntime:
             max_concurrent=config.max_concurrent_passes,
             coalesce_max_s=config.coalesce_max_seconds,
             token_recheck_s=config.resync_seconds,
+            names_guarded=_name_guard_in_force(kube, config.name_guard_policy),
         )
         watches = Watches(kube)
         runtime = cls(config, kube, metrics, settings, watches, view, reconciler, pdds)
@@ -139,6 +145,27 @@ class OperatorRuntime:
         for task in [*self.tasks, *self._passes]:
             task.cancel()
         await asyncio.gather(*self.tasks, *self._passes, return_exceptions=True)
+
+
+def _name_guard_in_force(kube: KubeApi, policy: str) -> bool:
+    """Whether the name-guard admission policy refuses takeovers, so that new children's
+    names need no look-up (docs/security.md, "Names and ownership"); read once at start-up."""
+    if not policy:
+        log.info("no name-guard policy configured: each new child's name is looked up first")
+        return False
+    try:
+        problem = kube.name_guard_problem(policy)
+    except Exception as err:  # an unreachable API server: the safe way, said once
+        problem = api_error_message(err)
+    if problem:
+        log.warning(
+            "the name-guard policy is not in force (%s): each new child's name is looked up "
+            "before its apply instead",
+            problem,
+        )
+        return False
+    log.info("name-guard policy %s in force: new children are applied without a look-up", policy)
+    return True
 
 
 def _kopf_event(body: Mapping[str, Any], type_: str, reason: str, message: str) -> None:

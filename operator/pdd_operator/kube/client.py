@@ -19,6 +19,8 @@ from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
 
 from pdd_operator.kube.resources import (
+    ADMISSION_POLICY,
+    ADMISSION_POLICY_BINDING,
     PDDEPLOYMENT,
     PERSISTENT_VOLUME_CLAIM,
     ROLE_SCALER,
@@ -32,6 +34,9 @@ T = TypeVar("T")
 
 RETRYABLE = {409, 429, 500, 502, 503, 504}
 
+
+# The fields of a binding's matchResources that leave some objects out of its policy.
+_NARROWING = ("namespaceSelector", "objectSelector", "resourceRules", "excludeResourceRules")
 
 API_CONNECTIONS = 32  # as many as the worker threads that call the API at once
 WATCH_CHUNK = 64 * 1024
@@ -175,6 +180,31 @@ class KubeApi:
         a Secret's value never enters the operator (RBAC: get, no list or watch)."""
         path = SECRET.path(namespace, name)
         return self._exists(path, METADATA_ONLY)
+
+    def name_guard_problem(self, policy: str) -> str:
+        """Why the name-guard admission policy of that name (and its binding of the same
+        name, as the chart installs them) is not in force; "" when it is: it exists, fails
+        closed, and its binding denies."""
+        found: list[dict[str, Any]] = []
+        for kind in (ADMISSION_POLICY, ADMISSION_POLICY_BINDING):
+            path = kind.path(None, policy)
+            try:
+                found.append(_retry(lambda: self._call("GET", path, None, [], JSON)))  # noqa: B023
+            except ApiException as err:
+                if err.status in (403, 404):
+                    return f"{kind.kind} {policy}: {api_error_message(err)}"
+                raise
+        policy_spec, binding_spec = (obj.get("spec") or {} for obj in found)
+        if policy_spec.get("failurePolicy", "Fail") != "Fail":
+            return f"ValidatingAdmissionPolicy {policy} does not fail closed (failurePolicy)"
+        if binding_spec.get("policyName") != policy:
+            return f"ValidatingAdmissionPolicyBinding {policy} binds another policy"
+        if "Deny" not in (binding_spec.get("validationActions") or []):
+            return f"ValidatingAdmissionPolicyBinding {policy} does not deny (validationActions)"
+        match = binding_spec.get("matchResources") or {}
+        if any(match.get(field) for field in _NARROWING) or binding_spec.get("paramRef"):
+            return f"ValidatingAdmissionPolicyBinding {policy} narrows what it covers"
+        return ""
 
     def read_pvc(self, namespace: str, name: str) -> dict[str, Any] | None:
         """The PersistentVolumeClaim, or None when there is none."""

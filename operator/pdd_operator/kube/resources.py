@@ -57,6 +57,20 @@ PDDEPLOYMENT = Kind("pdd.dev/v1alpha1", "PDDeployment", "pddeployments")
 # (status), never server-side applied, so not among CHILD_KINDS.
 ROLE_SCALER = Kind("pdd.dev/v1alpha1", "PDDRoleScaler", "pddrolescalers")
 
+# The chart's name-guard policy and its binding (read once at start-up: is it in force?).
+ADMISSION_POLICY = Kind(
+    "admissionregistration.k8s.io/v1",
+    "ValidatingAdmissionPolicy",
+    "validatingadmissionpolicies",
+    namespaced=False,
+)
+ADMISSION_POLICY_BINDING = Kind(
+    "admissionregistration.k8s.io/v1",
+    "ValidatingAdmissionPolicyBinding",
+    "validatingadmissionpolicybindings",
+    namespaced=False,
+)
+
 _BY_KEY = {(k.api_version, k.kind): k for k in (*CHILD_KINDS, SECRET, PDDEPLOYMENT, ROLE_SCALER)}
 
 

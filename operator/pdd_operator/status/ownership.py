@@ -4,7 +4,9 @@ Server-side apply with force would take over any object of a child's name: merge
 into its spec, add nothing else of the operator's, and leave it for the garbage collector to
 delete with the PDDeployment. So before a child that the indexes do not list as this
 deployment's is applied, the object of that name (if any) is read; one whose controller
-reference is not this PDDeployment's uid is a name conflict, reported and left alone.
+reference is not this PDDeployment's uid is a name conflict, reported and left alone. Where the
+chart's name-guard admission policy is in force, the API server refuses such an apply itself,
+and the object is read only then, to name its holder.
 """
 
 from __future__ import annotations
@@ -53,8 +55,8 @@ def conflict_message(conflicts: Sequence[NameConflict]) -> str:
     listed = "; ".join(c.describe() for c in conflicts)
     return (
         f"the name of a child is taken by an object this PDDeployment does not own: {listed}. "
-        "The operator does not take over, change or delete it and applies none of this "
-        "deployment's children meanwhile: delete or rename that object, or rename this "
+        "The operator does not take over, change or delete it and creates or changes none "
+        "of this deployment's workloads meanwhile: delete or rename that object, or rename this "
         "PDDeployment (child names derive from it); it resumes once the name is free"
     )
 

@@ -1,0 +1,162 @@
+"""The chart's name-guard policy (ValidatingAdmissionPolicy + binding, as `manifests/` ships
+them) on the real API server: an apply that would make an existing object a PDDeployment's
+child is refused with a message that names the object and says what to do, whoever sends it;
+creating a child, changing one's own child, orphaning it, and everyone's ordinary updates
+pass. And the operator's start-up check reads the installed pair as in force."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from kubernetes import client
+from kubernetes.client.exceptions import ApiException
+from kubernetes.dynamic import DynamicClient
+
+from helpers.waits import wait_for
+from pdd_operator.kube.client import KubeApi
+
+from .support import apply, ensure_namespace, manifest_documents
+
+NAMESPACE = "guard-team"
+POLICY = "pdd-operator-child-names"  # the chart's default release name + "-child-names"
+MARK = "pdd.dev/name-taken"
+
+
+def guard_documents() -> list[dict[str, Any]]:
+    docs = [d for d in manifest_documents() if d["metadata"]["name"] == POLICY]
+    assert sorted(d["kind"] for d in docs) == [
+        "ValidatingAdmissionPolicy",
+        "ValidatingAdmissionPolicyBinding",
+    ], "manifests/ lacks the name-guard policy"
+    return docs
+
+
+def pdd_owner(uid: str, name: str = "kv", controller: bool = True) -> dict[str, Any]:
+    return {
+        "apiVersion": "pdd.dev/v1alpha1",
+        "kind": "PDDeployment",
+        "name": name,
+        "uid": uid,
+        "controller": controller,
+    }
+
+
+def service(name: str, owners: list[dict[str, Any]] | None = None, **labels: str) -> dict[str, Any]:
+    meta: dict[str, Any] = {"name": name, "namespace": NAMESPACE, "labels": labels}
+    if owners is not None:
+        meta["ownerReferences"] = owners
+    return {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": meta,
+        "spec": {"selector": {"app": name}, "ports": [{"name": "web", "port": 80}]},
+    }
+
+
+def refusal(dynamic: DynamicClient, obj: dict[str, Any]) -> str | None:
+    """The API server's refusal of the apply, or None where it took it."""
+    try:
+        apply(dynamic, obj)
+    except ApiException as err:
+        return str(err.body)
+    return None
+
+
+def fresh_name() -> str:
+    return f"g-{uuid.uuid4().hex[:8]}"
+
+
+@pytest.fixture(scope="module")
+def guard(api_client: client.ApiClient, dynamic: DynamicClient) -> Iterator[None]:
+    """The policy and its binding applied, once the API server enforces them (its admission
+    plugin loads them asynchronously)."""
+    ensure_namespace(api_client, NAMESPACE)
+    docs = guard_documents()
+    for doc in docs:
+        apply(dynamic, doc)
+    probe = fresh_name()
+    apply(dynamic, service(probe))
+    wait_for(
+        lambda: refusal(dynamic, service(probe, [pdd_owner(str(uuid.uuid4()))])),
+        timeout=60,
+        what="the name-guard policy to be enforced",
+    )
+    yield
+    for doc in docs:
+        resource = dynamic.resources.get(api_version=doc["apiVersion"], kind=doc["kind"])
+        dynamic.delete(resource, name=doc["metadata"]["name"])
+
+
+def live(api_client: client.ApiClient, name: str) -> Any:
+    return client.CoreV1Api(api_client).read_namespaced_service(name, NAMESPACE)
+
+
+@pytest.mark.usefixtures("guard")
+def test_an_unowned_object_is_not_made_a_pddeployments_child(
+    api_client: client.ApiClient, dynamic: DynamicClient
+) -> None:
+    name = fresh_name()
+    apply(dynamic, service(name, team="web"))
+    before = live(api_client, name).metadata.resource_version
+
+    refused = refusal(dynamic, service(name, [pdd_owner(str(uuid.uuid4()))], team="pdd"))
+
+    assert refused is not None and MARK in refused
+    assert f"Service {NAMESPACE}/{name} exists and is not the child of the PDDeployment" in refused
+    assert "delete or rename it, or rename the PDDeployment" in refused
+    assert live(api_client, name).metadata.resource_version == before
+
+
+@pytest.mark.usefixtures("guard")
+def test_another_pddeployments_child_is_not_taken_over(
+    api_client: client.ApiClient, dynamic: DynamicClient
+) -> None:
+    """Its controller is the other deployment (the API server's own validation would refuse
+    two controllers too; the policy answers first where the object names no controller)."""
+    name = fresh_name()
+    first = str(uuid.uuid4())
+    apply(dynamic, service(name, [pdd_owner(first, "first")]))
+    # The second deployment claims it with the first one's reference dropped from its apply:
+    # a non-controller reference of the first one keeps the object's owners valid.
+    apply(dynamic, service(name, [pdd_owner(first, "first", controller=False)]))
+    refused = refusal(dynamic, service(name, [pdd_owner(str(uuid.uuid4()), "second")]))
+    assert refused is not None and MARK in refused
+
+
+@pytest.mark.usefixtures("guard")
+def test_creating_changing_and_orphaning_ones_own_child_pass(
+    api_client: client.ApiClient, dynamic: DynamicClient
+) -> None:
+    name, uid = fresh_name(), str(uuid.uuid4())
+    assert refusal(dynamic, service(name, [pdd_owner(uid)])) is None  # created as a child
+    assert refusal(dynamic, service(name, [pdd_owner(uid)], changed="yes")) is None
+    assert live(api_client, name).metadata.labels == {"changed": "yes"}
+    # Orphaned (what the garbage collector does on `--cascade=orphan`): no PDDeployment left.
+    assert refusal(dynamic, service(name, [])) is None
+    assert not live(api_client, name).metadata.owner_references
+
+
+@pytest.mark.usefixtures("guard")
+def test_updates_that_name_no_pddeployment_are_not_evaluated(
+    api_client: client.ApiClient, dynamic: DynamicClient
+) -> None:
+    name = fresh_name()
+    apply(dynamic, service(name))
+    deployment_owner = {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "name": "web",
+        "uid": str(uuid.uuid4()),
+        "controller": True,
+    }
+    assert refusal(dynamic, service(name, [deployment_owner], team="web")) is None
+
+
+@pytest.mark.usefixtures("guard")
+def test_the_operator_reads_the_installed_policy_as_in_force(api_client: client.ApiClient) -> None:
+    kube = KubeApi(api_client)
+    assert kube.name_guard_problem(POLICY) == ""
+    assert "not found" in kube.name_guard_problem("no-such-policy")
