@@ -179,15 +179,18 @@ class OperatorConfig:
         parse=_positive_count,
         help="reconcile passes in flight at once",
     )
+    # A deployment's pods are created, bound, started and made ready one after another over
+    # seconds; a pass per step cost a pass per tenth of a second at 0.3 s, and with the cores
+    # busy, the extra passes made the whole fleet Ready later (docs/benchmarks-operator.md).
     coalesce_seconds: float = _option(
-        0.3,
+        1.0,
         env="PDD_COALESCE_SECONDS",
         parse=_delay,
         help="a pass triggered by child or pod events waits until none came for this long, so "
         "that one pass answers a burst of them",
     )
     coalesce_max_seconds: float = _option(
-        1.5,
+        3.0,
         env="PDD_COALESCE_MAX_SECONDS",
         parse=_delay,
         help="the longest such a pass waits after the burst's first event",

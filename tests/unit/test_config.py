@@ -27,8 +27,8 @@ DEFAULTS = {
     "verbose": False,
     "worker_limit": 0,
     "max_concurrent_passes": 64,
-    "coalesce_seconds": 0.3,
-    "coalesce_max_seconds": 1.5,
+    "coalesce_seconds": 1.0,
+    "coalesce_max_seconds": 3.0,
     "name_guard_policy": "",
 }
 
@@ -44,7 +44,7 @@ SOURCES: dict[str, tuple[str, Any, list[str], Any]] = {
     "verbose": ("true", True, ["--verbose"], True),
     "worker_limit": ("8", 8, ["--worker-limit", "16"], 16),
     "max_concurrent_passes": ("4", 4, ["--max-concurrent-passes", "128"], 128),
-    "coalesce_seconds": ("0", 0.0, ["--coalesce-seconds", "1"], 1.0),
+    "coalesce_seconds": ("0", 0.0, ["--coalesce-seconds", "2"], 2.0),
     "coalesce_max_seconds": ("3", 3.0, ["--coalesce-max-seconds", "0.5"], 0.5),
     "name_guard_policy": ("a", "a", ["--name-guard-policy", "pdd-child-names"], "pdd-child-names"),
 }
