@@ -1219,7 +1219,7 @@ def _apply_waves(objects: Sequence[dict[str, Any]]) -> list[list[dict[str, Any]]
     against is someone else's (empty waves left out)."""
     first = [obj for obj in objects if obj["kind"] in REFERENCED_FIRST]
     workloads = [obj for obj in objects if obj["kind"] in WORKLOAD_KINDS]
-    rest = [obj for obj in objects if obj not in first and obj not in workloads]
+    rest = [obj for obj in objects if obj["kind"] not in REFERENCED_FIRST | WORKLOAD_KINDS]
     return [wave for wave in (first, rest, workloads) if wave]
 
 
