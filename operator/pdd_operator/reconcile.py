@@ -768,8 +768,10 @@ class Reconciler:
     ) -> _Blocked:
         """Apply what differs, delete what is no longer wanted, leave `held` children as they
         are (not created, not changed, not deleted); say what stopped it if anything did.
-        While a child's name is taken by an object that is not this deployment's, nothing is
-        written: the rest would run pods against that object (its ServiceAccount, Service)."""
+        While a child's name is taken by an object that is not this deployment's, no workload
+        is written: its pods would run against that object (its ServiceAccount, Service).
+        Without the name guard nothing else is written either; with it, the children of the
+        waves before the refused one stay (they are this deployment's)."""
         changes = _changes(desired, observed, self._corrections.of(_key(pdd)), held)
         self._corrections.keep_wanted(_key(pdd), desired.owned)
         try:

@@ -110,20 +110,58 @@ def test_an_unowned_object_is_not_made_a_pddeployments_child(
     assert live(api_client, name).metadata.resource_version == before
 
 
+def claim(dynamic: DynamicClient, obj: dict[str, Any]) -> str | None:
+    """An apply under the operator's own field manager (not the one that made the object, so
+    the object's owner references are merged with the claim, not replaced); the refusal, or
+    None where the API server took it."""
+    resource = dynamic.resources.get(api_version=obj["apiVersion"], kind=obj["kind"])
+    try:
+        dynamic.server_side_apply(
+            resource,
+            body=obj,
+            name=obj["metadata"]["name"],
+            namespace=obj["metadata"]["namespace"],
+            field_manager="pdd-operator",
+            force_conflicts=True,
+        )
+    except ApiException as err:
+        return str(err.body)
+    return None
+
+
+def owner_uids(api_client: client.ApiClient, name: str) -> list[tuple[str, bool]]:
+    refs = live(api_client, name).metadata.owner_references or []
+    return [(r.uid, bool(r.controller)) for r in refs]
+
+
+@pytest.mark.usefixtures("guard")
+def test_a_non_controller_reference_does_not_let_a_claim_through(
+    api_client: client.ApiClient, dynamic: DynamicClient
+) -> None:
+    """The object names a PDDeployment, but not as its controller: it is nobody's child, and
+    another deployment may not make it its own."""
+    name, first = fresh_name(), str(uuid.uuid4())
+    apply(dynamic, service(name, [pdd_owner(first, "first", controller=False)]))
+
+    refused = claim(dynamic, service(name, [pdd_owner(str(uuid.uuid4()), "second")]))
+
+    assert refused is not None and MARK in refused
+    assert owner_uids(api_client, name) == [(first, False)]
+
+
 @pytest.mark.usefixtures("guard")
 def test_another_pddeployments_child_is_not_taken_over(
     api_client: client.ApiClient, dynamic: DynamicClient
 ) -> None:
-    """Its controller is the other deployment (the API server's own validation would refuse
-    two controllers too; the policy answers first where the object names no controller)."""
-    name = fresh_name()
-    first = str(uuid.uuid4())
+    """Its controller is the other deployment. The API server's own validation refuses a
+    second controller reference too, before admission; either refusal leaves it as it was."""
+    name, first = fresh_name(), str(uuid.uuid4())
     apply(dynamic, service(name, [pdd_owner(first, "first")]))
-    # The second deployment claims it with the first one's reference dropped from its apply:
-    # a non-controller reference of the first one keeps the object's owners valid.
-    apply(dynamic, service(name, [pdd_owner(first, "first", controller=False)]))
-    refused = refusal(dynamic, service(name, [pdd_owner(str(uuid.uuid4()), "second")]))
-    assert refused is not None and MARK in refused
+
+    refused = claim(dynamic, service(name, [pdd_owner(str(uuid.uuid4()), "second")]))
+
+    assert refused is not None
+    assert owner_uids(api_client, name) == [(first, True)]
 
 
 @pytest.mark.usefixtures("guard")

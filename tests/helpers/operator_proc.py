@@ -115,9 +115,17 @@ def install_name_guard(api: client.ApiClient, probe_namespace: str = "default") 
 
 
 def remove_name_guard(api: client.ApiClient) -> None:
+    """The policy and binding `install_name_guard` made, those of them that exist."""
     admission = client.AdmissionregistrationV1Api(api)
-    admission.delete_validating_admission_policy_binding(NAME_GUARD_POLICY)
-    admission.delete_validating_admission_policy(NAME_GUARD_POLICY)
+    for delete in (
+        admission.delete_validating_admission_policy_binding,
+        admission.delete_validating_admission_policy,
+    ):
+        try:
+            delete(NAME_GUARD_POLICY)
+        except ApiException as err:
+            if err.status != 404:
+                raise
 
 
 def _create_or_replace_policy(admission: Any, doc: dict[str, Any]) -> None:
@@ -253,14 +261,16 @@ def operator_on(
     `name_guard`: with the chart's name-guard policy installed and named to the operator, as
     a Helm install runs it (removed after the block)."""
     install_crd(api)
-    if name_guard:
-        install_name_guard(api)
     identity = plane.kubeconfig_for(OPERATOR_USER)
     env = NAME_GUARD_ENV if name_guard else None
-    proc = OperatorProcess(identity, log_dir / "operator.log", 2.0, extra_env=env).start()
     try:
-        yield proc
-    finally:
-        proc.kill()
         if name_guard:
+            install_name_guard(api)
+        proc = OperatorProcess(identity, log_dir / "operator.log", 2.0, extra_env=env).start()
+        try:
+            yield proc
+        finally:
+            proc.kill()
+    finally:
+        if name_guard:  # also after a failed install: later modules run without it
             remove_name_guard(api)
