@@ -117,38 +117,37 @@ def install_name_guard(api: client.ApiClient, probe_namespace: str = "default") 
 def remove_name_guard(api: client.ApiClient) -> None:
     """The policy and binding `install_name_guard` made, those of them that exist."""
     admission = client.AdmissionregistrationV1Api(api)
-    for delete in (
-        admission.delete_validating_admission_policy_binding,
-        admission.delete_validating_admission_policy,
-    ):
-        try:
-            delete(NAME_GUARD_POLICY)
-        except ApiException as err:
-            if err.status != 404:
-                raise
+    for kind in ("ValidatingAdmissionPolicyBinding", "ValidatingAdmissionPolicy"):
+        _unless(404, _admission_call(admission, "delete", kind), NAME_GUARD_POLICY)
 
 
 def _create_or_replace_policy(admission: Any, doc: dict[str, Any]) -> None:
-    name = doc["metadata"]["name"]
-    if doc["kind"] == "ValidatingAdmissionPolicy":
-        create = admission.create_validating_admission_policy
-        read, replace = (
-            admission.read_validating_admission_policy,
-            admission.replace_validating_admission_policy,
-        )
-    else:
-        create = admission.create_validating_admission_policy_binding
-        read, replace = (
-            admission.read_validating_admission_policy_binding,
-            admission.replace_validating_admission_policy_binding,
-        )
+    name, kind = doc["metadata"]["name"], doc["kind"]
+    if _unless(409, _admission_call(admission, "create", kind), doc):
+        return
+    current = _admission_call(admission, "read", kind)(name)
+    doc["metadata"]["resourceVersion"] = current.metadata.resource_version
+    _admission_call(admission, "replace", kind)(name, doc)
+
+
+def _admission_call(admission: Any, verb: str, kind: str) -> Any:
+    """The client's method for `verb` on a ValidatingAdmissionPolicy or its binding."""
+    suffix = {
+        "ValidatingAdmissionPolicy": "validating_admission_policy",
+        "ValidatingAdmissionPolicyBinding": "validating_admission_policy_binding",
+    }[kind]
+    return getattr(admission, f"{verb}_{suffix}")
+
+
+def _unless(status: int, call: Any, *args: Any) -> bool:
+    """`call(*args)`; False where the API server answered `status` instead."""
     try:
-        create(doc)
+        call(*args)
     except ApiException as err:
-        if err.status != 409:
+        if err.status != status:
             raise
-        doc["metadata"]["resourceVersion"] = read(name).metadata.resource_version
-        replace(name, doc)
+        return False
+    return True
 
 
 class OperatorProcess:
