@@ -177,6 +177,13 @@ def access(
     return bool(review.status.allowed)
 
 
+def delete_documents(dynamic: DynamicClient, docs: Sequence[dict[str, Any]]) -> None:
+    """Delete each cluster-scoped object of `docs` (policies and bindings a test applied)."""
+    for doc in docs:
+        resource = dynamic.resources.get(api_version=doc["apiVersion"], kind=doc["kind"])
+        dynamic.delete(resource, name=doc["metadata"]["name"])
+
+
 def manifest_documents(kustomization_dir: Path = MANIFESTS) -> list[dict[str, Any]]:
     """Every object `kubectl apply -k manifests/` would send: the kustomization lists plain
     resource files only (no patches or generators), so reading them in order is the same."""

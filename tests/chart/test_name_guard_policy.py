@@ -18,7 +18,7 @@ from kubernetes.dynamic import DynamicClient
 from helpers.waits import wait_for
 from pdd_operator.kube.client import KubeApi
 
-from .support import apply, ensure_namespace, manifest_documents
+from .support import apply, delete_documents, ensure_namespace, manifest_documents
 
 NAMESPACE = "guard-team"
 POLICY = "pdd-operator-child-names"  # the chart's default release name + "-child-names"
@@ -85,9 +85,7 @@ def guard(api_client: client.ApiClient, dynamic: DynamicClient) -> Iterator[None
         what="the name-guard policy to be enforced",
     )
     yield
-    for doc in docs:
-        resource = dynamic.resources.get(api_version=doc["apiVersion"], kind=doc["kind"])
-        dynamic.delete(resource, name=doc["metadata"]["name"])
+    delete_documents(dynamic, docs)
 
 
 def live(api_client: client.ApiClient, name: str) -> Any:

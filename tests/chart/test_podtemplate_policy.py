@@ -17,7 +17,14 @@ from kubernetes.dynamic import DynamicClient
 from helpers.factories import pdd_body
 from helpers.waits import wait_for
 
-from .support import apply, ensure_namespace, exists, manifest_documents, wait_crd_established
+from .support import (
+    apply,
+    delete_documents,
+    ensure_namespace,
+    exists,
+    manifest_documents,
+    wait_crd_established,
+)
 
 POLICY_KINDS = {"ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"}
 NAMESPACE, EXEMPT_NAMESPACE = "policy-team", "policy-exempt"
@@ -169,9 +176,7 @@ def policy(api_client: client.ApiClient, dynamic: DynamicClient) -> Iterator[Non
         what="the podTemplate policy to be enforced",
     )
     yield
-    for doc in policy_docs:
-        resource = dynamic.resources.get(api_version=doc["apiVersion"], kind=doc["kind"])
-        dynamic.delete(resource, name=doc["metadata"]["name"])
+    delete_documents(dynamic, policy_docs)
 
 
 def _body(namespace: str, role: str, template: dict[str, Any]) -> dict[str, Any]:
