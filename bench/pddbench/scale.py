@@ -838,7 +838,7 @@ def _start_profiler(pid: int, out: Path, log: Any) -> subprocess.Popen[bytes] | 
         log("    py-spy not found (venv or PATH): this arm is not profiled")
         return None
     return subprocess.Popen(
-        [spy, "record", "--pid", str(pid), "--rate", "25", "--format", "raw",
+        [spy, "record", "--pid", str(pid), "--rate", "25", "--gil", "--format", "raw",
          "--nonblocking", "--output", str(out)],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,

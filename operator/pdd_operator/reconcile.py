@@ -218,6 +218,11 @@ class _TokenCheck:
     missing: bool = False
     found: _Blocked = _Blocked()
 
+    @property
+    def ours(self) -> bool:
+        """Whether engines may mount it: there (or not needed) and not someone else's."""
+        return not self.missing and self.found.reason != ownership.TOKEN_REASON
+
 
 # A name conflict is looked at again after this long, doubling up to the maximum: the object
 # holding the name is not watched (it may carry no label of ours), so nothing else would say
@@ -433,8 +438,13 @@ class Reconciler:
         model = await self._check_model(pdd)
         # Looked at before the engines are applied: a Secret of the token's name that is not
         # this deployment's holds a token someone else may know, and their pods mount it.
-        token = await self._token_secret(pdd)
-        hold = engine_roles_held(model) or token.found.reason == ownership.TOKEN_REASON
+        # A missing one is created before the engines: their pods mount it, and a Secret
+        # planted under its name in between would be mounted too.
+        try:
+            token = await self._create_token_if_missing(pdd, await self._token_secret(pdd))
+        except _NamespaceGoingAway:
+            return
+        hold = engine_roles_held(model) or not token.ours
         held = _engine_workloads(desired) if hold else frozenset()
         gang = await self._check_gang(pdd)
         if gang is not None and not gang.ready:
@@ -445,7 +455,7 @@ class Reconciler:
             return  # its namespace is being deleted: nothing to create, nobody to tell
         self._retry_while_conflicting(_key(pdd), blocked)
         if not blocked.message:
-            blocked = await self._create_token_if_missing(pdd, token)
+            blocked = token.found
         if not blocked.message:
             try:
                 blocked = await self._sync_scalers(pdd, scaling.plan)
@@ -991,22 +1001,25 @@ class Reconciler:
         self._tokens[key] = check
         return check
 
-    async def _create_token_if_missing(self, pdd: PDDeployment, token: _TokenCheck) -> _Blocked:
-        """Create the Secret with a new random token when the look found none; one created
-        by someone else between the look and the create is looked at by the next pass."""
+    async def _create_token_if_missing(self, pdd: PDDeployment, token: _TokenCheck) -> _TokenCheck:
+        """Create the Secret with a new random token when the look found none. One created
+        by someone else between the look and the create is looked at by a pass soon after;
+        until then, and while the create fails, the token stays missing (engines held)."""
         if not token.missing:
-            return token.found
+            return token
         try:
             created = await self._created_token(pdd, quiet=False)
         except Exception as err:
-            message = api_error_message(err)
-            return _Blocked("ApplyFailed", f"could not create the sidecar token Secret: {message}")
-        if created:
-            self._tokens[_key(pdd)] = replace(token, missing=False)
-        else:
+            if namespace_unavailable(err):
+                raise _NamespaceGoingAway from err
+            message = f"could not create the sidecar token Secret: {api_error_message(err)}"
+            return replace(token, found=_Blocked("ApplyFailed", message))
+        if not created:
             self._tokens.pop(_key(pdd), None)
             self._retry_later(_key(pdd), self._model_retry[0])
-        return _Blocked()
+            return token
+        self._tokens[_key(pdd)] = replace(token, missing=False)
+        return self._tokens[_key(pdd)]
 
     async def _created_token(self, pdd: PDDeployment, quiet: bool = True) -> bool:
         """Create the sidecar token Secret with a new random token: False when its name is

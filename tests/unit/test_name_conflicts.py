@@ -151,10 +151,11 @@ async def test_a_new_deployments_token_secret_is_created_once_without_a_look() -
     assert [w for w in cluster.writes if w[1] == "Secret"] == [("create", "Secret", TOKEN)]
 
 
-async def test_a_token_secret_missing_at_a_look_is_not_looked_up_again_while_held_back() -> None:
+async def test_a_token_secret_missing_at_a_look_is_created_even_while_held_back() -> None:
     """Past a new deployment's first pass (an operator restarted, its children listed), the
-    Secret is looked at; found missing, it is created once the pass is not held back, with no
-    second look meanwhile."""
+    Secret is looked at; found missing, it is created in that pass, before any child (its
+    name carries the deployment's uid, so a name conflict elsewhere does not hold it), and
+    not looked at again."""
     cluster, rec, where = service_taken()
     del cluster.objects[where]
     await rec.reconcile(KEY)  # children and Secret created
@@ -162,13 +163,11 @@ async def test_a_token_secret_missing_at_a_look_is_not_looked_up_again_while_hel
     del cluster.objects[(NS, "v1", "Secret", TOKEN)]
     cluster.objects[where] = foreign("Service", "v1", "llama-prefill", [])
     await restarted.reconcile(KEY)
-    await restarted.reconcile(KEY)  # held back by the name conflict: no Secret created yet
-    assert (NS, "v1", "Secret", TOKEN) not in cluster.objects
-    del cluster.objects[where]
-    await restarted.reconcile(KEY)
+    await restarted.reconcile(KEY)  # held back by the name conflict
 
-    assert [r for r in cluster.reads if r[0] == "Secret"] == [("Secret", TOKEN)]
     assert (NS, "v1", "Secret", TOKEN) in cluster.objects
+    assert [r for r in cluster.reads if r[0] == "Secret"] == [("Secret", TOKEN)]
+    assert [w for w in cluster.writes if w[1] == "Secret"] == [("create", "Secret", TOKEN)] * 2
 
 
 async def test_two_deployments_whose_names_would_collide_do_not_share_a_child() -> None:

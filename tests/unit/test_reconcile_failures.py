@@ -8,7 +8,7 @@ import copy
 from typing import Any
 
 from helpers.factories import BASE_BODY
-from helpers.fake_cluster import FakeCluster, reconciler_for
+from helpers.fake_cluster import FakeCluster, forbidden, reconciler_for
 from pdd_operator.api import names
 from pdd_operator.reconcile import Reconciler
 
@@ -56,6 +56,46 @@ async def test_a_deleted_token_secret_is_created_again_at_the_next_look() -> Non
     again = cluster.objects[SECRET_KEY]
     assert again["metadata"]["ownerReferences"][0]["uid"] == UID
     assert again["stringData"] != first["stringData"]  # a new token, never the old value
+
+
+PREFILL = ("apps/v1", "StatefulSet", "llama-prefill")
+
+
+async def test_a_token_secret_found_missing_is_created_before_any_engine_is_written() -> None:
+    cluster = FakeCluster(body())
+    rec = reconciler(cluster, token_recheck_s=0.0)
+    await rec.reconcile(KEY)
+    del cluster.objects[SECRET_KEY]
+    cluster.deleted_by_hand(NS, PREFILL)  # so this pass writes an engine too
+    before = len(cluster.writes)
+
+    await rec.reconcile(KEY)
+    writes = cluster.writes[before:]
+    # Its pods mount the Secret: created first, nothing planted under its name is mounted.
+    assert writes.index(("create", "Secret", TOKEN)) < writes.index(
+        ("apply", "StatefulSet", "llama-prefill")
+    )
+
+
+async def test_while_the_token_secret_cannot_be_created_the_engines_are_held() -> None:
+    cluster = FakeCluster(body())
+    rec = reconciler(cluster, token_recheck_s=0.0)
+    await rec.reconcile(KEY)
+    del cluster.objects[SECRET_KEY]
+    cluster.deleted_by_hand(NS, PREFILL)
+
+    def refuse(obj: dict[str, Any]) -> bool:
+        raise forbidden("secrets is forbidden: quota exceeded")
+
+    cluster.create_if_absent = refuse  # type: ignore[method-assign]
+    before = len(cluster.writes)
+    await rec.reconcile(KEY)
+
+    assert not [w for w in cluster.writes[before:] if w[1] == "StatefulSet"]
+    status, reason, message = condition(cluster, "Stalled")
+    assert (status, reason) == ("True", "ApplyFailed")
+    assert "could not create the sidecar token Secret" in message
+    assert "quota exceeded" in message
 
 
 async def test_the_token_secret_is_looked_at_once_per_recheck_period() -> None:
