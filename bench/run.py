@@ -148,6 +148,7 @@ def main() -> int:
     ap.add_argument("--soak-extra", type=int, help="churn deployments alive at most (5 / 50)")
     ap.add_argument("--soak-lifetime", type=float, help="seconds each lives (20 / 120)")
     ap.add_argument("--profile", action="store_true", help="py-spy the operator at every size")
+    ap.add_argument("--profile-rate", type=int, default=25, help="py-spy samples per second")
     ap.add_argument("--none-sizes", help="sizes that also get the placement-none operator arm")
     ap.add_argument(
         "--resume",
@@ -242,6 +243,7 @@ def main() -> int:
                 settle_seconds=preset["settle_seconds"],
                 steady_seconds=preset["steady_seconds"],
                 profile=args.profile or n in preset["profile_sizes"],
+                profile_rate=args.profile_rate,
                 activity=activity,
             )
             run: dict[str, Any] = {"n": n, "pairs": []}

@@ -108,6 +108,8 @@ class ScaleConfig:
     placement: str = "preferred"
     seed: int = 7
     profile: bool = False
+    # py-spy samples per second; it runs on the same cores, so the default keeps its share small.
+    profile_rate: int = 25
     # The fleet's own traffic during the run (off: as quiet as the bench was before).
     activity: FleetActivity = field(default_factory=FleetActivity)
 
@@ -354,7 +356,7 @@ def run_operator_arm(
             req_before = cl.request_totals()
             cpu_before = _proc_cpu(cl, "operator")
             if cfg.profile:
-                profiler = _start_profiler(op.proc.pid, raw_dir / "operator-profile.txt", log)
+                profiler = _start_profiler(op.proc.pid, raw_dir / "operator-profile.txt", cfg, log)
             apply_kube = KubeApi(
                 kconfig.new_client_from_config(config_file=str(cl.kubeconfig_for(APPLY_USER))),
                 "bench-user",
@@ -647,7 +649,7 @@ def run_direct_arm(
             req_before = cl.request_totals()
             cpu_before = _proc_cpu(cl, "direct-applier")
             if cfg.profile:
-                profiler = _start_profiler(applier.pid, raw_dir / "direct-profile.txt", log)
+                profiler = _start_profiler(applier.pid, raw_dir / "direct-profile.txt", cfg, log)
             arm.start_clock(watcher)
             applier.go()
             applied = applier.wait_applied(cfg.converge_timeout)
@@ -832,14 +834,18 @@ def _py_spy() -> str | None:
     return str(beside) if beside.exists() else shutil.which("py-spy")
 
 
-def _start_profiler(pid: int, out: Path, log: Any) -> subprocess.Popen[bytes] | None:
+def _start_profiler(
+    pid: int, out: Path, cfg: ScaleConfig, log: Any
+) -> subprocess.Popen[bytes] | None:
+    """Samples of the thread holding the GIL only (`--gil`): where the process spends CPU, not
+    its threads waiting for the GIL or for the network."""
     spy = _py_spy()
     if spy is None:
         log("    py-spy not found (venv or PATH): this arm is not profiled")
         return None
     return subprocess.Popen(
-        [spy, "record", "--pid", str(pid), "--rate", "25", "--gil", "--format", "raw",
-         "--nonblocking", "--output", str(out)],
+        [spy, "record", "--pid", str(pid), "--rate", str(cfg.profile_rate), "--gil",
+         "--format", "raw", "--nonblocking", "--output", str(out)],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
         start_new_session=True,
