@@ -131,6 +131,7 @@ class Fleet:
         )
         self._eligible: dict[tuple[tuple[str, ...], Asks | None], tuple[NodeFacts, ...]] = {}
         self._domains: dict[tuple[tuple[str, ...], Asks | None, str], list[_Domain]] = {}
+        self._named: dict[tuple[tuple[str, ...], str], dict[str, _Domain]] = {}
 
     def eligible(self, values: tuple[str, ...], asks: Asks | None = None) -> tuple[NodeFacts, ...]:
         """Usable nodes whose `pdd.dev/gpudirect` is one of `values` (all when empty) and
@@ -172,6 +173,24 @@ class Fleet:
         ]
         regrouped.sort(key=_best_fit_order)
         return regrouped
+
+
+    def domain(
+        self, values: tuple[str, ...], level: str, name: str, own: Mapping[str, int]
+    ) -> _Domain | None:
+        """One domain of `domains(values, level, own)` by name (None: no eligible node has
+        it), without regrouping the others: a placed slice's every pass looks up its own."""
+        key = (values, level)
+        if key not in self._named:
+            self._named[key] = {d.name: d for d in self.domains(values, level, {})}
+        found = self._named[key].get(name)
+        touched = any(
+            (node := self.by_name.get(n)) is not None and node.labels.get(level) == name
+            for n in own
+        )
+        if found is None or not touched:
+            return found
+        return _domain(level, name, _with_own(found.nodes, own))
 
 
 def _with_own(nodes: Iterable[NodeFacts], own: Mapping[str, int]) -> tuple[NodeFacts, ...]:
@@ -632,8 +651,7 @@ def _still_running(
     the domain is judged on every node there, whatever the roles seem to ask."""
     if not previous.domain:
         return None
-    domains = fleet.domains(gpudirect.values, previous.level, own, None)
-    found = next((d for d in domains if d.name == previous.domain), None)
+    found = fleet.domain(gpudirect.values, previous.level, previous.domain, own)
     return _running_in(spec, found, own, needed, requirements) if found else None
 
 

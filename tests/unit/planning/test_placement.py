@@ -609,3 +609,18 @@ def test_preferred_placement_says_what_runs_outside_the_domain() -> None:
     required = make_spec(gpu_direct="off", placement="required")  # cannot be: not trusted
     assert plan_placement(required, two_cliques(free_b=(0, 0, 0, 0)), previous, own=own).reason \
         == "WaitingForCapacity"  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    "own",
+    [{}, {"a2": 4}, {"b1": 8, "a1": 2}, {"gone": 8}],
+    ids=["no-own-pods", "own-in-a", "own-in-both", "own-on-a-node-not-listed"],
+)
+@pytest.mark.parametrize("values", [(), ("dmabuf",)])
+def test_a_domain_looked_up_by_name_is_the_one_domains_lists(
+    own: dict[str, int], values: tuple[str, ...]
+) -> None:
+    fleet = Fleet(two_cliques(free_a=(8, 4, 2, 0), free_b=(0, 6, 8, 8)))
+    listed = {d.name: d for d in fleet.domains(values, CLIQUE, own)}
+    for name in ("clique-a", "clique-b", "clique-z"):
+        assert fleet.domain(values, CLIQUE, name, own) == listed.get(name)
