@@ -174,7 +174,6 @@ class Fleet:
         regrouped.sort(key=_best_fit_order)
         return regrouped
 
-
     def domain(
         self, values: tuple[str, ...], level: str, name: str, own: Mapping[str, int]
     ) -> _Domain | None:
