@@ -436,10 +436,9 @@ class Reconciler:
         ctx = self._render_context(pdd, placement, observed, scaling.slices[1:])
         desired = self._render(pdd, ctx)
         model = await self._check_model(pdd)
-        # Looked at before the engines are applied: a Secret of the token's name that is not
-        # this deployment's holds a token someone else may know, and their pods mount it.
-        # A missing one is created before the engines: their pods mount it, and a Secret
-        # planted under its name in between would be mounted too.
+        # Looked at, and created when missing, before the engines are applied: their pods
+        # mount it, and a Secret of its name that is not this deployment's (found, or planted
+        # before a late create) holds a token someone else may know.
         try:
             token = await self._create_token_if_missing(pdd, await self._token_secret(pdd))
         except _NamespaceGoingAway:
@@ -988,9 +987,9 @@ class Reconciler:
             message = f"could not look up the sidecar token Secret: {api_error_message(err)}"
             return _TokenCheck(found=_Blocked("ApplyFailed", message))
         if owners is None:
-            # Remembered too: a pass held back before it creates the Secret need not look
-            # again (a Secret someone creates meanwhile makes the create fail, and the look
-            # is done afresh).
+            # Remembered too: a pass whose create failed need not look again before it
+            # retries (a Secret someone creates meanwhile makes the create answer "taken",
+            # and the look is done afresh).
             self._tokens[key] = _TokenCheck(pdd.uid, now, missing=True)
             return self._tokens[key]
         found = _Blocked()

@@ -160,11 +160,7 @@ class Fleet:
         if key not in self._domains:
             self._domains[key] = _domains(self.eligible(values, asks), level)
         base = self._domains[key]
-        touched = {
-            value
-            for name in own
-            if (node := self.by_name.get(name)) is not None and (value := node.labels.get(level))
-        }
+        touched = self._touched(level, own)
         if not touched:
             return base
         regrouped = [
@@ -183,13 +179,17 @@ class Fleet:
         if key not in self._named:
             self._named[key] = {d.name: d for d in self.domains(values, level, {})}
         found = self._named[key].get(name)
-        touched = any(
-            (node := self.by_name.get(n)) is not None and node.labels.get(level) == name
-            for n in own
-        )
-        if found is None or not touched:
+        if found is None or name not in self._touched(level, own):
             return found
         return _domain(level, name, _with_own(found.nodes, own))
+
+    def _touched(self, level: str, own: Mapping[str, int]) -> set[str]:
+        """The level's domains that hold one of the nodes in `own`."""
+        return {
+            value
+            for name in own
+            if (node := self.by_name.get(name)) is not None and (value := node.labels.get(level))
+        }
 
 
 def _with_own(nodes: Iterable[NodeFacts], own: Mapping[str, int]) -> tuple[NodeFacts, ...]:
