@@ -13,6 +13,7 @@ from pdd_contract.labels import LABEL_DEPLOYMENT
 from pdd_contract.resources import GPU_RESOURCE
 from pdd_operator.handlers.fleet import FleetCache, FleetState
 from pdd_operator.kube.client import WatchExpired, _json_lines, _watch_error
+from pdd_operator.kube.decoding import WHOLE
 from pdd_operator.planning.node_facts import GpuUsage, gpu_usage
 from pdd_operator.status.observe import PodSummary, summarize_pod
 
@@ -83,7 +84,7 @@ def test_watch_lines_are_decoded_across_chunk_boundaries() -> None:
     events = [{"type": "ADDED", "object": {"n": i}} for i in range(3)]
     stream = "\n".join(json.dumps(e) for e in events).encode()
     chunks = [stream[i : i + 7] for i in range(0, len(stream), 7)]
-    assert list(_json_lines(chunks)) == events
+    assert list(_json_lines(chunks, WHOLE.event)) == events
 
 
 def test_a_410_status_means_list_again_and_anything_else_is_an_error() -> None:

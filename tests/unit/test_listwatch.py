@@ -13,6 +13,7 @@ import pytest
 from pdd_operator.handlers.fleet import FleetState
 from pdd_operator.handlers.listwatch import Collection, Watches
 from pdd_operator.kube.client import KubeApi
+from pdd_operator.kube.decoding import WHOLE, Decoding
 
 NODES = [f"n{i}" for i in range(5)]
 
@@ -25,7 +26,12 @@ class PagedList:
         self.fail_at = fail_at
 
     def list_page(
-        self, path: str, limit: int, token: str = "", selectors: Iterable[Any] = ()
+        self,
+        path: str,
+        limit: int,
+        token: str = "",
+        selectors: Iterable[Any] = (),
+        decoding: Decoding = WHOLE,
     ) -> dict[str, Any]:
         self.pages_asked += 1
         if self.pages_asked == self.fail_at:

@@ -20,6 +20,7 @@ from pdd_contract.labels import LABEL_DEPLOYMENT
 from pdd_operator.api import names
 from pdd_operator.api.names import DeploymentKey
 from pdd_operator.handlers.listwatch import Collection
+from pdd_operator.kube.decoding import PODS
 from pdd_operator.kube.resources import NODE, POD
 from pdd_operator.planning.compact import compact_node, compact_pod
 from pdd_operator.planning.node_facts import (
@@ -208,6 +209,7 @@ def fleet_collections(state: FleetState, namespaces: Iterable[str] = ()) -> list
                 POD.path(ns or None),
                 (BOUND_PODS, NOT_OURS),
                 state.pod_store(ns),
+                PODS,
             )
             for ns in (tuple(namespaces) or ("",))
         ),

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from pdd_operator.kube.client import KubeApi, WatchExpired, api_error_message, api_status
+from pdd_operator.kube.decoding import WHOLE, Decoding
 
 log = logging.getLogger(__name__)
 
@@ -37,6 +38,7 @@ class Collection:
     path: str
     selectors: tuple[tuple[str, str], ...]
     sink: Sink
+    decoding: Decoding = WHOLE  # PODS where the sink reads only what kube.decoding keeps
 
 
 # A kind the API server does not serve (a CRD not installed, an alpha API off) or does not let
@@ -145,7 +147,11 @@ class Watches:
     def _watch(self, collection: Collection, version: str) -> str:
         """Follow one watch until the API server ends it; the version to go on from."""
         events = self.kube.watch(
-            collection.path, version, self.WATCH_TIMEOUT_S, collection.selectors
+            collection.path,
+            version,
+            self.WATCH_TIMEOUT_S,
+            collection.selectors,
+            collection.decoding,
         )
         for event in events:
             kind, body = event.get("type"), event.get("object") or {}
@@ -176,7 +182,9 @@ class _Listing:
         path, selectors = self._collection.path, self._collection.selectors
         token = ""
         while True:
-            page = self._kube.list_page(path, self._page_size, token, selectors)
+            page = self._kube.list_page(
+                path, self._page_size, token, selectors, self._collection.decoding
+            )
             meta = page.get("metadata") or {}
             self.version = str(meta.get("resourceVersion") or self.version)
             token = str(meta.get("continue") or "")

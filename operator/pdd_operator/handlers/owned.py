@@ -19,6 +19,7 @@ from typing import Any
 from pdd_operator.api import names
 from pdd_operator.api.names import DeploymentKey
 from pdd_operator.handlers.listwatch import Collection
+from pdd_operator.kube.decoding import PODS, WHOLE
 from pdd_operator.kube.resources import CHILD_KINDS, POD, ROLE_SCALER, Kind
 from pdd_operator.status.drift import LiveDigests
 from pdd_operator.status.observe import (
@@ -265,7 +266,8 @@ def owned_collections(
             store = GroupedStore(summarizer(), deployment_of, trigger, kind.plural, observe, echoes)
             stores.append(store)
             what = f"{kind.plural}{f' in {ns}' if ns else ''}"
-            collections.append(Collection(what, kind.path(ns or None), (OURS,), store))
+            decoding = PODS if kind is POD else WHOLE
+            collections.append(Collection(what, kind.path(ns or None), (OURS,), store, decoding))
     return collections
 
 

@@ -20,6 +20,7 @@ import orjson
 from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
 
+from pdd_operator.kube.decoding import WHOLE, Decode, Decoding
 from pdd_operator.kube.resources import (
     ADMISSION_POLICY,
     ADMISSION_POLICY_BINDING,
@@ -268,13 +269,14 @@ class KubeApi:
         limit: int,
         continue_token: str = "",
         selectors: Iterable[tuple[str, str]] = (),
+        decoding: Decoding = WHOLE,
     ) -> dict[str, Any]:
         """One page of a collection (a list in pages keeps the API server's answers, and our
         memory, bounded on a large fleet)."""
         query = [*selectors, ("limit", str(limit))]
         if continue_token:
             query.append(("continue", continue_token))
-        return _retry(lambda: self._call("GET", path, None, query, ""))
+        return _retry(lambda: self._call("GET", path, None, query, "", decode=decoding.page))
 
     def watch(
         self,
@@ -282,6 +284,7 @@ class KubeApi:
         resource_version: str,
         timeout_s: int,
         selectors: Iterable[tuple[str, str]] = (),
+        decoding: Decoding = WHOLE,
     ) -> Iterator[dict[str, Any]]:
         """The watch events of a collection from `resource_version`, one decoded event per
         line of the stream, bookmarks included, until the API server ends the watch after
@@ -310,7 +313,7 @@ class KubeApi:
             if not 200 <= response.status <= 299:
                 response.read()
                 raise ApiException(http_resp=response)
-            for event in _json_lines(response.response.stream(WATCH_CHUNK)):
+            for event in _json_lines(response.response.stream(WATCH_CHUNK), decoding.event):
                 if event.get("type") == "ERROR":
                     raise _watch_error(path, event.get("object") or {})
                 yield event
@@ -335,6 +338,7 @@ class KubeApi:
         content_type: str,
         want_result: bool = True,
         accept: str = JSON,
+        decode: Decode = orjson.loads,
     ) -> dict[str, Any]:
         headers = {"Accept": accept}
         if content_type:
@@ -353,7 +357,7 @@ class KubeApi:
             raise ApiException(http_resp=response)
         if not want_result:
             return {}
-        data = orjson.loads(response.data or b"{}")
+        data = decode(response.data or b"{}")
         return data if isinstance(data, dict) else {}
 
 
@@ -369,7 +373,7 @@ def _watch_error(path: str, status: Mapping[str, Any]) -> Exception:
     return RuntimeError(f"watch of {path}: {status.get('message') or status}")
 
 
-def _json_lines(chunks: Iterable[bytes]) -> Iterator[dict[str, Any]]:
+def _json_lines(chunks: Iterable[bytes], decode: Decode) -> Iterator[dict[str, Any]]:
     """Decode a stream of newline-delimited JSON objects (an event may span chunks)."""
     pending = b""
     for chunk in chunks:
@@ -377,9 +381,9 @@ def _json_lines(chunks: Iterable[bytes]) -> Iterator[dict[str, Any]]:
         *lines, pending = pending.split(b"\n")
         for line in lines:
             if line.strip():
-                yield orjson.loads(line)
+                yield decode(line)
     if pending.strip():
-        yield orjson.loads(pending)
+        yield decode(pending)
 
 
 def _retry(
