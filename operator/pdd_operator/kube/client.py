@@ -73,7 +73,10 @@ def refresh_at_most_every(
     seconds: float,
     clock: Callable[[], float] = time.monotonic,
 ) -> None:
-    """Let the configuration's credentials refresh hook run at most once per `seconds`."""
+    """Let the configuration's credentials refresh hook run at most once per `seconds`.
+
+    A kubeconfig's hook installs a new hook of its own each time it runs: that one becomes
+    the hook this one runs next, and this one is put back."""
     hook = configuration.refresh_api_key_hook
     if hook is None:
         return
@@ -81,13 +84,19 @@ def refresh_at_most_every(
     lock = threading.Lock()
 
     def refresh(conf: client.Configuration) -> None:
-        nonlocal last
+        nonlocal last, hook
         with lock:
             now = clock()
             if now - last < seconds:
                 return
             last = now
-        hook(conf)
+            inner = hook
+        inner(conf)
+        with lock:
+            installed = conf.refresh_api_key_hook
+            if installed is not refresh and installed is not None:
+                hook = installed
+                conf.refresh_api_key_hook = refresh
 
     configuration.refresh_api_key_hook = refresh
 
