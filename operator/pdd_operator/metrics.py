@@ -80,6 +80,15 @@ class OperatorMetrics:
         # One series per deployment: the labels it was last exported with, so a new path or
         # domain replaces the old series instead of adding one (bounded cardinality).
         self._transfer_labels: dict[DeploymentKey, TransferLabels] = {}
+        # Counted for every watch event that asks for a pass; `labels()` takes a lock and
+        # validates its arguments each time, so each cause's series is looked up once.
+        self._pass_requests_by_cause: dict[str, Counter] = {}
+
+    def count_pass_request(self, cause: str) -> None:
+        series = self._pass_requests_by_cause.get(cause)
+        if series is None:
+            series = self._pass_requests_by_cause[cause] = self.pass_requests.labels(cause=cause)
+        series.inc()
 
     def set_kv_transfer(
         self, key: DeploymentKey, path: str, domain: str, gbps: float, verified: bool

@@ -14,10 +14,13 @@ from prometheus_client import CollectorRegistry
 from helpers.factories import BASE_BODY
 from helpers.fake_cluster import FakeCluster, reconciler_for
 from pdd_operator.api import names
+from pdd_operator.api.v1alpha1 import PDDeployment
 from pdd_operator.metrics import OperatorMetrics
 from pdd_operator.planning.placement import Fleet, NodeFacts
 from pdd_operator.reconcile import REFERENCED_FIRST, Reconciler
-from pdd_operator.rendering.context import OperatorSettings
+from pdd_operator.rendering.children import child_key, render_children
+from pdd_operator.rendering.context import OperatorSettings, RenderContext
+from pdd_operator.status.drift import rendered_fingerprint
 from pdd_operator.status.observe import PodSummary
 
 NS = "team-a"
@@ -90,6 +93,17 @@ async def test_a_new_deployment_applies_its_children_in_waves_and_writes_status_
     assert (
         metrics.registry.get_sample_value(writes, {"verb": "status", "kind": "PDDeployment"}) == 1
     )
+
+
+async def test_each_pass_asked_for_is_counted_by_its_cause() -> None:
+    cluster = FakeCluster(body())
+    metrics = OperatorMetrics(CollectorRegistry())
+    rec = reconciler_for(cluster, metrics)
+    for cause in ("pods", "pods", "statefulsets"):
+        await rec.reconcile(KEY, cause=cause)
+    asked = "pdd_operator_pass_requests_total"
+    assert metrics.registry.get_sample_value(asked, {"cause": "pods"}) == 2
+    assert metrics.registry.get_sample_value(asked, {"cause": "statefulsets"}) == 1
 
 
 async def test_an_unchanged_pass_writes_nothing() -> None:
@@ -377,3 +391,21 @@ async def test_a_failed_pass_leaves_the_asks_it_took_to_run_their_own(
         await rec.reconcile(KEY, cause="pddeployments")
     await waiting
     assert passes == ["pass", "pass"]
+
+
+def test_a_render_after_one_input_changed_keeps_every_childs_own_fingerprint() -> None:
+    """A new render reuses the owned-fields fingerprints of the children that rendered the
+    same; the ones that changed get new ones, as a fresh render would give them."""
+    rec = reconciler_for(FakeCluster(body()))
+    pdd = PDDeployment.from_body(body())
+    first = RenderContext(rec.settings)
+    rolled = replace(first, partitions={"decode": 1})
+    before = rec._render(pdd, first).owned
+    after = rec._render(pdd, rolled).owned
+
+    def fresh(ctx: RenderContext) -> dict[Any, str]:
+        return {child_key(o): rendered_fingerprint(o) for o in render_children(pdd, ctx)}
+
+    assert after == fresh(rolled)
+    changed = {key[1:] for key in after if after[key] != before[key]}
+    assert changed == {("StatefulSet", "llama-decode")}

@@ -293,3 +293,16 @@ def test_the_engine_gets_the_sidecar_token_file_its_env_names(mode: str, mounted
     if mounted:
         assert token_file.startswith("/var/run/pdd/token/")
         assert mounts["/var/run/pdd/token"]["readOnly"] is True
+
+
+def test_the_engine_revision_of_each_spec_object_is_its_own() -> None:
+    """Worked out once per spec object: a later spec that happens to get a freed object's id
+    still gets its own revision, the same as a copy of it would."""
+    revisions = []
+    for i in range(64):
+        spec = make_pdd({"model": {"name": f"org/model-{i}"}}).spec
+        revision = engine_revision(spec)
+        assert revision == engine_revision(spec.model_copy(deep=True))
+        revisions.append(revision)
+        del spec  # frees the id for a later spec
+    assert len(set(revisions)) == 64

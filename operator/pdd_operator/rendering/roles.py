@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import weakref
 from typing import Any
 
 from pdd_contract.env import PDD_DEPLOYMENT, PDD_ROLE, POD_IP
@@ -49,14 +50,29 @@ def engine_revision(spec: PDDeploymentSpec) -> str:
 
     Model, engine build and KV-transfer settings: a prefill pod only sends KV blocks to decode
     pods of the same revision (the sidecar and router read the `pdd.dev/revision` label).
-    """
+    A pass asks for it of one spec object several times (its render context, each role's pod
+    template, the router, instance restarts); the spec is frozen, so it is worked out once
+    per object."""
+    known = _revisions.get(id(spec))
+    if known is not None and known[0]() is spec:
+        return known[1]
     relevant = {
         "model": spec.model.model_dump(mode="json"),
         "engine": spec.engine.model_dump(mode="json"),
         "kvTransfer": spec.kvTransfer.model_dump(mode="json"),
     }
     blob = json.dumps(relevant, sort_keys=True).encode()
-    return hashlib.sha256(blob).hexdigest()[:10]
+    revision = hashlib.sha256(blob).hexdigest()[:10]
+    if len(_revisions) >= _REVISIONS_KEPT:
+        _revisions.clear()
+    _revisions[id(spec)] = (weakref.ref(spec), revision)
+    return revision
+
+
+# By the spec object's id; the weak reference tells a live object from a later one that
+# got the same id. Bounded: passes hold a few dozen specs at a time.
+_REVISIONS_KEPT = 1024
+_revisions: dict[int, tuple[weakref.ref[PDDeploymentSpec], str]] = {}
 
 
 def render_role(pdd: PDDeployment, role: str, ctx: RenderContext) -> list[dict[str, Any]]:

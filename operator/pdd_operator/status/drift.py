@@ -31,6 +31,8 @@ from functools import lru_cache
 from json.encoder import encode_basestring
 from typing import Any
 
+import orjson
+
 # Set by the server, or not part of the owned fields (identity is in the URL).
 _NOT_OWNED_TOP = ("apiVersion", "kind", "status")
 _NOT_OWNED_META = (
@@ -95,7 +97,7 @@ class LiveDigests:
 
     def __init__(self, max_entries: int = 16384) -> None:
         self.max_entries = max_entries
-        self._entries: dict[str, tuple[int, str, str]] = {}
+        self._entries: dict[str, tuple[int, bytes, str]] = {}
 
     def fingerprint(self, body: Mapping[str, Any], field_manager: str) -> str:
         meta = body.get("metadata", {})
@@ -114,9 +116,9 @@ class LiveDigests:
         return digest
 
 
-def _metadata_digest(meta: Mapping[str, Any]) -> str:
+def _metadata_digest(meta: Mapping[str, Any]) -> bytes:
     parts = [meta.get(k) for k in ("labels", "annotations", "ownerReferences", "finalizers")]
-    return hashlib.blake2b(repr(parts).encode(), digest_size=8).hexdigest()
+    return hashlib.blake2b(orjson.dumps(parts), digest_size=8).digest()
 
 
 def owned_fields(body: Mapping[str, Any], field_manager: str) -> Mapping[str, Any]:
