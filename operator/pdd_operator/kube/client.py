@@ -56,7 +56,7 @@ METADATA_ONLY = "application/json;as=PartialObjectMetadata;g=meta.k8s.io;v=v1"
 def load_configuration(kubeconfig: str | None = None) -> client.Configuration:
     """The given kubeconfig; without one, in-cluster credentials in a pod, else the client
     library's default kubeconfig."""
-    configuration = client.Configuration()
+    configuration = RefreshLimitedConfiguration()
     if kubeconfig:
         config.load_kube_config(config_file=kubeconfig, client_configuration=configuration)
     else:
@@ -64,41 +64,41 @@ def load_configuration(kubeconfig: str | None = None) -> client.Configuration:
             config.load_incluster_config(client_configuration=configuration)
         except config.ConfigException:
             config.load_kube_config(client_configuration=configuration)
-    refresh_at_most_every(configuration, CREDENTIALS_REFRESH_S)
     return configuration
 
 
-def refresh_at_most_every(
-    configuration: client.Configuration,
-    seconds: float,
-    clock: Callable[[], float] = time.monotonic,
-) -> None:
-    """Let the configuration's credentials refresh hook run at most once per `seconds`.
+class RefreshLimitedConfiguration(client.Configuration):
+    """A client configuration whose credentials refresh hook runs at most once per
+    `refresh_every_s`.
 
-    A kubeconfig's hook installs a new hook of its own each time it runs: that one becomes
-    the hook this one runs next, and this one is put back."""
-    hook = configuration.refresh_api_key_hook
-    if hook is None:
-        return
-    last = -math.inf
-    lock = threading.Lock()
+    The limit sits where the hook is called, not in a wrapper around the hook: the client
+    library's kubeconfig and in-cluster loaders install a new hook each time theirs runs,
+    and would replace a wrapper (for good, when two requests race)."""
 
-    def refresh(conf: client.Configuration) -> None:
-        nonlocal last, hook
-        with lock:
-            now = clock()
-            if now - last < seconds:
-                return
-            last = now
-            inner = hook
-        inner(conf)
-        with lock:
-            installed = conf.refresh_api_key_hook
-            if installed is not refresh and installed is not None:
-                hook = installed
-                conf.refresh_api_key_hook = refresh
+    refresh_every_s: float = CREDENTIALS_REFRESH_S
+    clock: Callable[[], float] = time.monotonic
+    _refreshed_at: float = -math.inf
+    _refresh_lock = threading.Lock()  # a class's: a configuration is deep-copied by value
 
-    configuration.refresh_api_key_hook = refresh
+    def get_api_key_with_prefix(self, identifier: str, alias: str | None = None) -> str | None:
+        hook = self.refresh_api_key_hook
+        if hook is not None and self._refresh_due():
+            hook(self)
+        key = self.api_key.get(identifier, self.api_key.get(alias) if alias is not None else None)
+        if not key:
+            return None
+        prefix = self.api_key_prefix.get(
+            identifier, self.api_key_prefix.get(alias) if alias is not None else None
+        )
+        return f"{prefix} {key}" if prefix else str(key)
+
+    def _refresh_due(self) -> bool:
+        with self._refresh_lock:
+            now = self.clock()
+            if now - self._refreshed_at < self.refresh_every_s:
+                return False
+            self._refreshed_at = now
+            return True
 
 
 def load_api_client(kubeconfig: str | None = None) -> client.ApiClient:
