@@ -762,7 +762,7 @@ class Reconciler:
         objects = render_children(pdd, ctx)
         hashes = {child_key(obj): _applied_hash(obj) for obj in objects}
         owned = {
-            key: _reused_fingerprint(cached, key, hashes[key]) or rendered_fingerprint(obj)
+            key: _reused_fingerprint(cached, pdd.uid, key, hashes[key]) or rendered_fingerprint(obj)
             for key, obj in zip(hashes, objects, strict=True)
         }
         self._rendered[_key(pdd)] = _Rendered(inputs, hashes, owned)
@@ -1351,11 +1351,15 @@ class _NamespaceGoingAway(Exception):
     """A child could not be created because its namespace is being deleted or is gone."""
 
 
-def _reused_fingerprint(cached: _Rendered | None, key: ChildKey, applied_hash: str) -> str:
+def _reused_fingerprint(
+    cached: _Rendered | None, uid: str, key: ChildKey, applied_hash: str
+) -> str:
     """The owned-fields fingerprint of the previous render's child, when the child rendered
-    the same again (its applied hash covers the whole object): most children do not change
-    when one input of the render does (a pod placed, a partition moved)."""
-    if cached is None or cached.hashes.get(key) != applied_hash:
+    the same again for the same PDDeployment: most children do not change when one input of
+    the render does (a pod placed, a partition moved). The applied hash covers the whole
+    object but its owner reference, which names the PDDeployment's uid: a namesake created
+    again renders some children the same, owned by another uid."""
+    if cached is None or cached.inputs[0] != uid or cached.hashes.get(key) != applied_hash:
         return ""
     return cached.owned.get(key, "")
 

@@ -409,3 +409,15 @@ def test_a_render_after_one_input_changed_keeps_every_childs_own_fingerprint() -
     assert after == fresh(rolled)
     changed = {key[1:] for key in after if after[key] != before[key]}
     assert changed == {("StatefulSet", "llama-decode")}
+
+
+def test_a_namesake_created_again_gets_fingerprints_of_its_own() -> None:
+    """Deleted and created again under the same name before a pass saw it gone: children
+    that render the same but for their owner reference (the uid) are fingerprinted anew."""
+    rec = reconciler_for(FakeCluster(body()))
+    old = PDDeployment.from_body(body())
+    again = PDDeployment.from_body({**body(), "metadata": {**body()["metadata"], "uid": "uid-2"}})
+    ctx = RenderContext(rec.settings)
+    rec._render(old, ctx)
+    fresh = {child_key(o): rendered_fingerprint(o) for o in render_children(again, ctx)}
+    assert rec._render(again, ctx).owned == fresh
