@@ -79,6 +79,29 @@ def profile_tables(r: dict[str, Any]) -> str:
     return "\n".join(out)
 
 
+def apiserver_profile_tables(r: dict[str, Any]) -> str:
+    """The API server's CPU-s by work, arm beside arm (median pair): what the operator asks
+    of the server beyond the children themselves."""
+    cols: list[str] = []
+    rows: dict[str, dict[str, float]] = {}
+    for n, arm, o in _arms(r, ALL_ARMS):
+        profile = o.get("apiserver_profile") or {}
+        if not profile.get("by_work_s"):
+            continue
+        col = f"n={n} {arm}"
+        cols.append(col)
+        rows.setdefault("all", {})[col] = profile["cpu_s"]
+        for name, value in profile["by_work_s"].items():
+            rows.setdefault(name, {})[col] = value
+    if not cols:
+        return ""
+    out = ["| API server CPU-s by work | " + " | ".join(cols) + " |"]
+    out.append("|---|" + "---|" * len(cols))
+    for name, vals in sorted(rows.items(), key=lambda kv: -max(kv[1].values())):
+        out.append(f"| {name} | " + " | ".join(_f(vals.get(c)) for c in cols) + " |")
+    return "\n".join(out)
+
+
 def _latency(o: dict[str, Any], what: str) -> dict[str, Any]:
     """From the burst's submission; runs before issue 16 have only the clock that started
     when a client thread picked the deployment up (their tables said apply→)."""
@@ -339,6 +362,7 @@ def render(r: dict[str, Any]) -> str:
         ("After the largest size: restart, idle, soak", aftercare_tables),
         ("Placement quality", placement_tables),
         ("Operator profile (py-spy)", profile_tables),
+        ("API server profile (Go pprof, create to converged)", apiserver_profile_tables),
         ("P->D pairs in the scale runs (burst apply)", burst_pairs),
     ):
         parts.append(f"### {title}\n\n{fn(r)}\n\n")

@@ -149,6 +149,11 @@ def main() -> int:
     ap.add_argument("--soak-lifetime", type=float, help="seconds each lives (20 / 120)")
     ap.add_argument("--profile", action="store_true", help="py-spy the operator at every size")
     ap.add_argument("--profile-rate", type=int, default=25, help="py-spy samples per second")
+    ap.add_argument(
+        "--apiserver-profile",
+        action="store_true",
+        help="Go CPU profiles of the kube-apiserver over both arms (needs `go` on PATH)",
+    )
     ap.add_argument("--none-sizes", help="sizes that also get the placement-none operator arm")
     ap.add_argument(
         "--resume",
@@ -244,6 +249,7 @@ def main() -> int:
                 steady_seconds=preset["steady_seconds"],
                 profile=args.profile or n in preset["profile_sizes"],
                 profile_rate=args.profile_rate,
+                apiserver_profile=args.apiserver_profile,
                 activity=activity,
             )
             run: dict[str, Any] = {"n": n, "pairs": []}

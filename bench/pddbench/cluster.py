@@ -196,9 +196,12 @@ class BenchCluster:
         controller_qps: int,
         sim_workers: int = 16,
         activity: FleetActivity | None = None,
+        apiserver_profiling: bool = False,
         log: Any = print,
     ) -> None:
         self.work_dir = work_dir
+        # /debug/pprof on the API server (off by default, as in the local control plane).
+        self.apiserver_profiling = apiserver_profiling
         self.fleet = fleet
         self.nodes = fleet.build()
         self.controller_qps = controller_qps
@@ -274,6 +277,7 @@ class BenchCluster:
                 f"--audit-log-path={self.audit_log}",
                 "--audit-log-format=json",
                 "--audit-log-maxsize=0",
+                *(["--profiling=true"] if self.apiserver_profiling else []),
             ],
             reset=False,
         ).start()

@@ -28,6 +28,8 @@ from pdd_operator.api import names
 from pdd_operator.kube.client import KubeApi
 from pdd_operator.planning.placement import Placement
 from pddbench import analysis
+from pddbench.apiserver_profile import ApiServerProfiler
+from pddbench.apiserver_profile import summarize as apiserver_summary
 from pddbench.cluster import (
     APPLY_USER,
     OPERATOR_USER,
@@ -88,6 +90,10 @@ def install_operator(cl: BenchCluster) -> None:
         admin.close()
 
 
+# The window files of one arm's API server profile and the windows lost (errors).
+ServerProfile = tuple[list[Path], list[str]]
+
+
 READ_VERBS = ("get", "list", "watch")
 WRITE_VERBS = ("create", "update", "patch", "delete", "deletecollection")
 
@@ -110,6 +116,8 @@ class ScaleConfig:
     profile: bool = False
     # py-spy samples per second; it runs on the same cores, so the default keeps its share small.
     profile_rate: int = 25
+    # Go CPU profiles of the API server over each arm's create -> converged window.
+    apiserver_profile: bool = False
     # The fleet's own traffic during the run (off: as quiet as the bench was before).
     activity: FleetActivity = field(default_factory=FleetActivity)
 
@@ -323,9 +331,7 @@ def run_operator_arm(
     arm = Arm(cfg, "operator", work_dir, raw_dir, log)
     raw_dir.mkdir(parents=True, exist_ok=True)
     out: dict[str, Any] = {"arm": "operator", "config": _cfg_dict(cfg)}
-    with BenchCluster(
-        work_dir, cfg.fleet, controller_qps=cfg.controller_qps, activity=cfg.activity, log=log
-    ) as cl:
+    with _cluster(cfg, work_dir, log) as cl:
         assert cl.cp is not None and cl.kube is not None
         out["cluster_start_s"] = round(cl.start_seconds, 1)
         cl.create_namespace(NAMESPACE)
@@ -345,6 +351,8 @@ def run_operator_arm(
         cl.sampler.add("operator", op.proc.pid)
         watcher = Watcher(str(cl.cp.kubeconfig), NAMESPACE, pdds=True).start()
         profiler = None
+        server_profiler: ApiServerProfiler | None = None
+        server_profile: ServerProfile = ([], [])
         t_after: float | None = None
         try:
             # The operator handles nothing until kopf has indexed every Node and Pod; a canary
@@ -357,6 +365,7 @@ def run_operator_arm(
             cpu_before = _proc_cpu(cl, "operator")
             if cfg.profile:
                 profiler = _start_profiler(op.proc.pid, raw_dir / "operator-profile.txt", cfg, log)
+            server_profiler = _start_apiserver_profiler(cl, raw_dir, "operator", cfg)
             apply_kube = KubeApi(
                 kconfig.new_client_from_config(config_file=str(cl.kubeconfig_for(APPLY_USER))),
                 "bench-user",
@@ -369,6 +378,8 @@ def run_operator_arm(
             if profiler is not None:
                 _stop_profiler(profiler)
                 profiler = None
+            server_profile = _stop_apiserver_profiler(server_profiler)
+            server_profiler = None
             m_conv = _operator_metrics(op.metrics_port)
             req_conv = cl.request_totals()
             cpu_conv = _proc_cpu(cl, "operator")
@@ -483,11 +494,13 @@ def run_operator_arm(
         finally:
             if profiler is not None:
                 _stop_profiler(profiler)
+            _stop_apiserver_profiler(server_profiler)
             watcher.stop()
             op.kill()
         out["processes"] = cl.sampler.summary()
         out["nodesim"] = cl.sim_stats()
         out["series"] = _series(cl, arm, until=t_after)
+    out["apiserver_profile"] = _apiserver_profile_summary(server_profile, log)
     if cfg.profile and (raw_dir / "operator-profile.txt").exists():
         raw = (raw_dir / "operator-profile.txt").read_text()
         out["profile"] = {
@@ -495,6 +508,18 @@ def run_operator_arm(
             "by_category": analysis.categorize_profile(raw),
         }
     return out, handoff
+
+
+def _cluster(cfg: ScaleConfig, work_dir: Path, log: Any) -> BenchCluster:
+    """The same cluster for either arm: the fleet, its activity, the controllers' QPS."""
+    return BenchCluster(
+        work_dir,
+        cfg.fleet,
+        controller_qps=cfg.controller_qps,
+        activity=cfg.activity,
+        apiserver_profiling=cfg.apiserver_profile,
+        log=log,
+    )
 
 
 def _placement_spread(handoff: dict[str, Any], arm: Arm) -> dict[str, Any]:
@@ -634,15 +659,15 @@ def run_direct_arm(
         "statefulsets_identical_to_operator": same,
         "statefulsets_differing": differ,
     }
-    with BenchCluster(
-        work_dir, cfg.fleet, controller_qps=cfg.controller_qps, activity=cfg.activity, log=log
-    ) as cl:
+    with _cluster(cfg, work_dir, log) as cl:
         assert cl.cp is not None
         out["cluster_start_s"] = round(cl.start_seconds, 1)
         cl.create_namespace(NAMESPACE)
         applier = DirectApplier(cl, plans, arm.names, cfg.direct_apply_workers, raw_dir)
         watcher = Watcher(str(cl.cp.kubeconfig), NAMESPACE, pdds=False).start()
         profiler = None
+        server_profiler: ApiServerProfiler | None = None
+        server_profile: ServerProfile = ([], [])
         try:
             cl.sampler.add("direct-applier", applier.pid)
             time.sleep(1)
@@ -650,6 +675,7 @@ def run_direct_arm(
             cpu_before = _proc_cpu(cl, "direct-applier")
             if cfg.profile:
                 profiler = _start_profiler(applier.pid, raw_dir / "direct-profile.txt", cfg, log)
+            server_profiler = _start_apiserver_profiler(cl, raw_dir, "direct", cfg)
             arm.start_clock(watcher)
             applier.go()
             applied = applier.wait_applied(cfg.converge_timeout)
@@ -660,6 +686,8 @@ def run_direct_arm(
             if profiler is not None:
                 _stop_profiler(profiler)
                 profiler = None
+            server_profile = _stop_apiserver_profiler(server_profiler)
+            server_profiler = None
             req_conv = cl.request_totals()
             cpu_conv = _proc_cpu(cl, "direct-applier")
             out.update(arm.latencies(times))
@@ -683,11 +711,13 @@ def run_direct_arm(
         finally:
             if profiler is not None:
                 _stop_profiler(profiler)
+            _stop_apiserver_profiler(server_profiler)
             applier.close()
             watcher.stop()
         out["processes"] = cl.sampler.summary()
         out["nodesim"] = cl.sim_stats()
         out["series"] = _series(cl, arm)
+    out["apiserver_profile"] = _apiserver_profile_summary(server_profile, log)
     if cfg.profile and (raw_dir / "direct-profile.txt").exists():
         raw = (raw_dir / "direct-profile.txt").read_text()
         out["profile"] = {
@@ -850,6 +880,30 @@ def _start_profiler(
         stderr=subprocess.DEVNULL,
         start_new_session=True,
     )  # fmt: skip
+
+
+def _start_apiserver_profiler(
+    cl: BenchCluster, raw_dir: Path, arm: str, cfg: ScaleConfig
+) -> ApiServerProfiler | None:
+    if not cfg.apiserver_profile:
+        return None
+    assert cl.kube is not None
+    return ApiServerProfiler(cl.kube, raw_dir / "apiserver-profile", arm).start()
+
+
+def _stop_apiserver_profiler(profiler: ApiServerProfiler | None) -> ServerProfile:
+    if profiler is None:
+        return [], []
+    return profiler.stop(), profiler.errors
+
+
+def _apiserver_profile_summary(profile: ServerProfile, log: Any) -> dict[str, Any]:
+    """Summarized once the cluster is gone, so `go tool pprof` takes no CPU from the run."""
+    files, errors = profile
+    if not files and not errors:
+        return {}
+    summary = _best_effort("API server profile", lambda: apiserver_summary(files), {}, log)
+    return {**summary, "window_errors": errors[:5]} if errors else summary
 
 
 def _stop_profiler(proc: subprocess.Popen[bytes]) -> None:

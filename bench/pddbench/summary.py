@@ -82,6 +82,7 @@ def size_summary(run: dict[str, Any]) -> dict[str, Any]:
     ratios = [r for r in (pair_ratio(p) for p in pairs) if r is not None]
     arms = [a for a in ops + directs if a]  # an arm skipped (--skip) is not judged
     cpu = [_per(_g(o, "operator_process", "cpu_seconds_run"), n) for o in ops]
+    stands_for = pairs[median_pair_index(pairs)] if pairs else {}
     return {
         "pairs": len(pairs),
         "operator_cpu_s_per_deployment": _median(cpu),
@@ -104,15 +105,17 @@ def size_summary(run: dict[str, Any]) -> dict[str, Any]:
         "operator_ready_s": _median((o.get("operator_ready_s") for o in ops), 2),
         # Where the requests and passes come from, in the pair that stands for the size.
         "requests_per_deployment_by_verb_resource": _g(
-            ops[median_pair_index(pairs)] if ops else {},
-            "operator_requests",
-            "per_deployment_by_verb_resource",
+            stands_for.get("operator"), "operator_requests", "per_deployment_by_verb_resource"
         ),
         "passes_asked_for_by_cause_per_deployment": _g(
-            ops[median_pair_index(pairs)] if ops else {},
-            "reconciles",
-            "asked_for_by_cause_per_deployment",
+            stands_for.get("operator"), "reconciles", "asked_for_by_cause_per_deployment"
         ),
+        # What the API server did in each arm of that pair (with --apiserver-profile).
+        "apiserver_profile": {
+            arm: profile
+            for arm in ("operator", "direct")
+            if (profile := _g(stands_for.get(arm), "apiserver_profile"))
+        },
     }
 
 

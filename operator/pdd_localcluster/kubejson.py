@@ -47,6 +47,16 @@ class KubeJson:
             raise ApiException(status=resp.status, reason=resp.reason, body=data.decode())
         return json.loads(data) if data else {}
 
+    def get_bytes(
+        self, path: str, query: Mapping[str, str | int] | None = None, timeout: float = 30
+    ) -> bytes:
+        """The raw body of a GET (a profile from /debug/pprof, say)."""
+        resp = self._send("GET", path, query, None, None, timeout)
+        data: bytes = resp.read()
+        if not 200 <= resp.status < 300:
+            raise ApiException(status=resp.status, reason=resp.reason, body=data.decode())
+        return data
+
     def list_all(self, path: str, query: Mapping[str, str | int]) -> tuple[list[Json], str]:
         """Every item of a collection, in pages; (items, resourceVersion of the list)."""
         items: list[Json] = []
