@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from pddbench import results_file as results_io
-from pddbench.summary import aftercare, build_summary
+from pddbench.summary import aftercare, build_summary, cpu_within
 
 
 def _g(d: Any, *path: str) -> Any:
@@ -330,19 +330,13 @@ def cpu_tables(r: dict[str, Any]) -> str:
         end, series = o.get("converge_s"), _g(o, "series", "proc")
         if not end or not series:
             continue
-        used = {name: _cpu_within(series.get(name) or [], end) for name, _ in CPU_PROCESSES}
+        used = {name: cpu_within(series.get(name) or [], end) for name, _ in CPU_PROCESSES}
         busy = [b for t, b in _g(o, "series", "machine_busy") or [] if 0 <= t <= end]
         cells = " | ".join(_f(used[name]) for name, _ in CPU_PROCESSES)
         total = sum(v for v in used.values() if v is not None)
         share = f"{sum(busy) / len(busy):.0%}" if busy else "—"
         out.append(f"| {n} | {arm} | {_f(end)} | {cells} | {_f(total)} | {share} |")
     return "\n".join(out)
-
-
-def _cpu_within(points: list[list[float]], end: float) -> float | None:
-    """CPU-s a process used between t=0 (the first apply) and `end`, from (t, cpu, rss)."""
-    inside = [p for p in points if 0 <= p[0] <= end]
-    return inside[-1][1] - inside[0][1] if len(inside) > 1 else None
 
 
 def render(r: dict[str, Any]) -> str:

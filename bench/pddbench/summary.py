@@ -62,6 +62,39 @@ def median_pair_index(pairs: Sequence[dict[str, Any]]) -> int:
     return ranked[(len(ranked) - 1) // 2][1] if ranked else 0
 
 
+# Every process of a run but the bench's own: what the machine's cores did for an arm.
+MACHINE_PROCESSES = (
+    "operator",
+    "direct-applier",
+    "kube-apiserver",
+    "etcd",
+    "kube-scheduler",
+    "kube-controller-manager",
+    "nodesim",
+)
+
+
+def cpu_within(points: list[list[float]], end: float) -> float | None:
+    """CPU-s a process used between t=0 (the first apply) and `end`, from (t, cpu, rss)."""
+    inside = [p for p in points if 0 <= p[0] <= end]
+    return inside[-1][1] - inside[0][1] if len(inside) > 1 else None
+
+
+def machine_cpu_s(arm: dict[str, Any]) -> float | None:
+    """CPU-s of every process from the first apply until every workload was ready."""
+    end, series = arm.get("converge_s"), _g(arm, "series", "proc")
+    if not end or not series:
+        return None
+    return sum(cpu_within(series.get(name) or [], end) or 0.0 for name in MACHINE_PROCESSES)
+
+
+def machine_cpu_ratio(pair: dict[str, Any]) -> float | None:
+    """Operator / direct CPU-s of the whole machine until converged: while both cores are
+    busy, the converge ratio follows it."""
+    op, direct = machine_cpu_s(pair.get("operator") or {}), machine_cpu_s(pair.get("direct") or {})
+    return round(op / direct, 3) if op and direct else None
+
+
 def _requests(op: dict[str, Any]) -> float | None:
     verbs = _g(op, "operator_requests", "during_run_by_verb")
     return float(sum(verbs.values())) if isinstance(verbs, dict) else None
@@ -98,6 +131,7 @@ def size_summary(run: dict[str, Any]) -> dict[str, Any]:
         "ratio_min": min(ratios) if ratios else None,
         "ratio_max": max(ratios) if ratios else None,
         "ratios": ratios,
+        "machine_cpu_ratios": [machine_cpu_ratio(p) for p in pairs],
         "converged": bool(arms) and all(a.get("converged") for a in arms),
         "rss_mib_peak": _max(_g(o, "operator_process", "peak_rss_mib") for o in ops),
         "noop_writes": _max(_g(o, "noop_resync", "operator_writes_audit") for o in ops),

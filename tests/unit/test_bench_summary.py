@@ -210,3 +210,28 @@ def test_the_cpu_table_counts_each_process_from_the_first_apply_to_convergence()
     assert cells[:5] == ["10", "operator", "30.0", "3.5", "—"]
     assert cells[5] == "24.0"  # the API server: 34 - 10
     assert cells[-2:] == ["27.5", "95%"]
+
+
+def busy_series(cpu_at_end: float, end: float) -> dict[str, Any]:
+    """An API server and a scheduler that use `cpu_at_end` CPU-s between them by `end`, and
+    a bench process whose CPU is not the machine's work for the arm."""
+    half = cpu_at_end / 2
+    return {
+        "proc": {
+            "kube-apiserver": [[0.0, 0.0, 1], [end, half, 1], [end + 20, half + 9, 1]],
+            "kube-scheduler": [[0.0, 5.0, 1], [end, 5.0 + half, 1]],
+            "bench": [[0.0, 0.0, 1], [end, 99.0, 1]],
+        }
+    }
+
+
+def test_the_machine_cpu_ratio_counts_every_process_but_the_bench_until_converged() -> None:
+    pairs = three_pairs()
+    cpu = [(60.0, 40.0), (50.0, 50.0), (0.0, 40.0)]
+    for pair, (op_cpu, direct_cpu) in zip(pairs, cpu, strict=True):
+        pair["operator"]["series"] = busy_series(op_cpu, pair["operator"]["converge_s"])
+        pair["direct"]["series"] = busy_series(direct_cpu, pair["direct"]["converge_s"])
+    s = build_summary(results(pairs))["sizes"]["10"]
+    assert s["machine_cpu_ratios"] == [1.5, 1.0, None]  # no CPU used is no ratio
+    del pairs[1]["direct"]["series"]
+    assert build_summary(results(pairs))["sizes"]["10"]["machine_cpu_ratios"][1] is None
