@@ -68,10 +68,10 @@ class ApiServerProfiler:
         self._thread.start()
         return self
 
-    def stop(self) -> list[Path]:
+    def stop(self) -> None:
+        """Idempotent: a second call finds the thread gone."""
         self._stop.set()
         self._thread.join(WINDOW_S + 30)
-        return list(self.files)
 
     def _loop(self) -> None:
         while not self._stop.is_set():

@@ -39,6 +39,7 @@ from pddbench.cluster import (
     node_domains,
     read_audit,
 )
+from pddbench.summary import MACHINE_PROCESSES
 from pddbench.watch import Watcher
 from pddbench.workload import (
     SCALE_MIX,
@@ -88,10 +89,6 @@ def install_operator(cl: BenchCluster) -> None:
         install_name_guard(admin)
     finally:
         admin.close()
-
-
-# The window files of one arm's API server profile and the windows lost (errors).
-ServerProfile = tuple[list[Path], list[str]]
 
 
 READ_VERBS = ("get", "list", "watch")
@@ -352,7 +349,6 @@ def run_operator_arm(
         watcher = Watcher(str(cl.cp.kubeconfig), NAMESPACE, pdds=True).start()
         profiler = None
         server_profiler: ApiServerProfiler | None = None
-        server_profile: ServerProfile = ([], [])
         t_after: float | None = None
         try:
             # The operator handles nothing until kopf has indexed every Node and Pod; a canary
@@ -378,8 +374,7 @@ def run_operator_arm(
             if profiler is not None:
                 _stop_profiler(profiler)
                 profiler = None
-            server_profile = _stop_apiserver_profiler(server_profiler)
-            server_profiler = None
+            _stop_apiserver_profiler(server_profiler)
             m_conv = _operator_metrics(op.metrics_port)
             req_conv = cl.request_totals()
             cpu_conv = _proc_cpu(cl, "operator")
@@ -500,7 +495,7 @@ def run_operator_arm(
         out["processes"] = cl.sampler.summary()
         out["nodesim"] = cl.sim_stats()
         out["series"] = _series(cl, arm, until=t_after)
-    out["apiserver_profile"] = _apiserver_profile_summary(server_profile, log)
+    out["apiserver_profile"] = _apiserver_profile_summary(server_profiler, log)
     if cfg.profile and (raw_dir / "operator-profile.txt").exists():
         raw = (raw_dir / "operator-profile.txt").read_text()
         out["profile"] = {
@@ -667,7 +662,6 @@ def run_direct_arm(
         watcher = Watcher(str(cl.cp.kubeconfig), NAMESPACE, pdds=False).start()
         profiler = None
         server_profiler: ApiServerProfiler | None = None
-        server_profile: ServerProfile = ([], [])
         try:
             cl.sampler.add("direct-applier", applier.pid)
             time.sleep(1)
@@ -686,8 +680,7 @@ def run_direct_arm(
             if profiler is not None:
                 _stop_profiler(profiler)
                 profiler = None
-            server_profile = _stop_apiserver_profiler(server_profiler)
-            server_profiler = None
+            _stop_apiserver_profiler(server_profiler)
             req_conv = cl.request_totals()
             cpu_conv = _proc_cpu(cl, "direct-applier")
             out.update(arm.latencies(times))
@@ -717,7 +710,7 @@ def run_direct_arm(
         out["processes"] = cl.sampler.summary()
         out["nodesim"] = cl.sim_stats()
         out["series"] = _series(cl, arm)
-    out["apiserver_profile"] = _apiserver_profile_summary(server_profile, log)
+    out["apiserver_profile"] = _apiserver_profile_summary(server_profiler, log)
     if cfg.profile and (raw_dir / "direct-profile.txt").exists():
         raw = (raw_dir / "direct-profile.txt").read_text()
         out["profile"] = {
@@ -818,16 +811,7 @@ def _series(cl: BenchCluster, arm: Arm, until: float | None = None) -> dict[str,
     off = arm.t0 - cl.sampler.t0
     end = (until - arm.t0) if until is not None else float("inf")
     proc = {}
-    for name in (
-        "operator",
-        "direct-applier",
-        "kube-apiserver",
-        "etcd",
-        "kube-scheduler",
-        "kube-controller-manager",
-        "nodesim",
-        "bench",
-    ):
+    for name in (*MACHINE_PROCESSES, "bench"):
         pts = cl.sampler.series.get(name) or []
         proc[name] = [
             (round(t - off, 1), round(c, 2), round(r, 1)) for t, c, r in pts if t - off <= end
@@ -891,17 +875,17 @@ def _start_apiserver_profiler(
     return ApiServerProfiler(cl.kube, raw_dir / "apiserver-profile", arm).start()
 
 
-def _stop_apiserver_profiler(profiler: ApiServerProfiler | None) -> ServerProfile:
-    if profiler is None:
-        return [], []
-    return profiler.stop(), profiler.errors
+def _stop_apiserver_profiler(profiler: ApiServerProfiler | None) -> None:
+    """Stop at convergence; again (a no-op) on the way out should the arm have failed."""
+    if profiler is not None:
+        profiler.stop()
 
 
-def _apiserver_profile_summary(profile: ServerProfile, log: Any) -> dict[str, Any]:
+def _apiserver_profile_summary(profiler: ApiServerProfiler | None, log: Any) -> dict[str, Any]:
     """Summarized once the cluster is gone, so `go tool pprof` takes no CPU from the run."""
-    files, errors = profile
-    if not files and not errors:
+    if profiler is None or not (profiler.files or profiler.errors):
         return {}
+    files, errors = profiler.files, profiler.errors
     summary = _best_effort("API server profile", lambda: apiserver_summary(files), {}, log)
     return {**summary, "window_errors": errors[:5]} if errors else summary
 
