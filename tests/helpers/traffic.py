@@ -27,6 +27,8 @@ class Outcome:
     error: str = ""
     text: str = ""
     served: dict[str, Any] = field(default_factory=dict)  # the reference engine's report
+    url: str = ""  # where it was sent
+    sent_at: float = 0.0  # wall clock (time.time()) when it was sent: to line up with pod logs
 
     @property
     def kv_bytes(self) -> int:
@@ -43,7 +45,8 @@ def complete(
         data=json.dumps(body).encode(),
         headers={"Content-Type": "application/json"},
     )
-    started = time.monotonic()
+    sent_at, started = time.time(), time.monotonic()
+    where = {"url": url, "sent_at": sent_at}
     try:
         with urllib.request.urlopen(request, timeout=timeout) as response:
             answer = json.loads(response.read())
@@ -53,12 +56,16 @@ def complete(
                 status=response.status,
                 text=answer["choices"][0].get("text", "") if answer.get("choices") else "",
                 served=answer.get("pdd_refengine") or {},
+                **where,
             )
     except urllib.error.HTTPError as err:
         detail = err.read()[:300].decode(errors="replace")
-        return Outcome(False, time.monotonic() - started, err.code, f"HTTP {err.code}: {detail}")
+        return Outcome(
+            False, time.monotonic() - started, err.code, f"HTTP {err.code}: {detail}", **where
+        )
     except (OSError, ValueError) as err:
-        return Outcome(False, time.monotonic() - started, None, f"{type(err).__name__}: {err}")
+        error = f"{type(err).__name__}: {err}"
+        return Outcome(False, time.monotonic() - started, None, error, **where)
 
 
 Target = str | Callable[[], str]
@@ -103,7 +110,7 @@ class SteadyTraffic:
         try:
             url = self._url() if callable(self._url) else self._url
         except Exception as err:  # no endpoint to send to counts as a failed request
-            return Outcome(False, 0.0, None, f"no endpoint: {err}")
+            return Outcome(False, 0.0, None, f"no endpoint: {err}", sent_at=time.time())
         return complete(url, self._model, prompt, timeout=self._timeout)
 
     def _send_forever(self, worker: int) -> None:
@@ -149,3 +156,19 @@ class Tally:
             if not outcome.ok and len(self.errors) < 5:
                 self.errors.append(outcome.error)
         return self
+
+
+def when_and_where(outcomes: list[Outcome]) -> str:
+    """Failed outcomes grouped by the URL they went to, with the UTC span they were sent in, to
+    line up with the pods' logs (a router pod's address names the pod)."""
+    spans: dict[str, list[float]] = {}
+    for outcome in outcomes:
+        spans.setdefault(outcome.url or "no endpoint", []).append(outcome.sent_at)
+    return "; ".join(
+        f"{len(times)} via {url} from {_utc(min(times))} to {_utc(max(times))}"
+        for url, times in sorted(spans.items())
+    )
+
+
+def _utc(seconds: float) -> str:
+    return time.strftime("%H:%M:%S", time.gmtime(seconds)) + f".{int(seconds % 1 * 1000):03d}"
