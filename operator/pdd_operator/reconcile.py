@@ -33,6 +33,7 @@ from pdd_operator.kube.resources import POD, ROLE_SCALER, SECRET, Kind, kind_of
 from pdd_operator.metrics import OperatorMetrics
 from pdd_operator.planning.autoscaling import (
     ScalingPlan,
+    discovery_wait,
     fit_to_room,
     hold_decode_growth,
     plan_scaling,
@@ -291,6 +292,8 @@ class Reconciler:
         self._served: dict[tuple[str, str], tuple[float, bool]] = {}
         # One delayed pass per deployment at most, while its model or a child's name waits.
         self._retries: dict[DeploymentKey, asyncio.Task[None]] = {}
+        # One timed pass per deployment at most: (when it is due, its task) (_pass_at).
+        self._timed: dict[DeploymentKey, tuple[float, asyncio.Task[None]]] = {}
         # Deployments that had a pass in this process (dropped when they are gone).
         self._passed: set[DeploymentKey] = set()
         if metrics:
@@ -303,7 +306,7 @@ class Reconciler:
         metrics server's thread: set() and union() copy the keys in C, under the GIL, so a
         pass changing a table meanwhile cannot break the iteration."""
         tables = (self._rendered, self._tokens, self._slices, self._model_attempts,
-                  self._retries, self._passed)  # fmt: skip
+                  self._retries, self._timed, self._passed)  # fmt: skip
         return len(set(self._states).union(*tables))
 
     def is_own_status_write(self, key: DeploymentKey, resource_version: str) -> bool:
@@ -399,6 +402,8 @@ class Reconciler:
             self.metrics.forget_kv_transfer(key)
         if (retry := self._retries.pop(key, None)) is not None:
             retry.cancel()
+        if (timed := self._timed.pop(key, None)) is not None:
+            timed[1].cancel()
 
     async def _reconcile_once(self, key: DeploymentKey) -> None:
         body = self.view.pdd_body(key)
@@ -591,6 +596,25 @@ class Reconciler:
         if not cached[1]:
             self._retry_later(_key(pdd), GANG_API_RECHECK_S)
         return gang_readiness(pdd, cached[1])
+
+    def _pass_at(self, key: DeploymentKey, delay: float) -> None:
+        """A pass `delay` seconds from now, whatever passes run before it (a pass in between
+        answers _retry_later's): for a change that only time makes. The sooner of two asks
+        wins."""
+        loop = asyncio.get_running_loop()
+        due = loop.time() + delay
+        timed = self._timed.get(key)
+        if timed is not None and not timed[1].done():
+            if timed[0] <= due:
+                return
+            timed[1].cancel()
+
+        async def pass_when_due() -> None:
+            await asyncio.sleep(delay)
+            self._timed.pop(key, None)
+            await self.reconcile(key, cause="timer")
+
+        self._timed[key] = (due, asyncio.create_task(pass_when_due()))
 
     def _retry_later(self, key: DeploymentKey, delay: float) -> None:
         """Another pass after `delay`, unless one is already scheduled (other than the one
@@ -1118,7 +1142,8 @@ class Reconciler:
     ) -> Observed:
         key = _key(pdd)
         pods = self.view.pods(key)
-        children = counted_from_pods(self.view.children(key).values(), pods)
+        counted = self._found_by_routers(pdd, pods) if pdd.spec.autoscaling else pods
+        children = counted_from_pods(self.view.children(key).values(), counted)
         workloads = _role_workloads(pdd, children, desired.hashes)
         outcome = _transfer_outcome(pdd, pods)
         routers = pdd.spec.router.replicas * max(len(scaling.slices), 1)
@@ -1141,6 +1166,16 @@ class Reconciler:
             apply_error_reason=blocked.reason or "ApplyFailed",
             refusals=self._refusals(children),
         )
+
+    def _found_by_routers(self, pdd: PDDeployment, pods: Sequence[PodSummary]) -> list[PodSummary]:
+        """The pods, those Ready for less than DISCOVERY_GRACE_S counted as not ready yet: an
+        autoscaled deployment's router is Ready without workers, so its status may say Ready
+        only once the router can have found them. A pass is due when the next one may have."""
+        now = time.time()
+        waits = {pod.uid: discovery_wait(pod.ready_since, now) for pod in pods if pod.ready}
+        if pending := [wait for wait in waits.values() if wait > 0]:
+            self._pass_at(_key(pdd), min(pending))
+        return [replace(pod, ready=False) if waits.get(pod.uid, 0) > 0 else pod for pod in pods]
 
     async def _status(self, pdd: PDDeployment, observed: Observed) -> PDDeploymentStatus:
         """The status of this pass, computed once: a transfer probe asked for on the way

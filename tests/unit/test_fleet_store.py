@@ -137,6 +137,22 @@ def test_a_pod_summary_carries_the_slice_it_serves(label: str | None, expected: 
     assert summarize_pod(body).slice == expected
 
 
+@pytest.mark.parametrize(
+    ("ready", "since", "expected"),
+    [("True", "2026-12-02T20:01:24Z", 1796241684.0), ("False", "2026-12-02T20:01:24Z", 0.0),
+     ("True", "not a time", 0.0)],
+)  # fmt: skip
+def test_a_pod_summary_says_since_when_the_pod_is_ready(
+    ready: str, since: str, expected: float
+) -> None:
+    body = pod("p", "n1", gpus=1)
+    body["status"] = {
+        "conditions": [{"type": "Ready", "status": ready, "lastTransitionTime": since}]
+    }
+    summary = summarize_pod(body)
+    assert (summary.ready, summary.ready_since) == (ready == "True", expected)
+
+
 def test_an_own_pod_that_went_or_failed_holds_nothing_any_more() -> None:
     state = FleetState()
     prefill = summary("kv-prefill-0", "n1", gpus=2)

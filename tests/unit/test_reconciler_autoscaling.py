@@ -4,16 +4,20 @@ that a scaling step changes no pod template and never the PDDeployment's spec.""
 
 from __future__ import annotations
 
+import asyncio
 import copy
+import time
 from dataclasses import replace
 from typing import Any
 
+import pytest
 from prometheus_client import CollectorRegistry
 
 from helpers.factories import BASE_BODY
 from helpers.fake_cluster import FakeCluster, reconciler_for
 from pdd_operator.api.v1alpha1 import API_VERSION, SCALER_KIND
 from pdd_operator.metrics import OperatorMetrics
+from pdd_operator.planning import autoscaling
 from pdd_operator.reconcile import Reconciler
 from pdd_operator.status.observe import PodSummary
 
@@ -303,3 +307,38 @@ def instances(cluster: FakeCluster, role: str) -> int:
         for key in cluster.objects
         if key[2] == "StatefulSet" and str(key[3]).startswith(f"llama-{role}-")
     )
+
+
+async def pods_ready_just_now(cluster: FakeCluster) -> None:
+    """The deployment's children written, then every StatefulSet pod turned Ready this instant,
+    and a pass."""
+    rec = reconciler_for(cluster)
+    await settle(cluster, rec)
+    cluster.workloads_ready(NS)
+    now = time.time()
+    for key, pods in cluster.workload_pods.items():
+        cluster.workload_pods[key] = [replace(pod, ready_since=now) for pod in pods]
+    await rec.reconcile(KEY)
+
+
+async def test_a_pod_counts_as_ready_once_the_router_can_have_found_it(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """An autoscaled deployment's router is Ready without workers and registers a pod a moment
+    after it turns Ready: the pod counts (and the deployment is Ready) only DISCOVERY_GRACE_S
+    later, and a pass then comes by itself."""
+    monkeypatch.setattr(autoscaling, "DISCOVERY_GRACE_S", 0.5)
+    cluster = FakeCluster(body(autoscaling=DECODE_LEADS))
+    await pods_ready_just_now(cluster)
+    assert condition(cluster, "Ready") == ("False", "ReplicasNotReady")
+    assert cluster.stored[KEY]["status"]["decodeReplicas"] == "0/4"
+
+    await asyncio.sleep(0.8)  # no event: the pass the grace asked for
+    assert condition(cluster, "Ready") == ("True", "AllReplicasReady")
+    assert cluster.stored[KEY]["status"]["decodeReplicas"] == "4/4"
+
+
+async def test_without_autoscaling_a_ready_pod_counts_at_once() -> None:
+    cluster = FakeCluster(body())
+    await pods_ready_just_now(cluster)
+    assert condition(cluster, "Ready") == ("True", "AllReplicasReady")

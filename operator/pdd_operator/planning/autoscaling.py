@@ -33,6 +33,23 @@ from pdd_operator.api.v1alpha1 import AutoscalingSpec, PDDeploymentSpec, RoleAut
 # Bounds of a role that spec.autoscaling does not list (a follower may leave them out).
 _UNBOUNDED = RoleAutoscaling(minReplicas=0, maxReplicas=512)
 
+# An autoscaled deployment's router is Ready without workers (rendering.router), so neither
+# its readiness nor its Service shows when it has found an engine pod. The upstream routers
+# find pods through their own Kubernetes discovery and register one a second or two after it
+# turns Ready (smg 1.13.0 here: 1-2 s, one pass of its worker registration). So a new router
+# pod turns Ready only this long after it starts, and an engine pod counts as ready in the
+# deployment's status only this long after it turned Ready: Ready means the router can send
+# to it.
+DISCOVERY_GRACE_S = 10
+
+
+def discovery_wait(ready_since: float, now: float) -> float:
+    """Seconds until the routers may be taken to have found a pod that turned Ready at
+    `ready_since` (epoch seconds; 0 when unknown: taken as found)."""
+    if ready_since <= 0:
+        return 0.0
+    return max(ready_since + DISCOVERY_GRACE_S - now, 0.0)
+
 
 @dataclass(frozen=True)
 class ScalingPlan:

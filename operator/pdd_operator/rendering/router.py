@@ -15,6 +15,7 @@ from pdd_contract.env import PDD_DECODE_SERVICE, PDD_ENGINE_PORT, PDD_MODEL, PDD
 from pdd_operator.api import names
 from pdd_operator.api.v1alpha1 import PDDeployment
 from pdd_operator.engines.base import RouterDiscovery, RouterLaunch
+from pdd_operator.planning.autoscaling import DISCOVERY_GRACE_S
 from pdd_operator.planning.slices import slices_possible
 from pdd_operator.rendering.access import render_account
 from pdd_operator.rendering.context import RenderContext
@@ -111,8 +112,7 @@ def paired_revision(pdd: PDDeployment, ctx: RenderContext, slice_index: int) -> 
 # An autoscaled deployment's router is Ready without workers (below). A new router pod (a
 # rollout, a restart) is then Ready before its discovery has found any: smg was seen taking
 # requests 1 s before it had registered a worker, and answering 404 to them. Ready only after
-# this long, while the old router pods serve (maxUnavailable 0).
-DISCOVERY_GRACE_S = 10
+# DISCOVERY_GRACE_S, while the old router pods serve (maxUnavailable 0).
 
 
 def _readiness_probe(pdd: PDDeployment, launch: RouterLaunch) -> dict[str, Any]:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
+from datetime import datetime
 from typing import Any
 
 from pdd_operator.api import names
@@ -60,6 +61,9 @@ class PodSummary:
     # controller-revision-hash: the StatefulSet revision it was created from (set at creation).
     controller_revision: str = ""
     slice: int = 0  # pdd.dev/slice: the slice it serves (planning.slices); 0: the home slice
+    # When it turned Ready (its Ready condition's lastTransitionTime, epoch seconds); 0 when
+    # not Ready or not known.
+    ready_since: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -228,10 +232,10 @@ def summarize_pod(body: Mapping[str, Any]) -> PodSummary:
     status = body.get("status", {})
     spec = body.get("spec", {})
     role = labels.get(names.LABEL_ROLE, "")
-    ready = any(
-        c.get("type") == "Ready" and c.get("status") == "True"
-        for c in status.get("conditions") or []
+    ready_condition: Mapping[str, Any] = next(
+        (c for c in status.get("conditions") or [] if c.get("type") == "Ready"), {}
     )
+    ready = ready_condition.get("status") == "True"
     return PodSummary(
         name=meta["name"],
         uid=meta.get("uid", ""),
@@ -250,7 +254,16 @@ def summarize_pod(body: Mapping[str, Any]) -> PodSummary:
         gpus=pod_gpu_request(spec),
         controller_revision=labels.get(STATEFULSET_REVISION_LABEL, ""),
         slice=_slice_index(labels.get(names.LABEL_SLICE, "")),
+        ready_since=_epoch(ready_condition.get("lastTransitionTime", "")) if ready else 0.0,
     )
+
+
+def _epoch(timestamp: str) -> float:
+    """An API timestamp (RFC 3339, "2026-12-02T20:01:24Z") in epoch seconds; 0 when unreadable."""
+    try:
+        return datetime.fromisoformat(timestamp).timestamp()
+    except ValueError:
+        return 0.0
 
 
 def _slice_index(label: str) -> int:
