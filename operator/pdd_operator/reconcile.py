@@ -290,10 +290,8 @@ class Reconciler:
         self.conflict_retry_seconds = CONFLICT_RETRY_SECONDS
         # Discovery of the gang schedulers' APIs: (api, plural) -> (when, served).
         self._served: dict[tuple[str, str], tuple[float, bool]] = {}
-        # One delayed pass per deployment at most, while its model or a child's name waits.
-        self._retries: dict[DeploymentKey, asyncio.Task[None]] = {}
-        # One timed pass per deployment at most: (when it is due, its task) (_pass_at).
-        self._timed: dict[DeploymentKey, tuple[float, asyncio.Task[None]]] = {}
+        # One timed pass per deployment at most (_retry_later): when it is due, and its task.
+        self._retries: dict[DeploymentKey, tuple[float, asyncio.Task[None]]] = {}
         # Deployments that had a pass in this process (dropped when they are gone).
         self._passed: set[DeploymentKey] = set()
         if metrics:
@@ -306,7 +304,7 @@ class Reconciler:
         metrics server's thread: set() and union() copy the keys in C, under the GIL, so a
         pass changing a table meanwhile cannot break the iteration."""
         tables = (self._rendered, self._tokens, self._slices, self._model_attempts,
-                  self._retries, self._timed, self._passed)  # fmt: skip
+                  self._retries, self._passed)  # fmt: skip
         return len(set(self._states).union(*tables))
 
     def is_own_status_write(self, key: DeploymentKey, resource_version: str) -> bool:
@@ -401,9 +399,7 @@ class Reconciler:
         if self.metrics:
             self.metrics.forget_kv_transfer(key)
         if (retry := self._retries.pop(key, None)) is not None:
-            retry.cancel()
-        if (timed := self._timed.pop(key, None)) is not None:
-            timed[1].cancel()
+            retry[1].cancel()
 
     async def _reconcile_once(self, key: DeploymentKey) -> None:
         body = self.view.pdd_body(key)
@@ -597,32 +593,24 @@ class Reconciler:
             self._retry_later(_key(pdd), GANG_API_RECHECK_S)
         return gang_readiness(pdd, cached[1])
 
-    def _pass_at(self, key: DeploymentKey, delay: float) -> None:
-        """A pass `delay` seconds from now, whatever passes run before it (a pass in between
-        answers _retry_later's): for a change that only time makes. The sooner of two asks
-        wins."""
+    def _retry_later(self, key: DeploymentKey, delay: float) -> None:
+        """A pass `delay` seconds from now (a model or a name that waits, a pod's discovery
+        grace), whatever passes run before it: one in between may still find the wait going on
+        and asks again. The sooner of two asks wins."""
         loop = asyncio.get_running_loop()
         due = loop.time() + delay
-        timed = self._timed.get(key)
-        if timed is not None and not timed[1].done():
-            if timed[0] <= due:
+        pending = self._retries.get(key)
+        if pending is not None and not pending[1].done():
+            if pending[0] <= due:
                 return
-            timed[1].cancel()
+            pending[1].cancel()  # still asleep: a due one leaves the table before its pass
 
         async def pass_when_due() -> None:
             await asyncio.sleep(delay)
-            self._timed.pop(key, None)
-            await self.reconcile(key, cause="timer")
+            self._retries.pop(key, None)
+            await self.reconcile(key, cause="retry")
 
-        self._timed[key] = (due, asyncio.create_task(pass_when_due()))
-
-    def _retry_later(self, key: DeploymentKey, delay: float) -> None:
-        """Another pass after `delay`, unless one is already scheduled (other than the one
-        running this pass: it is about to end)."""
-        pending = self._retries.get(key)
-        if pending is not None and not pending.done() and pending is not asyncio.current_task():
-            return
-        self._retries[key] = asyncio.create_task(self.reconcile(key, delay, "retry"))
+        self._retries[key] = (due, asyncio.create_task(pass_when_due()))
 
     # ------------------------------------------------------------------------------ plan
 
@@ -1174,7 +1162,7 @@ class Reconciler:
         now = time.time()
         waits = {pod.uid: discovery_wait(pod.ready_since, now) for pod in pods if pod.ready}
         if pending := [wait for wait in waits.values() if wait > 0]:
-            self._pass_at(_key(pdd), min(pending))
+            self._retry_later(_key(pdd), min(pending))
         return [replace(pod, ready=False) if waits.get(pod.uid, 0) > 0 else pod for pod in pods]
 
     async def _status(self, pdd: PDDeployment, observed: Observed) -> PDDeploymentStatus:
