@@ -42,6 +42,28 @@ def wait_namespaces_gone(api_client: object, timeout: float = 60) -> None:
     )
 
 
+# After an apiserver restart (the fault tests make one on the shared control plane) the
+# controller-manager's informers relist with client-go's backoff, up to 30 s doubled by
+# jitter; until then no ServiceAccount controller sees a new namespace.
+SERVICE_ACCOUNT_CONTROLLER_S = 120.0
+
+
+def create_namespace_ready(api_client: object, name: str) -> str:
+    """Create namespace `name` and wait until the ServiceAccount controller made `default`
+    in it: pods are refused before that."""
+    from kubernetes import client
+
+    core = client.CoreV1Api(api_client)
+    core.create_namespace({"metadata": {"name": name}})
+    wait_for(
+        lambda: core.read_namespaced_service_account("default", name),
+        SERVICE_ACCOUNT_CONTROLLER_S,
+        interval=0.1,
+        what=f"the ServiceAccount controller to make `default` in {name}",
+    )
+    return name
+
+
 def wait_until(condition: Callable[[], Any], timeout_s: float, what: str) -> Any:
     """Poll with backoff until ``condition()`` is truthy; fail the test at the deadline."""
     deadline = time.monotonic() + timeout_s

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import re
 import secrets
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -14,6 +13,7 @@ from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
 
 from helpers.operator_proc import CONFINED_USER, OPERATOR_USER, OperatorProcess, operator_on
+from helpers.waits import create_namespace_ready
 from pdd_localcluster import LocalControlPlane, NodeSimulator, gpu_fleet
 
 INTEGRATION_DIR = Path(__file__).parent
@@ -107,27 +107,10 @@ def namespace(request: pytest.FixtureRequest, api_client: client.ApiClient) -> I
     namespace controller and the simulator finish that in the background)."""
     core = client.CoreV1Api(api_client)
     slug = re.sub(r"[^a-z0-9]+", "-", request.node.name.lower()).strip("-")[:40].rstrip("-")
-    name = f"t-{slug}-{secrets.token_hex(3)}"
-    core.create_namespace({"metadata": {"name": name}})
-    _wait_default_service_account(core, name)
+    name = create_namespace_ready(api_client, f"t-{slug}-{secrets.token_hex(3)}")
     yield name
     try:
         core.delete_namespace(name)
     except ApiException as e:
         if e.status != 404:
             raise
-
-
-def _wait_default_service_account(core: client.CoreV1Api, ns: str, timeout: float = 30) -> None:
-    """Pods are refused until the ServiceAccount controller has made `default`."""
-    deadline = time.monotonic() + timeout
-    delay = 0.02
-    while True:
-        try:
-            core.read_namespaced_service_account("default", ns)
-            return
-        except ApiException as e:
-            if e.status != 404 or time.monotonic() > deadline:
-                raise
-        time.sleep(delay)
-        delay = min(delay * 2, 0.5)

@@ -30,7 +30,7 @@ from helpers.metrics_api import (
     register,
 )
 from helpers.operator_proc import OPERATOR_USER, OperatorProcess, install_crd
-from helpers.waits import wait_for
+from helpers.waits import create_namespace_ready, wait_for
 from pdd_localcluster import LocalControlPlane, NodeSimulator, SimNode, gpu_fleet
 from pdd_localcluster.controlplane import DEFAULT_CONTROLLERS
 from pdd_localcluster.nodes import gpu_node_capacity, gpu_node_labels
@@ -106,11 +106,7 @@ def hpa_operator(
 
 
 def new_namespace(api: client.ApiClient, name: str) -> str:
-    core = client.CoreV1Api(api)
-    ns = f"{name}-{secrets.token_hex(3)}"
-    core.create_namespace({"metadata": {"name": ns}})
-    wait_for(lambda: core.read_namespaced_service_account("default", ns), 30, what="default SA")
-    return ns
+    return create_namespace_ready(api, f"{name}-{secrets.token_hex(3)}")
 
 
 def decode_hpa(name: str) -> dict[str, Any]:

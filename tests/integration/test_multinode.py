@@ -20,7 +20,7 @@ from kubernetes import client, config
 
 from helpers.factories import pdd_body
 from helpers.operator_proc import OPERATOR_USER, OperatorProcess, operator_on
-from helpers.waits import wait_for
+from helpers.waits import create_namespace_ready, wait_for
 from pdd_localcluster import LocalControlPlane, NodeSimulator, gpu_fleet
 
 GROUP, VERSION, PLURAL = "pdd.dev", "v1alpha1", "pddeployments"
@@ -73,9 +73,7 @@ def ns(api: client.ApiClient, gang_operator: OperatorProcess) -> Iterator[str]:
     """A namespace of its own; at the end its pods are waited out, so the next test finds
     the fleet's GPUs free."""
     core = client.CoreV1Api(api)
-    name = f"mn-{secrets.token_hex(3)}"
-    core.create_namespace({"metadata": {"name": name}})
-    wait_for(lambda: core.read_namespaced_service_account("default", name), 30, what="sa")
+    name = create_namespace_ready(api, f"mn-{secrets.token_hex(3)}")
     yield name
     client.CustomObjectsApi(api).delete_collection_namespaced_custom_object(
         GROUP, VERSION, name, PLURAL
