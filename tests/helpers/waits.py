@@ -43,8 +43,8 @@ def wait_namespaces_gone(api_client: object, timeout: float = 60) -> None:
 
 
 # After an apiserver restart (the fault tests make one on the shared control plane) the
-# controller-manager's informers relist with client-go's backoff, up to 30 s doubled by
-# jitter; until then no ServiceAccount controller sees a new namespace.
+# controller-manager can take over a minute to see new namespaces again (73 s once, on a
+# loaded run); until then its ServiceAccount controller makes no `default`.
 SERVICE_ACCOUNT_CONTROLLER_S = 120.0
 
 
