@@ -534,3 +534,133 @@ def test_a_failing_liveness_probe_restarts_the_container(
 
     cs = wait_for(restarted, 60, what="a restart after the liveness probe failed")
     assert cs.last_state.terminated.exit_code == 128 + 15  # SIGTERM ended it
+
+
+# What a container reports about where it runs: its namespaces, host name and its own PID as
+# it sees them (`$$$$`: the pod spec's escape for the shell's `$$`), after adding a file named
+# after its pod and itself to its /dev/shm.
+WHERE_AM_I = (
+    'touch /dev/shm/"$(hostname)-$C"; '
+    'echo "pid=$(readlink /proc/self/ns/pid) ipc=$(readlink /proc/self/ns/ipc) '
+    'uts=$(readlink /proc/self/ns/uts) host=$(hostname) self=$$$$"; '
+    "exec sleep 1000"
+)
+
+
+def _namespace_container(name: str) -> dict[str, Any]:
+    return {
+        "name": name,
+        "image": SIDECAR_IMAGE,
+        "command": ["sh", "-c", WHERE_AM_I],
+        "env": [{"name": "C", "value": name}],
+    }
+
+
+def _where(runtime: PodRuntime, pod: Any, container: str) -> dict[str, str]:
+    path = runtime.log_path(pod.to_dict() | {"metadata": pod.metadata.to_dict()}, container)
+    line = wait_for(
+        lambda: (
+            next((x for x in Path(path).read_text().splitlines() if "pid=" in x), None)
+            if Path(path).exists()
+            else None
+        ),
+        30,
+        what=f"{container} to report its namespaces",
+    )
+    return dict(field.split("=", 1) for field in line.split())
+
+
+def _shm(runtime: PodRuntime, uid: str, container: str) -> set[str]:
+    return set(runtime.exec(uid, container, ["ls", "/dev/shm"]).stdout.decode().split())
+
+
+def _own_ns(kind: str) -> str:
+    return os.readlink(f"/proc/self/ns/{kind}")
+
+
+def test_each_pod_has_its_own_namespaces_and_its_containers_share_them_as_a_pods_do(
+    api_client: client.ApiClient, namespace: str, runtime: PodRuntime
+) -> None:
+    """What two P/D pods on one node cross: separate PID and IPC namespaces and /dev/shm (UCX's
+    cuda_ipc and cma lanes stop there). Within a pod, IPC, UTS and /dev/shm are shared and
+    each container has its own PID namespace, unless shareProcessNamespace or hostPID."""
+    core = client.CoreV1Api(api_client)
+    containers = [_namespace_container("a"), _namespace_container("b")]
+    bodies = {
+        "ns-one": pod_body("ns-one", containers),
+        "ns-two": pod_body("ns-two", containers),
+        "ns-shared": pod_body("ns-shared", containers, shareProcessNamespace=True),
+        "ns-host": pod_body("ns-host", containers, hostPID=True, hostIPC=True),
+    }
+    pods = {name: create(core, namespace, body) for name, body in bodies.items()}
+    where = {(n, c): _where(runtime, pods[n], c) for n in pods for c in ("a", "b")}
+    host_pid, host_ipc = _own_ns("pid"), _own_ns("ipc")
+
+    one_a, one_b, two_a = where["ns-one", "a"], where["ns-one", "b"], where["ns-two", "a"]
+    # Between pods: nothing shared but the network.
+    assert len({one_a["pid"], one_b["pid"], two_a["pid"], host_pid}) == 4, where
+    assert one_a["ipc"] != two_a["ipc"] and host_ipc not in (one_a["ipc"], two_a["ipc"])
+    assert (one_a["host"], two_a["host"]) == ("ns-one", "ns-two")
+    # Within a pod: one IPC and UTS namespace; a PID namespace per container, in which the
+    # container's process is the child of a small init (PID 1).
+    assert (one_a["ipc"], one_a["uts"]) == (one_b["ipc"], one_b["uts"])
+    assert one_a["self"] == one_b["self"] == "2", where
+    uid_one, uid_two = pods["ns-one"].metadata.uid, pods["ns-two"].metadata.uid
+    one = {"ns-one-a", "ns-one-b"}
+    wait_for(lambda: _shm(runtime, uid_one, "a") == one, 30, what="ns-one's /dev/shm")
+    assert _shm(runtime, uid_two, "b") == {"ns-two-a", "ns-two-b"}  # its own, not ns-one's
+    host_shm = set(os.listdir("/dev/shm"))
+    # hostIPC: the node's IPC namespace and /dev/shm, and only that pod's files land there.
+    assert {"ns-host-a", "ns-host-b"} <= host_shm and not one & host_shm, host_shm
+    for name in ("ns-host-a", "ns-host-b"):
+        os.unlink(f"/dev/shm/{name}")
+
+    shared_a, shared_b = where["ns-shared", "a"], where["ns-shared", "b"]
+    assert shared_a["pid"] == shared_b["pid"] != host_pid
+    # One PID namespace for the pod: its sandbox is PID 1, each container's process another.
+    assert len({"1", shared_a["self"], shared_b["self"]}) == 3, where
+    host_a = where["ns-host", "a"]
+    assert (host_a["pid"], host_a["ipc"]) == (host_pid, host_ipc)
+    assert host_a["host"] == "ns-host"  # hostPID and hostIPC leave UTS the pod's own
+
+
+def test_a_process_that_leaves_its_process_group_ends_with_its_pod(
+    api_client: client.ApiClient, namespace: str, runtime: PodRuntime
+) -> None:
+    core = client.CoreV1Api(api_client)
+    escaper = {
+        "name": "escaper",
+        "image": SIDECAR_IMAGE,
+        "command": ["sh", "-c", "setsid sleep 1000 & echo started; exec sleep 1000"],
+    }
+    pod = create(core, namespace, pod_body("escaper", [escaper]))
+    log = runtime.log_path(pod.to_dict() | {"metadata": pod.metadata.to_dict()}, "escaper")
+    wait_for(lambda: log.exists() and "started" in log.read_text(), 30, what="the escape")
+    init = runtime.pid(pod.metadata.uid, "escaper")
+    assert init is not None
+
+    def escaped() -> list[int]:
+        return [
+            int(p)
+            for p in os.listdir("/proc")
+            if p.isdigit() and _cmdline(int(p)) == ["sleep", "1000"] and _in_pod(int(p), init)
+        ]
+
+    wait_for(lambda: len(escaped()) == 2, 30, what="both sleeps")
+    strays = escaped()
+    core.delete_namespaced_pod("escaper", namespace)
+    wait_for(lambda: not any(_alive(p) for p in strays), 30, what="the setsid process to end")
+
+
+def _cmdline(pid: int) -> list[str]:
+    try:
+        return [a.decode() for a in Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")[:-1]]
+    except OSError:
+        return []
+
+
+def _in_pod(pid: int, container_pid: int) -> bool:
+    try:
+        return os.readlink(f"/proc/{pid}/ns/pid") == os.readlink(f"/proc/{container_pid}/ns/pid")
+    except OSError:
+        return False

@@ -1,6 +1,6 @@
 """One container's process: started through the sandbox (`sandbox.py`) in a session of its
-own, its output appended to its log file, stopped with SIGTERM then SIGKILL to its whole
-process group."""
+own, its output appended to its log file, stopped as a kubelet stops it: SIGTERM to the
+container's main process, then SIGKILL to all of it."""
 
 from __future__ import annotations
 
@@ -25,13 +25,39 @@ class ContainerProcess:
         self.log_path = pod_dir / f"{name}.log"
         self.termination_log = pod_dir / "termination" / name
         self.spec_path = pod_dir / "specs" / f"{name}.json"
+        # Where the sandbox writes the pid of its child in a new PID namespace.
+        self.pid_file = pod_dir / "specs" / f"{name}.pid"
         self.root_dir = pod_dir / "roots" / name
         self._proc: subprocess.Popen[bytes] | None = None
         self._log_offset = 0
+        self._forked = False  # a PID namespace other than the host's: the sandbox forks
+        self._own_pid_namespace = False
 
     @property
     def pid(self) -> int | None:
-        return self._proc.pid if self._proc is not None and self._proc.poll() is None else None
+        """The container's main process (as the host numbers it), while it runs."""
+        inside = self.namespace_pid
+        if inside is None or not self._own_pid_namespace:
+            return inside
+        # PID 1 of the container's own PID namespace is the sandbox's init; the container's
+        # process is its child.
+        try:
+            children = Path(f"/proc/{inside}/task/{inside}/children").read_text().split()
+        except OSError:
+            return None
+        return int(children[0]) if children else None
+
+    @property
+    def namespace_pid(self) -> int | None:
+        """A process in the container's namespaces and root (for nsenter), while it runs."""
+        if self._proc is None or self._proc.poll() is not None:
+            return None
+        if not self._forked:
+            return self._proc.pid
+        try:
+            return int(self.pid_file.read_text())
+        except (OSError, ValueError):
+            return None  # the sandbox has not forked yet
 
     def start(self, spec: dict[str, Any]) -> None:
         """Starts a fresh run; `spec` is the sandbox's (argv, env, mounts, ...)."""
@@ -39,7 +65,16 @@ class ContainerProcess:
             p.parent.mkdir(parents=True, exist_ok=True)
         self.termination_log.write_bytes(b"")
         self.root_dir.mkdir(parents=True, exist_ok=True)
-        spec = {**spec, "root_dir": str(self.root_dir), "parent_pid": os.getpid()}
+        self.pid_file.unlink(missing_ok=True)
+        pid_namespace = spec.get("pid_namespace", "host")
+        self._forked = pid_namespace != "host"
+        self._own_pid_namespace = pid_namespace == "container"
+        spec = {
+            **spec,
+            "root_dir": str(self.root_dir),
+            "parent_pid": os.getpid(),
+            "pid_file": str(self.pid_file),
+        }
         spec["mounts"] = [
             *spec["mounts"],
             {"source": str(self.termination_log), "target": TERMINATION_LOG, "read_only": False},
@@ -66,9 +101,14 @@ class ContainerProcess:
         return 128 - code if code < 0 else code
 
     def signal(self, sig: int) -> None:
+        """SIGKILL ends every process of the container; any other signal goes to its main
+        process only, as the kubelet sends it (the sandbox forwards it there)."""
         if self._proc is not None:
             with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.killpg(self._proc.pid, sig)
+                if sig == signal.SIGKILL:
+                    os.killpg(self._proc.pid, sig)
+                else:
+                    os.kill(self._proc.pid, sig)
 
     def stop(self, grace: float) -> None:
         """SIGTERM to the group, SIGKILL after `grace` seconds; returns once it has exited."""

@@ -1,6 +1,7 @@
-"""One pod's containers, supervised by one thread the way a kubelet's pod worker would:
-volumes first, then the init containers one after another, then the app containers with
-their probes, restarts with backoff and liveness kills; `stop()` ends them all."""
+"""One pod's containers, supervised by one thread the way a kubelet's pod worker would: the
+pod's sandbox (its namespaces) and volumes first, then the init containers one after another,
+then the app containers with their probes, restarts with backoff and liveness kills; `stop()`
+ends them all, then the sandbox."""
 
 from __future__ import annotations
 
@@ -17,6 +18,8 @@ from typing import Any
 from pdd_localcluster.podstatus import ContainerRun, InitFailure, PodRun, now_rfc3339
 from pdd_localcluster.runtime import images as image_table
 from pdd_localcluster.runtime.containers import ContainerProcess
+from pdd_localcluster.runtime.namespaces import pod_namespaces
+from pdd_localcluster.runtime.pod_sandbox import PodSandbox
 from pdd_localcluster.runtime.podenv import EnvError, command_line, container_env
 from pdd_localcluster.runtime.probes import ProbeTracker, run_probe
 from pdd_localcluster.runtime.volumes import (
@@ -106,6 +109,7 @@ class PodRunner:
             for c in self._inits + self._mains
         }
         self._failure: InitFailure | None = None
+        self._sandbox = PodSandbox(pod_namespaces(self.pod), pod_dir)
         self._stopping = threading.Event()
         self._thread = threading.Thread(target=self._run, name=f"pod-{pod_dir.name}", daemon=True)
 
@@ -129,11 +133,11 @@ class PodRunner:
     def exec(
         self, container: str, argv: Sequence[str], timeout: float
     ) -> subprocess.CompletedProcess[bytes]:
-        """Runs `argv` inside the running container (its mounts, root, working dir, env)."""
-        pid = self.pid(container)
+        """Runs `argv` inside the running container (its namespaces, root, working dir, env)."""
+        pid = self._procs[container].namespace_pid
         if pid is None:
             raise RuntimeError(f"container {container} is not running")
-        cmd = ["nsenter", "-t", str(pid), "-m", "-r", "-w", "--", *argv]
+        cmd = ["nsenter", "-t", str(pid), "-m", "-i", "-u", "-p", "-r", "-w", "--", *argv]
         env = self._envs.get(container, {})
         return subprocess.run(cmd, env=env, capture_output=True, timeout=timeout)
 
@@ -148,11 +152,13 @@ class PodRunner:
             t.start()
         for t in stoppers:
             t.join()
+        self._sandbox.stop()
 
     # ------------------------------------------------------------- the worker
 
     def _run(self) -> None:
         try:
+            self._sandbox.start()
             if not self._prepare_volumes():
                 return
             for c in self._inits:
@@ -240,6 +246,7 @@ class PodRunner:
             "netshim": str(self._svc.netshim),
             "pod_ip": self.pod_ip,
             "keep_visible": list(image_table.IMAGE_CONTENT),
+            **self._sandbox.container_spec(),
         }
         proc = self._procs[name]
         proc.start(spec)
