@@ -15,11 +15,14 @@ KV_BYTES_PER_TOKEN = 2 * 80 * 8 * 128 * 2
 PROMPT_TOKENS = 4096
 KV_BYTES = KV_BYTES_PER_TOKEN * PROMPT_TOKENS  # 1.342 GB
 
-# Link speeds (GB/s) from ../shared/DESIGN.md. Same node and same NVLink clique: NVLink 4,
-# ~400 GB/s (the clique label names an NVLink domain). Anything else crosses a 400 Gb/s
-# RoCE NIC, ~50 GB/s; across racks the path adds a spine hop, assumed non-blocking here
+# Link speeds (GB/s) from ../shared/DESIGN.md. A prefill and a decode pod on one node are
+# separate pods: UCX's cuda_ipc does not cross their PID namespaces (measured on one H200,
+# bench/results/issue35-kv-boundary-h200), so their KV takes the RDMA NIC, ~50 GB/s, not
+# NVLink. Same NVLink clique, other node: NVLink through fabric handles, ~400 GB/s (the clique
+# label names an NVLink domain; not measured here). Anything else crosses a 400 Gb/s RoCE NIC,
+# ~50 GB/s; across racks the path adds a spine hop, assumed non-blocking here
 # (`SPINE_OVERSUBSCRIBED` is the 2:1 sensitivity case).
-LINK_GBPS = {"node": 400.0, "clique": 400.0, "rack": 50.0, "cross-rack": 50.0}
+LINK_GBPS = {"node": 50.0, "clique": 400.0, "rack": 50.0, "cross-rack": 50.0}
 SPINE_OVERSUBSCRIBED = {**LINK_GBPS, "cross-rack": 25.0}
 PAIR_CLASSES = ("node", "clique", "rack", "cross-rack")
 

@@ -40,6 +40,14 @@ POD_IP = "POD_IP"
 # KV descriptor size too when the operator knows it (bytes).
 PDD_VERIFY_TRANSFER = "PDD_VERIFY_TRANSFER"
 PDD_KV_DESCRIPTOR_BYTES = "PDD_KV_DESCRIPTOR_BYTES"
+# ... in the engine's direction (WRITE: prefill pushes, READ: decode pulls) ...
+PDD_KV_OPERATION = "PDD_KV_OPERATION"
+KvOperation = Literal["WRITE", "READ"]
+# ... and across the boundary between the prefill and decode engines: "pod" (separate pods,
+# each in its own PID/IPC namespaces: the check's peer runs beyond one) or "none" (they
+# share the host's PID namespace).
+PDD_KV_PEER_BOUNDARY = "PDD_KV_PEER_BOUNDARY"
+KvPeerBoundary = Literal["pod", "none"]
 PDD_GPUDIRECT = "PDD_GPUDIRECT"
 GpuDirectRequest = Literal["auto", "dmabuf", "peermem", "off"]
 PDD_REQUIRE_RDMA = "PDD_REQUIRE_RDMA"  # true | false

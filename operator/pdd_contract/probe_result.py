@@ -22,6 +22,18 @@ REASON_TCP = "TCPFallback"
 REASON_SLOW = "BelowExpectedBandwidth"
 
 _TCP_HINT = "check the RDMA resource, memlock, UCX_NET_DEVICES"
+# Links the check measures without a NIC: the peer pod is on the same node.
+_SAME_NODE_LINKS = frozenset({"nvlink", "gpu", "host"})
+_POD_BOUNDARY_CAUSE = (
+    "prefill and decode are separate pods without a shared PID namespace: UCX's cuda_ipc "
+    "(and cma for host memory) cannot cross it, so the KV goes through the CPU over TCP; "
+    "give the pods an RDMA NIC (spec.kvTransfer.rdma) or run both roles in the host's PID "
+    "namespace (hostPID in both podTemplates, an admin opt-in; docs/topology.md)"
+)
+_READ_EMULATED_CAUSE = (
+    "UCX emulates a READ of this memory in software (no zero-copy get between these GPUs): "
+    "an engine that WRITEs (SGLang, vLLM's push connector) avoids it"
+)
 _SLOW_HINTS = {
     "rdma": "check the NIC is the one nearest the GPU (UCX_NET_DEVICES), GPUDirect RDMA "
     "(open kernel module / nvidia-peermem) and the link speed",
@@ -77,6 +89,13 @@ class ProbeResult:
     link: str = ""
     engine_descriptor_bytes: int = 0
     concurrency: int = 1
+    # The engine's direction ("WRITE": pushed into the peer; "READ": pulled from it) and
+    # whether the peer was beyond a pod boundary ("pod") or in the same namespaces ("none").
+    operation: str = "WRITE"
+    peer_boundary: str = ""
+    # UCX moved the bytes by software emulation (through the CPU, over its active-message
+    # lane) rather than by a zero-copy or RDMA protocol.
+    emulated: bool = False
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -107,13 +126,25 @@ def classify_probe(
         )
         return False, REASON_CORRUPT, message
     expected = f"expected ≥ {floor:g} GB/s{_over(r)}"
-    if r.gbps < floor and r.transport == "tcp":
-        return False, REASON_TCP, f"tcp fallback: {measured}, {expected}: {_TCP_HINT}"
+    lanes = f" on {', '.join(r.lanes)}" if r.lanes else ""
+    if r.emulated or (r.gbps < floor and r.transport == "tcp"):
+        how = "UCX software emulation" if r.emulated else "tcp fallback"
+        cause = _fallback_cause(r)
+        return False, REASON_TCP, f"{how}: {measured}{lanes}, {expected}: {cause}"
     if r.gbps < floor:
         hint = _SLOW_HINTS.get(r.transport, _TCP_HINT)
         return False, REASON_SLOW, f"{r.transport}: {measured}, {expected}: {hint}"
     message = f"{r.transport}: {measured} on {where} (expected ≥ {floor:g} GB/s), bytes verified"
     return True, REASON_VERIFIED, message
+
+
+def _fallback_cause(r: ProbeResult) -> str:
+    """Why the KV took the slow lane, in plain words, and what fixes it."""
+    if r.peer_boundary == "pod" and r.link in _SAME_NODE_LINKS:
+        return _POD_BOUNDARY_CAUSE
+    if r.emulated and r.operation == "READ":
+        return _READ_EMULATED_CAUSE
+    return _TCP_HINT
 
 
 def _over(r: ProbeResult) -> str:

@@ -30,13 +30,15 @@ import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Literal, get_args
+from typing import Literal, TypeVar, get_args
 
 from pdd_contract.env import (
     PDD_GPU_NIC_MAP,
     PDD_GPUDIRECT,
     PDD_GPUDIRECT_MODE,
     PDD_KV_DESCRIPTOR_BYTES,
+    PDD_KV_OPERATION,
+    PDD_KV_PEER_BOUNDARY,
     PDD_NIC_MAP,
     PDD_NIC_SELECTION,
     PDD_REQUIRE_RDMA,
@@ -44,11 +46,13 @@ from pdd_contract.env import (
     UCX_IB_GPU_DIRECT_RDMA,
     UCX_NET_DEVICES,
     GpuDirectRequest,
+    KvOperation,
+    KvPeerBoundary,
     NicSelectionMode,
 )
 from pdd_contract.paths import ENV_FILE, KV_PATH_FILE
 from pdd_contract.resources import GPU_RESOURCE
-from pdd_node.kv_path import check_kv_path, summary
+from pdd_node.kv_path import KvPathRequest, check_kv_path, summary
 from pdd_node.topology.gpudirect import (
     FIX_OPEN_MODULE,
     FIX_PEERMEM,
@@ -69,6 +73,7 @@ TERMINATION_MESSAGE_LIMIT = 4096
 MIN_SHM_BYTES = 1 << 30
 
 Status = Literal["ok", "warning", "failed"]
+_T = TypeVar("_T")
 
 _UVERBS = re.compile(r"^uverbs\d+$")
 _UCX_DEVICE = re.compile(r"^([A-Za-z0-9_.-]+):(\d+)$")
@@ -79,6 +84,8 @@ _GPUDIRECT_REQUESTS: dict[str, GpuDirectRequest] = {
 _NIC_SELECTION_MODES: dict[str, NicSelectionMode] = {
     name: name for name in get_args(NicSelectionMode)
 }
+_OPERATIONS: dict[str, KvOperation] = {name: name for name in get_args(KvOperation)}
+_BOUNDARIES: dict[str, KvPeerBoundary] = {name: name for name in get_args(KvPeerBoundary)}
 
 
 class PreflightError(ValueError):
@@ -104,6 +111,9 @@ class PreflightConfig:
     cuda_visible_devices: str | None = None
     verify_transfer: bool = False
     kv_descriptor_bytes: int = 0
+    # Without the operator's word: WRITE, and a pod boundary, which every P/D pair crosses.
+    kv_operation: KvOperation = "WRITE"
+    kv_peer_boundary: KvPeerBoundary = "pod"
 
     @classmethod
     def from_env(cls, env: Mapping[str, str]) -> PreflightConfig:
@@ -129,6 +139,10 @@ class PreflightConfig:
             verify_transfer=_parse_bool(PDD_VERIFY_TRANSFER, env.get(PDD_VERIFY_TRANSFER, "")),
             kv_descriptor_bytes=_parse_count(
                 PDD_KV_DESCRIPTOR_BYTES, env.get(PDD_KV_DESCRIPTOR_BYTES, "")
+            ),
+            kv_operation=_choice(PDD_KV_OPERATION, env.get(PDD_KV_OPERATION, "WRITE"), _OPERATIONS),
+            kv_peer_boundary=_choice(
+                PDD_KV_PEER_BOUNDARY, env.get(PDD_KV_PEER_BOUNDARY, "pod"), _BOUNDARIES
             ),
         )
 
@@ -642,7 +656,15 @@ def main(argv: list[str] | None = None) -> int:
 
 def _check_kv_path(report: PreflightReport, config: PreflightConfig, out: Path) -> None:
     result = check_kv_path(
-        len(report.ranks), report.ucx_net_devices, config.kv_descriptor_bytes, os.environ, out
+        KvPathRequest(
+            gpus=len(report.ranks),
+            net_devices=report.ucx_net_devices,
+            descriptor_bytes=config.kv_descriptor_bytes,
+            operation=config.kv_operation,
+            peer_boundary=config.kv_peer_boundary,
+        ),
+        os.environ,
+        out,
     )
     status = "ok" if result.verified and not result.error else "warning"
     print(f"preflight [{status}] kv-path: {summary(result)}")
@@ -690,6 +712,16 @@ def _parse_bool(name: str, value: str) -> bool:
     if lowered in ("false", "0", "no", ""):
         return False
     raise PreflightError(f"{name}={value!r} is not true or false")
+
+
+def _choice(name: str, value: str, choices: Mapping[str, _T]) -> _T:
+    chosen = choices.get(value.strip())
+    if chosen is None:
+        raise PreflightError(
+            f"{name}={value!r} is not one of {', '.join(choices)}: the operator renders it; "
+            "remove it from the podTemplate"
+        )
+    return chosen
 
 
 def _parse_count(name: str, value: str) -> int:

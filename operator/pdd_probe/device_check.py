@@ -37,11 +37,17 @@ class DeviceCheck:
 
 
 def plan_device_check(
-    gpus: int, net_devices: str, ucx_tls: str, engine_descriptor_bytes: int | None
+    gpus: int,
+    net_devices: str,
+    ucx_tls: str,
+    engine_descriptor_bytes: int | None,
+    operation: str = "WRITE",
+    peer_boundary: str = "pod",
 ) -> DeviceCheck:
     """The probe for a pod with ``gpus`` GPUs whose engine gets ``UCX_NET_DEVICES=net_devices``
-    and ``UCX_TLS=ucx_tls``. With a NIC the check must go through it, so the GPU-to-GPU
-    shortcut inside the pod (cuda_ipc) is taken out of the transports."""
+    and ``UCX_TLS=ucx_tls``, moving the KV in the engine's direction (``operation``) to a peer
+    beyond ``peer_boundary``. With a NIC the check must go through it, so the GPU-to-GPU
+    shortcut (cuda_ipc) is taken out of the transports."""
     sizes = sorted(
         {*LINK_BLOCK_SIZES, *([engine_descriptor_bytes] if engine_descriptor_bytes else [])}
     )
@@ -56,6 +62,7 @@ def plan_device_check(
         src_mem=mem, dst_mem=mem, src_device=0, dst_device=last, block_sizes=sizes,
         bytes_per_size=BYTES_PER_SIZE if gpus else 16 * MIB, iterations=5 if gpus else 1,
         concurrency=LINK_CONCURRENCY if gpus else 1, timeout_s=120.0,
+        operation=operation, peer_boundary=peer_boundary,
     )  # fmt: skip
     return DeviceCheck(path, spec, tls)
 
@@ -101,10 +108,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--gpus", type=int, required=True, help="GPUs to use (0: host memory)")
     parser.add_argument("--net-devices", default=os.environ.get(UCX_NET_DEVICES, ""))
     parser.add_argument("--descriptor-bytes", type=int, default=0, help="the engine's size")
+    parser.add_argument("--operation", choices=("WRITE", "READ"), default="WRITE")
+    parser.add_argument("--peer-boundary", choices=("pod", "none"), default="pod")
     args = parser.parse_args(argv)
     check = plan_device_check(
-        args.gpus, args.net_devices, os.environ.get(UCX_TLS, ""), args.descriptor_bytes
-    )
+        args.gpus, args.net_devices, os.environ.get(UCX_TLS, ""), args.descriptor_bytes,
+        args.operation, args.peer_boundary,
+    )  # fmt: skip
     result = run_device_check(check, args.descriptor_bytes, dict(os.environ))
     print(json.dumps(result.to_dict(), indent=1))
     return 0 if result.verified and not result.error else 1

@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from pdd_contract.probe_result import ProbeResult, classify_probe
+from pdd_probe import boundary
 
 __all__ = [
     "DEFAULT_BLOCK_SIZES",
@@ -42,6 +43,8 @@ __all__ = [
 KIB, MIB, GIB = 1 << 10, 1 << 20, 1 << 30
 DEFAULT_BLOCK_SIZES = (256 * KIB, 1 * MIB, 4 * MIB, 16 * MIB)
 MEMORY_KINDS = ("auto", "DRAM", "VRAM")
+OPERATIONS = ("WRITE", "READ")
+BOUNDARIES = ("none", "pod")
 MAX_BYTES_PER_SIZE = 4 * GIB  # a probe must never take a GPU's memory from the engine
 MAX_CONCURRENCY = 32
 # Requests in flight that reached the link between two H200 over NVLink (4 and 8 alike,
@@ -75,6 +78,13 @@ class ProbeSpec:
     # NIXL's UCX thread pool (``num_threads``): splits one request over that many threads,
     # each with its own worker. 0 keeps NIXL's default single progress thread.
     nixl_threads: int = 0
+    # The engine's direction: "WRITE" (the initiator pushes into the target: SGLang, vLLM's
+    # push connector) or "READ" (the initiator pulls from the target: vLLM's NixlConnector,
+    # where decode reads prefill's KV). The bytes always go from the KV's owner to its user.
+    operation: str = "WRITE"
+    # "pod": the target runs beyond a pod boundary of its own (``pdd_probe.boundary``), as the
+    # peer pod's engine does; "none": both in this pod's namespaces (one pod, or hostPID).
+    peer_boundary: str = "none"
 
     def validate(self) -> None:
         for mem in (self.src_mem, self.dst_mem):
@@ -92,6 +102,10 @@ class ProbeSpec:
             raise ValueError(f"concurrency must be in [1, {MAX_CONCURRENCY}]")
         if not 0 <= self.nixl_threads <= MAX_CONCURRENCY:
             raise ValueError(f"nixl_threads must be in [0, {MAX_CONCURRENCY}]")
+        if self.operation not in OPERATIONS:
+            raise ValueError(f"operation must be one of {OPERATIONS}, not {self.operation!r}")
+        if self.peer_boundary not in BOUNDARIES:
+            raise ValueError(f"peer_boundary must be one of {BOUNDARIES}")
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> ProbeSpec:
@@ -113,6 +127,11 @@ class ProbeSpec:
             "device": self.dst_device,
             "region_bytes": region_bytes(block_plan(self.block_sizes, self.bytes_per_size)),
             "timeout_s": self.timeout_s,
+            # A READ's source: the target lays the KV out before the initiator pulls it.
+            "operation": self.operation,
+            "block_sizes": list(self.block_sizes),
+            "bytes_per_size": self.bytes_per_size,
+            "seed": self.seed,
         }
 
     def initiator_spec(self, agent_name: str, target: Mapping[str, Any]) -> dict[str, Any]:
@@ -127,6 +146,8 @@ class ProbeSpec:
             "timeout_s": self.timeout_s,
             "concurrency": self.concurrency,
             "nixl_threads": self.nixl_threads,
+            "operation": self.operation,
+            "peer_boundary": self.peer_boundary,
             "target": dict(target),
         }
 
@@ -163,8 +184,9 @@ def new_agent_name(role: str) -> str:
     return f"pdd-probe-{role}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
 
 
-def worker_command(role: str) -> list[str]:
-    return [sys.executable, "-m", "pdd_probe.worker", role]
+def worker_command(role: str, beyond_pod_boundary: bool = False) -> list[str]:
+    argv = [sys.executable, "-m", "pdd_probe.worker", role]
+    return boundary.command(argv) if beyond_pod_boundary else argv
 
 
 def worker_env(
@@ -189,7 +211,10 @@ def merge_results(initiator: Mapping[str, Any], target: Mapping[str, Any] | None
         result.verified = False
         result.error = result.error or "the target never reported what it received"
         return result
-    result.verified = bool(target.get("verified")) and not result.error
+    # A WRITE is checked where it landed; a READ where it arrived, and the target confirms
+    # that its source was left intact.
+    read_ok = bool(initiator.get("read_verified")) if result.operation == "READ" else True
+    result.verified = bool(target.get("verified")) and read_ok and not result.error
     if not result.error and target.get("error") and target.get("error") != "digest mismatch":
         result.error = f"target: {target['error']}"
     return result
@@ -204,7 +229,11 @@ def run_local_probe(
     spec.validate()
     child_env = worker_env(extra_paths, env)
     deadline = time.monotonic() + spec.timeout_s + 30
-    with _Worker("target", child_env) as target, _Worker("initiator", child_env) as initiator:
+    beyond = spec.peer_boundary == "pod"
+    with (
+        _Worker("target", child_env, beyond) as target,
+        _Worker("initiator", child_env) as initiator,
+    ):
         try:
             target.send(spec.target_spec(new_agent_name("target")))
             ready = target.read_event("ready", deadline)
@@ -216,20 +245,25 @@ def run_local_probe(
             return ProbeResult(
                 path=f"{spec.src_mem}->{spec.dst_mem}",
                 block_sizes=list(spec.block_sizes),
+                operation=spec.operation,
+                peer_boundary=spec.peer_boundary,
                 error=f"{exc}; {target.stderr_tail()} {initiator.stderr_tail()}".strip(),
             )
+        if measured.get("error"):
+            # What the other side said is often the cause (a crash, a refused memory key).
+            measured["error"] = f"{measured['error']}; {target.stderr_tail()}".strip("; ")
     return merge_results(measured, verdict)
 
 
 class _Worker:
     """One probe worker subprocess speaking JSON lines; killed on exit from the block."""
 
-    def __init__(self, role: str, env: Mapping[str, str]) -> None:
+    def __init__(self, role: str, env: Mapping[str, str], beyond_boundary: bool = False) -> None:
         self.role = role
         self._buffer = b""
         self._stderr = tempfile.TemporaryFile()  # noqa: SIM115 - closed in __exit__
         self._proc = subprocess.Popen(
-            worker_command(role),
+            worker_command(role, beyond_boundary),
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=self._stderr,
@@ -241,7 +275,11 @@ class _Worker:
 
     def __exit__(self, *exc: object) -> None:
         if self._proc.poll() is None:
-            self._proc.kill()
+            self._proc.terminate()  # a target still waiting: it keeps its log and tidies up
+            try:
+                self._proc.wait(timeout=2)
+            except subprocess.TimeoutExpired:
+                self._proc.kill()
         self._proc.wait(timeout=10)
         for stream in (self._proc.stdin, self._proc.stdout):
             if stream:

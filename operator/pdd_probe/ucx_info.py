@@ -55,6 +55,9 @@ class TransportReport:
     transports: tuple[str, ...]
     lanes: tuple[str, ...]
     devices: tuple[str, ...]
+    # A row said "emulation": UCX moved the bytes through the CPU over its active-message
+    # lane (e.g. a READ of GPU memory, or cuda_ipc refused across PID namespaces).
+    emulated: bool = False
 
 
 def parse_proto_tables(text: str) -> list[ProtoTable]:
@@ -137,6 +140,7 @@ def report_for_transfer(
     """
     sizes = list(block_sizes)
     lanes: list[str] = []
+    emulated = False
     tables = [
         t for t in parse_proto_tables(text) if not t.is_self and t.operation.startswith(operation)
     ]
@@ -146,6 +150,7 @@ def report_for_transfer(
             low, high = parse_range(range_text)
             if any(low <= size <= high for size in sizes):
                 lanes.extend(_lanes(f"{description} {config}"))
+                emulated = emulated or "emulation" in f"{description} {config}".lower()
     unique = tuple(dict.fromkeys(lanes))
     tls = tuple(dict.fromkeys(lane.split("/", 1)[0] for lane in unique))
     classes = tuple(dict.fromkeys(classify_tl(tl) for tl in tls))
@@ -156,17 +161,20 @@ def report_for_transfer(
             if "/" in lane and classify_tl(lane.split("/", 1)[0]) in (RDMA, TCP)
         )
     )
-    return TransportReport(overall_class(classes), classes, unique, devices)
+    return TransportReport(overall_class(classes), classes, unique, devices, emulated)
 
 
 def _moves_between(table: ProtoTable, src_mem: str | None, dst_mem: str | None) -> bool:
-    """Whether the table is for this source/destination memory (``from cuda memory to
-    cuda``, ``from host memory to cuda/dev[0]``, and with NIXL's scatter-gather offload
-    ``from sgl cuda/GPU0 to cuda/dev[3]``); true when the memory types are not given."""
+    """Whether the table is for this local/remote memory (``from cuda memory to cuda``,
+    ``from host memory to cuda/dev[0]``, with NIXL's scatter-gather offload ``from sgl
+    cuda/GPU0 to cuda/dev[3]``, and for a READ ``into cuda/GPU0 from cuda``); true when the
+    memory types are not given."""
     if src_mem is None or dst_mem is None:
         return True
     text = table.operation
     src, dst = _UCX_MEMORY.get(src_mem, ""), _UCX_MEMORY.get(dst_mem, "")
+    if " into " in text:  # a READ: ``into cuda/GPU0 from cuda`` (local, then remote memory)
+        return (f"into {src}" in text or f"into sgl {src}" in text) and f"from {dst}" in text
     from_src = f"from {src}" in text or f"from sgl {src}" in text
     return from_src and f" to {dst}" in text
 

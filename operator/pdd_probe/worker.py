@@ -1,5 +1,6 @@
 """The two NIXL processes of the transfer probe: a target that registers memory and checks
-what arrived, and an initiator that WRITEs a KV-like block mix into it and times it.
+what arrived, and an initiator that WRITEs a KV-like block mix into it, or READs one out of it
+(the direction of the engine's connector), and times it.
 
 Each runs in its own process (``python -m pdd_probe.worker target|initiator``) so that
 the UCX environment is read fresh, exactly as the engine's would be, and so that NIXL's blocking
@@ -11,7 +12,8 @@ the reader.
 The target region holds one slot per block size (``probe.block_plan``). Blocks land in a
 permuted order, as paged KV blocks do, so NIXL cannot merge them into one large copy; the
 initiator sends the digest of the layout it expects and the target compares it with what is in
-its memory.
+its memory. For a READ the target lays the blocks out first and the initiator checks what it
+pulled; the target then confirms its source was left as it was.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ import importlib
 import json
 import os
 import shutil
+import signal
 import sys
 import tempfile
 import threading
@@ -38,6 +41,8 @@ from pdd_contract.env import UCX_NET_DEVICES, UCX_TLS
 from pdd_probe.cuda import CudaDriver, CudaError, DeviceMemory
 from pdd_probe.probe import MARKER, VERIFY_TAG, Slot, block_plan, region_bytes
 
+# The UCX protocol table that serves each NIXL operation.
+UCX_OPERATIONS = {"WRITE": "remote memory write", "READ": "remote memory read"}
 # Spin on a transfer this long before backing off: sleeping while a 50 GB/s transfer of a few
 # milliseconds completes would add the oversleep to the measurement.
 _POLL_SPIN_S = 0.05
@@ -160,10 +165,13 @@ def wait_for(done: Callable[[], bool], deadline: float, what: str) -> None:
 
 
 def run_target(spec: dict[str, Any]) -> int:
-    """Register a zeroed region, publish it, then compare what arrives with the digest sent."""
+    """Register a region, publish it, then compare what is in it with the digest sent: what
+    arrived (WRITE), or the source left intact (READ)."""
     deadline = time.perf_counter() + float(spec.get("timeout_s", 120))
     # Memory first: GPU memory needs a CUDA context before UCX looks for cuda transports.
     buf = allocate(spec["mem"], int(spec["region_bytes"]), int(spec.get("device", 0)))
+    if spec.get("operation") == "READ":
+        lay_out_source(buf, spec)
     agent = make_agent(spec["agent_name"])
     register(agent, buf)
     emit(
@@ -195,16 +203,37 @@ def run_target(spec: dict[str, Any]) -> int:
     return 0
 
 
+def lay_out_source(buf: Buffer, spec: dict[str, Any]) -> None:
+    """The region as a WRITE of the same plan would leave it: slot k holds the pattern's
+    blocks at their permuted places, so block i of a READ's destination is block i of the
+    pattern."""
+    plan = block_plan([int(s) for s in spec["block_sizes"]], int(spec["bytes_per_size"]))
+    seed = int(spec.get("seed", 1))
+    data = pattern(max(slot.nbytes for slot in plan), seed)
+    region = np.zeros(region_bytes(plan), dtype=np.uint8)
+    for k, slot in enumerate(plan):
+        size, perm = slot.block_size, permutation(slot.count, seed + k)
+        blocks = data[: slot.nbytes].reshape(slot.count, size)
+        region[slot.offset : slot.offset + slot.nbytes].reshape(slot.count, size)[perm] = blocks
+    buf.write(np.concatenate([region, np.zeros(buf.nbytes - region.size, dtype=np.uint8)]))
+
+
 def run_initiator(spec: dict[str, Any]) -> int:
-    """WRITE every block size into the target, timing only the posted transfers."""
+    """WRITE every block size into the target, or READ it from there, timing only the posted
+    transfers."""
     started = time.time()
     t0 = time.perf_counter()
     try:
         result = _initiate(spec)
     except Exception as exc:  # reported as data: the caller turns it into a condition
-        result = {"error": f"{type(exc).__name__}: {exc}"}
+        result = {
+            "error": f"{type(exc).__name__}: {exc}",
+            "operation": str(spec.get("operation", "WRITE")),
+            "peer_boundary": str(spec.get("peer_boundary", "none")),
+        }
     result["started_at"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(started))
     result["duration_s"] = round(time.perf_counter() - t0, 3)
+    _keep_ucx_log(_read_ucx_log(), "initiator-full")  # before the caller may kill us
     emit("result", **result)
     return 0 if not result.get("error") else 1
 
@@ -218,10 +247,13 @@ def _initiate(spec: dict[str, Any]) -> dict[str, Any]:
     seed = int(spec.get("seed", 1))
     deadline = time.perf_counter() + float(spec.get("timeout_s", 120))
 
+    operation = str(spec.get("operation", "WRITE"))
     src_bytes = max(slot.nbytes for slot in plan)
     src = allocate(spec["mem"], src_bytes, int(spec.get("device", 0)))
     data = pattern(src_bytes, seed)
-    src.write(data)
+    if operation == "WRITE":
+        src.write(data)
+    read_intact = True
     concurrency = int(spec.get("concurrency", 1))
     agent = make_agent(spec["agent_name"], concurrency, int(spec.get("nixl_threads", 0)))
     register(agent, src)
@@ -230,9 +262,15 @@ def _initiate(spec: dict[str, Any]) -> dict[str, Any]:
 
     timings = []
     for k, slot in enumerate(plan):
-        seconds = _timed_writes(
-            agent, remote, src, target, slot, seed + k, iterations, concurrency, deadline
-        )
+        if operation == "READ":
+            src.write(np.zeros(src_bytes, dtype=np.uint8))  # stale bytes must not pass
+        seconds = _timed_transfers(
+            agent, operation, remote, src, target, slot, seed + k, iterations, concurrency,
+            deadline,
+        )  # fmt: skip
+        if operation == "READ":
+            pulled = src.host_copy()[: slot.nbytes]
+            read_intact = read_intact and bool(np.array_equal(pulled, data[: slot.nbytes]))
         moved = slot.nbytes * iterations
         timings.append(
             {
@@ -248,8 +286,10 @@ def _initiate(spec: dict[str, Any]) -> dict[str, Any]:
 
     sizes = [slot.block_size for slot in plan]
     ucx_log = _read_ucx_log()
-    _keep_ucx_log(ucx_log, f"{src.mem}-{target['mem']}")
-    report = report_for_transfer(ucx_log, sizes, src_mem=src.mem, dst_mem=target["mem"])
+    _keep_ucx_log(ucx_log, f"{operation.lower()}-{src.mem}-{target['mem']}")
+    report = report_for_transfer(
+        ucx_log, sizes, operation=UCX_OPERATIONS[operation], src_mem=src.mem, dst_mem=target["mem"]
+    )
     total_bytes = sum(t["bytes"] for t in timings)
     total_s = sum(t["seconds"] for t in timings)
     return {
@@ -268,12 +308,17 @@ def _initiate(spec: dict[str, Any]) -> dict[str, Any]:
         "per_block_size": timings,
         "ucx_tls": os.environ.get(UCX_TLS, ""),
         "ucx_net_devices": os.environ.get(UCX_NET_DEVICES, ""),
+        "operation": operation,
+        "peer_boundary": str(spec.get("peer_boundary", "none")),
+        "emulated": report.emulated,
+        "read_verified": read_intact if operation == "READ" else None,
         "error": None,
     }
 
 
-def _timed_writes(
+def _timed_transfers(
     agent: Any,
+    operation: str,
     remote: str,
     src: Buffer,
     target: dict[str, Any],
@@ -297,7 +342,9 @@ def _timed_writes(
     )
     local_side = agent.prep_xfer_dlist("NIXL_INIT_AGENT", local, src.mem)
     remote_side = agent.prep_xfer_dlist(remote, remote_descs, target["mem"])
-    handles = _requests_on_own_workers(agent, local_side, remote_side, count, concurrency)
+    handles = _requests_on_own_workers(
+        agent, operation, local_side, remote_side, count, concurrency
+    )
     try:
         post_and_wait(agent, handles, deadline)  # warm-up: rkey unpack, lane wire-up
         start = time.perf_counter()
@@ -312,13 +359,13 @@ def _timed_writes(
 
 
 def _requests_on_own_workers(
-    agent: Any, local_side: Any, remote_side: Any, count: int, concurrency: int
+    agent: Any, operation: str, local_side: Any, remote_side: Any, count: int, concurrency: int
 ) -> list[Any]:
-    """One WRITE request per chunk of the descriptors, each on a UCX worker of its own."""
+    """One request per chunk of the descriptors, each on a UCX worker of its own."""
     chunks = np.array_split(np.arange(count, dtype=np.int32), min(concurrency, count))
     return prepare_on_own_workers(
         agent,
-        lambda k: agent.make_prepped_xfer("WRITE", local_side, chunks[k], remote_side, chunks[k]),
+        lambda k: agent.make_prepped_xfer(operation, local_side, chunks[k], remote_side, chunks[k]),
         len(chunks),
     )
 
@@ -416,9 +463,14 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     spec = json.loads(sys.stdin.readline())
     log_dir = _prepare_ucx_env(args[0])
+    # Stopped by the caller (a target still waiting for a transfer that failed): the log is
+    # still kept, and the temporary directory removed.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     try:
         return run_target(spec) if args[0] == "target" else run_initiator(spec)
     finally:
+        if args[0] == "target":
+            _keep_ucx_log(_read_ucx_log(), "target-full")
         shutil.rmtree(log_dir, ignore_errors=True)
 
 

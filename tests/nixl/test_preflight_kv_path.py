@@ -13,7 +13,7 @@ import pytest
 
 from pdd_contract.probe_result import ProbeResult
 from pdd_node import preflight
-from pdd_node.kv_path import check_kv_path, summary
+from pdd_node.kv_path import KvPathRequest, check_kv_path, summary
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "topology"
 NO_CUDA_DRIVER = ctypes.util.find_library("cuda") is None
@@ -21,7 +21,8 @@ NO_CUDA_DRIVER = ctypes.util.find_library("cuda") is None
 
 def test_the_check_writes_a_verified_result_for_the_sidecar(tmp_path: Path) -> None:
     out = tmp_path / "env" / "kv-path.json"
-    result = check_kv_path(0, "", 64 * 1024, dict(os.environ), out)
+    request = KvPathRequest(gpus=0, descriptor_bytes=64 * 1024, peer_boundary="none")
+    result = check_kv_path(request, dict(os.environ), out)
     written = ProbeResult.from_dict(json.loads(out.read_text()))
     assert written.verified and written.error is None
     assert (written.measured_by, written.link) == ("preflight", "host")

@@ -40,7 +40,10 @@ def test_loopback_probe_over_tcp_is_a_tcp_fallback() -> None:
 
     ok, reason, message = classify_probe(result, expected_link_gbps=40, min_fraction=1.0)
     assert (ok, reason) == (False, REASON_TCP)
-    assert message.startswith(f"tcp fallback: {result.gbps:.1f} GB/s, expected ≥ 40 GB/s over lo")
+    lanes = ", ".join(result.lanes)
+    assert message.startswith(
+        f"tcp fallback: {result.gbps:.1f} GB/s on {lanes}, expected ≥ 40 GB/s over lo"
+    )
     assert classify_probe(result.to_dict(), 0.001, 1.0)[:2] == (True, REASON_VERIFIED)
 
 

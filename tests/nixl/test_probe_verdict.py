@@ -85,3 +85,44 @@ def test_result_round_trips_through_json_shape() -> None:
                 "ucx_tls", "ucx_net_devices", "started_at", "duration_s", "error"):  # fmt: skip
         assert key in document
     assert ProbeResult.from_dict({**document, "unknown_field": 1}).path == "DRAM->DRAM"
+
+
+@pytest.mark.parametrize(
+    ("overrides", "cause"),
+    [
+        # Two pods on one node, no shared PID namespace: cuda_ipc refused, TCP emulation.
+        (
+            {"transport": "tcp", "gbps": 0.5, "link": "gpu", "peer_boundary": "pod",
+             "operation": "READ", "emulated": True, "lanes": ["tcp/lo"]},
+            "separate pods without a shared PID namespace",
+        ),
+        # Emulated even within one namespace: vLLM's READ where get_zcopy is off.
+        (
+            {"transport": "cuda_copy", "gbps": 400.0, "link": "gpu", "peer_boundary": "none",
+             "operation": "READ", "emulated": True},
+            "an engine that WRITEs",
+        ),
+        # Across nodes over a NIC that fell back: the RDMA checklist.
+        (
+            {"transport": "tcp", "gbps": 1.0, "link": "rdma", "peer_boundary": "pod"},
+            "check the RDMA resource",
+        ),
+    ],
+)  # fmt: skip
+def test_a_tcp_or_emulated_lane_is_a_tcp_fallback_with_its_cause(
+    overrides: dict[str, Any], cause: str
+) -> None:
+    ok, reason, message = classify_probe(_result(**overrides), 50.0, 0.5)
+    assert (ok, reason) == (False, REASON_TCP), message
+    assert cause in message, message
+
+
+def test_a_read_whose_pulled_bytes_differ_is_not_verified() -> None:
+    from pdd_probe.probe import merge_results
+
+    pulled_wrong = {**_result(), "operation": "READ", "read_verified": False}
+    assert not merge_results(pulled_wrong, {"verified": True}).verified
+    pulled_right = {**pulled_wrong, "read_verified": True}
+    assert merge_results(pulled_right, {"verified": True}).verified
+    # The target found its source changed: a READ must not write.
+    assert not merge_results(pulled_right, {"verified": False}).verified

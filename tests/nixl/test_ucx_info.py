@@ -202,3 +202,40 @@ SGL_TABLES = "\n".join(
 def test_a_scatter_gather_put_counts_as_the_cuda_table() -> None:
     report = report_for_transfer(SGL_TABLES, [64 << 10], src_mem="VRAM", dst_mem="VRAM")
     assert report.transport == "nvlink"
+
+
+# UCX 1.23.0 (nixl-cu13 1.5.1) on one H200, a READ from a peer beyond a pod boundary
+# (bench/results/issue35-kv-boundary-h200/ucx-tables.txt): a READ's table says "into LOCAL
+# from REMOTE", and the lane is software emulation over TCP.
+READ_EMULATED = "\n".join(
+    PREFIX + line
+    for line in [
+        "+--------+--------------------+----------------------------------+",
+        "| B intra-node cfg#2                                             |",
+        "| remote memory read by ucp_get*(multi) into host from host       |",
+        "+--------+--------------------+----------------------------------+",
+        "| Range  |    Description     |              Config              |",
+        "+--------+--------------------+----------------------------------+",
+        "| 0..inf | zero-copy          | cma/memory                       |",
+        "+--------+--------------------+----------------------------------+",
+        "| B intra-node cfg#2                                             |",
+        "| remote memory read by ucp_get*(multi) into cuda/GPU0 from cuda |",
+        "+--------+--------------------+----------------------------------+",
+        "| Range  |    Description     |              Config              |",
+        "+--------+--------------------+----------------------------------+",
+        "| 0..inf | software emulation | tcp/lo                           |",
+        "+--------+--------------------+----------------------------------+",
+    ]
+)
+
+
+def test_a_read_is_read_from_its_own_table_and_emulation_is_flagged() -> None:
+    report = report_for_transfer(
+        READ_EMULATED, [65536], operation="remote memory read", src_mem="VRAM", dst_mem="VRAM"
+    )
+    assert report.transport == "tcp" and report.lanes == ("tcp/lo",)
+    assert report.emulated
+    host = report_for_transfer(
+        READ_EMULATED, [65536], operation="remote memory read", src_mem="DRAM", dst_mem="DRAM"
+    )
+    assert host.lanes == ("cma/memory",) and not host.emulated

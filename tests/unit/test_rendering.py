@@ -82,12 +82,18 @@ def test_kv_block_size_becomes_the_engines_flag(engine: str, flag: str) -> None:
     assert flag not in container(default, "engine")["args"]
 
 
+RDMA = {"resourceName": "rdma/rdma_shared_device_a"}
+
+
 @pytest.mark.parametrize(("scatter_gather", "value"), [(None, "y"), (False, "n")])
 def test_nixl_scatter_gather_reaches_engine_preflight_and_sidecar(
     scatter_gather: bool | None, value: str
 ) -> None:
     ucx = {} if scatter_gather is None else {"scatterGather": scatter_gather}
-    pdd = make_pdd({"kvTransfer": {"ucx": ucx, "metadataExchange": {"mode": "sidecar"}}})
+    # With RDMA: there the offload has a lane (without, it stays off: the test below).
+    pdd = make_pdd(
+        {"kvTransfer": {"ucx": ucx, "metadataExchange": {"mode": "sidecar"}, "rdma": RDMA}}
+    )
     sts = find(render_children(pdd, RenderContext()), "StatefulSet", "llama-decode")
     for name in ("engine", "preflight", "nixl-sidecar"):
         assert env_of(container(sts, name))["NIXL_UCX_SGL_ENABLE"] == value
@@ -306,3 +312,37 @@ def test_the_engine_revision_of_each_spec_object_is_its_own() -> None:
         revisions.append(revision)
         del spec  # frees the id for a later spec
     assert len(set(revisions)) == 64
+
+
+def _preflight_env(spec: dict[str, Any]) -> dict[str, str]:
+    sts = find(render_children(make_pdd(spec), RenderContext()), "StatefulSet", "llama-prefill")
+    return env_of(container(sts, "preflight"))
+
+
+HOST_PID = {"podTemplate": {"spec": {"hostPID": True}}}
+
+
+@pytest.mark.parametrize(
+    ("spec", "operation", "boundary", "sgl"),
+    [
+        # vLLM's NixlConnector: decode READs; separate pods with RDMA keep the offload.
+        ({"engine": {"type": "vllm"}, "kvTransfer": {"rdma": RDMA}}, "READ", "pod", "y"),
+        ({"engine": {"type": "sglang"}, "kvTransfer": {"rdma": RDMA}}, "WRITE", "pod", "y"),
+        # No RDMA, separate pods: the only lane is TCP emulation, which has no protocol for
+        # the offload (every WRITE fails: docs/benchmarks.md), so it is left off.
+        ({"engine": {"type": "sglang"}, "kvTransfer": {"rdma": {"resourceName": ""}}},
+         "WRITE", "pod", "n"),
+        # Both roles in the host's PID namespace: no boundary, cuda_ipc and the offload work.
+        ({"engine": {"type": "sglang"}, "kvTransfer": {"rdma": {"resourceName": ""}},
+          "prefill": HOST_PID, "decode": HOST_PID}, "WRITE", "none", "y"),
+        # hostPID on one role only still leaves a boundary between them.
+        ({"engine": {"type": "vllm"}, "kvTransfer": {"rdma": {"resourceName": ""}},
+          "prefill": HOST_PID}, "READ", "pod", "n"),
+    ],
+)  # fmt: skip
+def test_the_kv_check_moves_the_engines_direction_across_the_pods_boundary(
+    spec: dict[str, Any], operation: str, boundary: str, sgl: str
+) -> None:
+    env = _preflight_env(spec)
+    assert (env["PDD_KV_OPERATION"], env["PDD_KV_PEER_BOUNDARY"]) == (operation, boundary)
+    assert env["NIXL_UCX_SGL_ENABLE"] == sgl

@@ -957,7 +957,9 @@ class UcxSpec(Model):
         description="NIXL_UCX_SGL_ENABLE: NIXL posts a transfer's many small KV descriptors "
         "as one scatter-gather copy (cuMemcpyBatchAsync) instead of one copy each; 8x faster "
         "at 64 KiB descriptors on NVLink (docs/benchmarks.md). Applies to NIXL WRITEs "
-        "(SGLang, vLLM's push connector).",
+        "(SGLang, vLLM's push connector). Left off between pods without RDMA and without a "
+        "shared PID namespace: there the only lane is UCX's TCP emulation, which has no "
+        "protocol for it (every WRITE would fail).",
     )
 
 
@@ -1549,6 +1551,26 @@ class TransferStatus(Model):
     )
     engineGBps: float = Field(
         default=0.0, description="What the path moved at the engine's descriptor size."
+    )
+    direction: str = Field(
+        default="",
+        description="The engine's direction the check moved the KV in: READ (decode pulls, "
+        "vLLM's NixlConnector) or WRITE (prefill pushes, SGLang).",
+    )
+    peerBoundary: str = Field(
+        default="",
+        description="`pod`: the check's peer ran beyond a pod boundary (its own PID, IPC and "
+        "mount namespaces), as the other role's engine does; `none`: in the same namespaces.",
+    )
+    ucxLanes: list[str] = Field(
+        default_factory=list,
+        max_length=16,
+        description="The UCX lanes that carried the bytes, from UCX's own protocol table.",
+    )
+    emulated: bool = Field(
+        default=False,
+        description="UCX moved the bytes by software emulation (through the CPU) rather than "
+        "a zero-copy or RDMA protocol.",
     )
     ranks: list[RankTransferStatus] = Field(
         default_factory=list,

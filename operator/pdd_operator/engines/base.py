@@ -13,6 +13,7 @@ from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
+from pdd_contract.env import KvOperation
 from pdd_operator.api.v1alpha1 import PDDeploymentSpec, RoleSpec, RouterSpec
 
 EnvEntry = dict[str, Any]  # one container env entry, as the Pod API spells it
@@ -148,6 +149,9 @@ class EngineAdapter(ABC):
 
     type: ClassVar[str]
     kv_layout: ClassVar[KvLayout]
+    # Which way the engine's connector moves the KV with NIXL: "WRITE" (prefill pushes into
+    # decode) or "READ" (decode pulls from prefill). The KV-path check moves it the same way.
+    kv_operation: ClassVar[KvOperation] = "WRITE"
     # Where a model from a volume (pvc, hostPath, image) is mounted: the engine loads it from
     # this directory. HF_HOME is where a Hugging Face download is cached.
     model_dir: ClassVar[str] = "/models/model"

@@ -40,6 +40,8 @@ BOOTSTRAP_PORT_ANNOTATION = "sglang.ai/bootstrap-port"
 class SglangAdapter(EngineAdapter):
     type = "sglang"
     kv_layout = KvLayout(default_block_tokens=1, packed=False)
+    # The NIXL backend's prefill side WRITEs into the decode's pages (disaggregation/nixl).
+    kv_operation = "WRITE"
 
     def launch(self, spec: PDDeploymentSpec, role: str) -> EngineLaunch:
         args = [

@@ -52,6 +52,9 @@ SMG_KV_CONNECTOR_ANNOTATION = "smg.ai/kv-connector"
 class VllmAdapter(EngineAdapter):
     type = "vllm"
     kv_layout = KvLayout(default_block_tokens=16, packed=True)
+    # NixlConnector: the decode worker READs the prefill's blocks (nixl_connector.py,
+    # _read_blocks), in v0.11.0 and 0.33.0 alike.
+    kv_operation = "READ"
 
     def launch(self, spec: PDDeploymentSpec, role: str) -> EngineLaunch:
         kv_config = {

@@ -12,12 +12,16 @@ from pdd_contract.env import (
     NIXL_UCX_SGL_ENABLE,
     PDD_GPUDIRECT,
     PDD_KV_DESCRIPTOR_BYTES,
+    PDD_KV_OPERATION,
+    PDD_KV_PEER_BOUNDARY,
     PDD_NIC_MAP,
     PDD_NIC_SELECTION,
     PDD_REQUIRE_RDMA,
     PDD_VERIFY_TRANSFER,
     UCX_IB_GPU_DIRECT_RDMA,
     UCX_TLS,
+    KvOperation,
+    KvPeerBoundary,
 )
 from pdd_operator.api.v1alpha1 import KVTransferSpec, PDDeploymentSpec
 from pdd_operator.engines.base import KvLayout
@@ -61,21 +65,49 @@ def transfer_env(spec: PDDeploymentSpec) -> list[dict[str, Any]]:
         env.append({"name": PDD_NIC_MAP, "value": nic_map_value(kv)})
     if kv.gpuDirect == "off":
         env.append({"name": UCX_IB_GPU_DIRECT_RDMA, "value": "no"})
-    env.append({"name": NIXL_UCX_SGL_ENABLE, "value": "y" if kv.ucx.scatterGather else "n"})
+    env.append({"name": NIXL_UCX_SGL_ENABLE, "value": "y" if scatter_gather(spec) else "n"})
     env += [{"name": var.name, "value": var.value} for var in kv.ucx.extraEnv]
     return env
 
 
-def kv_path_check_env(spec: PDDeploymentSpec, layout: KvLayout) -> list[dict[str, Any]]:
-    """Whether the preflight measures the KV path with the pod's devices, and at which engine
-    descriptor size besides the link's (pdd_node.kv_path); ``layout`` is the engine's."""
+def scatter_gather(spec: PDDeploymentSpec) -> bool:
+    """NIXL's scatter-gather offload, where a lane can carry it. Between two pods on one node
+    without RDMA the KV can only go by UCX's software emulation over TCP, and UCX has no
+    protocol for an offloaded WRITE there: every transfer fails (measured on one H200,
+    docs/benchmarks.md, "Between pods on one node"). Without it the same WRITE is slow but
+    arrives."""
+    lane = uses_rdma(spec) or peer_boundary(spec) == "none"
+    return spec.kvTransfer.ucx.scatterGather and lane
+
+
+def kv_path_check_env(
+    spec: PDDeploymentSpec, layout: KvLayout, operation: KvOperation
+) -> list[dict[str, Any]]:
+    """Whether the preflight measures the KV path with the pod's devices, at which engine
+    descriptor size besides the link's (pdd_node.kv_path), in the engine's direction
+    (``operation``) and across the boundary between the prefill and decode pods."""
     if not spec.kvTransfer.verification.enabled:
         return [{"name": PDD_VERIFY_TRANSFER, "value": "false"}]
-    env = [{"name": PDD_VERIFY_TRANSFER, "value": "true"}]
+    env = [
+        {"name": PDD_VERIFY_TRANSFER, "value": "true"},
+        {"name": PDD_KV_OPERATION, "value": operation},
+        {"name": PDD_KV_PEER_BOUNDARY, "value": peer_boundary(spec)},
+    ]
     descriptor = engine_descriptor_bytes(spec, layout)
     if descriptor:
         env.append({"name": PDD_KV_DESCRIPTOR_BYTES, "value": str(descriptor)})
     return env
+
+
+def peer_boundary(spec: PDDeploymentSpec) -> KvPeerBoundary:
+    """Prefill and decode are always separate pods; only when both run in the host's PID
+    namespace (hostPID through their podTemplates) is there no boundary that UCX's cuda_ipc
+    and cma lanes cannot cross."""
+    host_pid = all(
+        bool(((role.podTemplate or {}).get("spec") or {}).get("hostPID"))
+        for role in (spec.prefill, spec.decode)
+    )
+    return "none" if host_pid else "pod"
 
 
 def rdma_resources(spec: PDDeploymentSpec) -> dict[str, str]:

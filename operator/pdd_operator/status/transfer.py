@@ -92,6 +92,10 @@ def transfer_outcome(pdd: PDDeployment, prober: PodSummary | None) -> TransferOu
         link=str(result.get("link", "")),
         engineDescriptorBytes=descriptor,
         engineGBps=at_descriptor,
+        direction=str(result.get("operation") or ""),
+        peerBoundary=str(result.get("peer_boundary") or ""),
+        ucxLanes=[str(lane) for lane in (result.get("lanes") or [])][:16],
+        emulated=bool(result.get("emulated")),
     )
     return TransferOutcome(status, ok, reason)
 
@@ -215,9 +219,14 @@ def engine_figure(result: Mapping[str, Any]) -> tuple[int, float]:
 
 
 def _where(result: Mapping[str, Any]) -> str:
-    if result.get("measured_by") == "preflight":
-        return f"; measured with the engine's devices ({result.get('link') or 'unknown'} link)"
-    return "; measured between the sidecars, without the engine's GPUs"
+    if result.get("measured_by") != "preflight":
+        return "; measured between the sidecars, without the engine's GPUs"
+    where = f"; measured with the engine's devices ({result.get('link') or 'unknown'} link"
+    if result.get("operation"):
+        where += f", {result['operation']}"
+    if result.get("peer_boundary") == "pod":
+        where += ", to a peer beyond a pod boundary"
+    return where + ")"
 
 
 def _engine_note(descriptor: int, at_descriptor: float, link: float) -> str:

@@ -81,6 +81,15 @@ def test_visible_gpus_errors(nvidia: str, cuda: str | None, message: str) -> Non
 
 def test_config_defaults() -> None:
     assert PreflightConfig.from_env({}) == PreflightConfig()
+    # Without the operator's word the check assumes what every P/D pair crosses: a pod
+    # boundary.
+    assert PreflightConfig().kv_peer_boundary == "pod"
+
+
+def test_config_reads_the_engines_direction_and_boundary() -> None:
+    env = {"PDD_KV_OPERATION": "READ", "PDD_KV_PEER_BOUNDARY": "none"}
+    config = PreflightConfig.from_env(env)
+    assert (config.kv_operation, config.kv_peer_boundary) == ("READ", "none")
 
 
 def test_config_from_env() -> None:
@@ -113,6 +122,8 @@ def test_config_from_env() -> None:
         ({"PDD_NIC_MAP": "0:mlx5_0:1"}, "is not `<gpu index>=<device>:<port>"),
         ({"PDD_NIC_MAP": "x=mlx5_0:1"}, "is not `<gpu index>="),
         ({"PDD_NIC_MAP": "0=mlx5_0"}, "is not `<gpu index>="),
+        ({"PDD_KV_OPERATION": "PUSH"}, "PDD_KV_OPERATION='PUSH' is not one of WRITE, READ"),
+        ({"PDD_KV_PEER_BOUNDARY": "node"}, "PDD_KV_PEER_BOUNDARY='node' is not one of pod, none"),
     ],
 )
 def test_config_errors(env: dict[str, str], message: str) -> None:
