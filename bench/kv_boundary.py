@@ -1,0 +1,237 @@
+"""The KV path between a prefill pod and a decode pod on one GPU machine: what the operator's
+check reports for what it renders, and what each lane reaches.
+
+Two steps, because the GPU machine has no Kubernetes libraries:
+
+    # here: the preflight container of each engine's 70B deployment, as the operator renders it
+    python bench/kv_boundary.py render --out rendered.json
+    # on the GPU machine (NIXL wheels on PYTHONPATH, operator/ too)
+    python bench/kv_boundary.py run --rendered rendered.json --out DIR
+    # here: the status the operator writes for each rendered case's result, and a table
+    python bench/kv_boundary.py status --results DIR/kv-boundary.json
+    python bench/kv_boundary.py summary --results DIR/kv-boundary.json
+
+`run` does, for each rendered case, what that preflight does (``pdd_node.kv_path``: the
+engine's direction, its descriptor size, the peer beyond a pod boundary of its own), and then
+a matrix of lanes: peer beyond a pod boundary or in the same PID namespace (hostPID, or one pod
+with a shared process namespace), READ and WRITE, at the 70B descriptors of TP 8 (8 KiB) and
+TP 1 (64 KiB; 16-token vLLM blocks), 512 KiB (128-token blocks) and 16 MiB, with UCX's own
+protocol table for the lane, and SGLang's 2 KiB (one token's K or V of one layer). Every
+byte is verified.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import tarfile
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "operator"))
+
+KIB, MIB = 1 << 10, 1 << 20
+MATRIX_SIZES = [2 * KIB, 8 * KIB, 64 * KIB, 512 * KIB, 16 * MIB]
+# The env the check reads from the rendered preflight container.
+CHECK_ENV = ("UCX_TLS", "NIXL_UCX_SGL_ENABLE", "PDD_KV_OPERATION", "PDD_KV_PEER_BOUNDARY",
+             "PDD_KV_DESCRIPTOR_BYTES", "UCX_IB_GPU_DIRECT_RDMA")  # fmt: skip
+
+
+def deployment(engine: str) -> dict[str, Any]:
+    """A 70B deployment on one node without RDMA, one GPU per instance: the README's
+    same-node shape, with the operator's defaults for everything else."""
+    image = {"vllm": "vllm/vllm-openai:v0.11.0", "sglang": "lmsysorg/sglang:v0.5.4"}[engine]
+    return {
+        "apiVersion": "pdd.dev/v1alpha1",
+        "kind": "PDDeployment",
+        "metadata": {"name": f"llama-70b-{engine}", "namespace": "default"},
+        "spec": {
+            "model": {"name": "meta-llama/Llama-3.1-70B-Instruct", "servedName": "llama-70b"},
+            "engine": {"type": engine, "image": image},
+            "prefill": {"replicas": 1, "gpusPerInstance": 1},
+            "decode": {"replicas": 1, "gpusPerInstance": 1},
+        },
+    }
+
+
+def render(out: Path) -> None:
+    from pdd_operator.offline import render_documents
+
+    cases = []
+    for engine in ("vllm", "sglang"):
+        (rendered,) = render_documents([deployment(engine)])
+        sts = next(
+            c
+            for c in rendered.children
+            if c["kind"] == "StatefulSet" and c["metadata"]["name"].endswith("-prefill")
+        )
+        (preflight,) = sts["spec"]["template"]["spec"]["initContainers"]
+        env = {e["name"]: e["value"] for e in preflight["env"] if "value" in e}
+        cases.append(
+            {
+                "engine": engine,
+                "deployment": deployment(engine),
+                "env": {k: v for k, v in env.items() if k in CHECK_ENV},
+            }
+        )
+    out.write_text(json.dumps(cases, indent=1))
+    print(json.dumps(cases, indent=1))
+
+
+def run(rendered: Path, out: Path, only: set[str]) -> None:
+    from pdd_node.kv_path import KvPathRequest, check_kv_path
+    from pdd_probe.probe import ProbeSpec, run_local_probe
+
+    out.mkdir(parents=True, exist_ok=True)
+    logs = Path(tempfile.mkdtemp(prefix="ucx-proto-"))
+    report: dict[str, Any] = {"started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+    cases = json.loads(rendered.read_text())
+    report["rendered"] = []
+    for case in cases:
+        if only and case["engine"] not in only:
+            continue
+        env = {**os.environ, **case["env"], "PDD_PROBE_KEEP_UCX_LOG": str(logs / case["engine"])}
+        request = KvPathRequest(
+            gpus=1,
+            descriptor_bytes=int(case["env"].get("PDD_KV_DESCRIPTOR_BYTES", "0")),
+            operation=case["env"]["PDD_KV_OPERATION"],
+            peer_boundary=case["env"]["PDD_KV_PEER_BOUNDARY"],
+        )
+        result = check_kv_path(request, env, out / f"check-{case['engine']}.json")
+        report["rendered"].append({**case, "result": result.to_dict()})
+        _line(f"rendered {case['engine']}", result.to_dict())
+    base_env = dict(cases[0]["env"])
+    report["matrix"] = []
+    for row in _matrix():
+        name = row["name"]
+        if only and name not in only:
+            continue
+        env = {**os.environ, "UCX_TLS": base_env["UCX_TLS"], "NIXL_UCX_SGL_ENABLE": "y",
+               **row["env"], "PDD_PROBE_KEEP_UCX_LOG": str(logs / name)}  # fmt: skip
+        spec = ProbeSpec(
+            src_mem="VRAM", dst_mem="VRAM", block_sizes=MATRIX_SIZES, bytes_per_size=64 * MIB,
+            iterations=3, concurrency=row["concurrency"], nixl_threads=row["threads"],
+            timeout_s=300, operation=row["operation"], peer_boundary=row["boundary"],
+        )  # fmt: skip
+        t0 = time.perf_counter()
+        result = run_local_probe(spec, env=env).to_dict()
+        result["wall_s"] = round(time.perf_counter() - t0, 2)
+        report["matrix"].append({**row, "result": result})
+        _line(name, result)
+    (out / "kv-boundary.json").write_text(json.dumps(report, indent=1))
+    with tarfile.open(out / "ucx-proto.tar.gz", "w:gz") as tar:
+        tar.add(logs, arcname="ucx-proto")
+
+
+def _matrix() -> list[dict[str, Any]]:
+    """Each lane: the peer beyond a pod boundary or not, each direction; then the settings
+    that move WRITE's small descriptors (scatter-gather offload off, NIXL's thread pool)."""
+    rows = []
+    for boundary in ("pod", "none"):
+        for operation in ("READ", "WRITE"):
+            for concurrency in (8, 1):
+                rows.append(_row(f"{boundary}-{operation}-c{concurrency}", boundary, operation,
+                                 concurrency=concurrency))  # fmt: skip
+    no_sgl = {"NIXL_UCX_SGL_ENABLE": "n"}
+    for concurrency in (8, 1):
+        rows.append(_row(f"pod-WRITE-c{concurrency}-sgl-off", "pod", "WRITE", env=no_sgl,
+                         concurrency=concurrency))  # fmt: skip
+    rows.append(_row("none-WRITE-c8-sgl-off", "none", "WRITE", env=no_sgl))
+    rows.append(_row("none-WRITE-c8-threads4", "none", "WRITE", threads=4))
+    return rows
+
+
+def _row(
+    name: str, boundary: str, operation: str, *, concurrency: int = 8, threads: int = 0,
+    env: dict[str, str] | None = None,
+) -> dict[str, Any]:  # fmt: skip
+    return {"name": name, "boundary": boundary, "operation": operation,
+            "concurrency": concurrency, "threads": threads, "env": env or {}}  # fmt: skip
+
+
+def _line(name: str, r: dict[str, Any]) -> None:
+    sizes = {b["block_size"]: b["gbps"] for b in r.get("per_block_size") or []}
+    print(
+        f"{name}: {r.get('operation')} boundary={r.get('peer_boundary')} "
+        f"transport={r.get('transport')} lanes={r.get('lanes')} emulated={r.get('emulated')} "
+        f"verified={r.get('verified')} gbps={r.get('gbps')} per-size={sizes} "
+        f"error={(r.get('error') or '')[:300]}",
+        flush=True,
+    )
+
+
+def status(results: Path) -> None:
+    """The status.transfer and KVTransferVerified the operator computes from each rendered
+    case's result (the prober pod's answer), as `kubectl get pdd -o yaml` would show it."""
+    from pdd_operator.api.v1alpha1 import PDDeployment
+    from pdd_operator.status.observe import PodSummary
+    from pdd_operator.status.transfer import transfer_outcome
+
+    report = json.loads(results.read_text())
+    for case in report["rendered"]:
+        body = case["deployment"]
+        meta = {**body["metadata"], "uid": "bench", "generation": 1}
+        pdd = PDDeployment.from_body({**body, "metadata": meta})
+        name = case["deployment"]["metadata"]["name"]
+        prober = PodSummary(
+            name=f"{name}-prefill-0", uid="", role="prefill", node="", ready=True, revision="",
+            problem=None, probe_result=case["result"],
+        )  # fmt: skip
+        outcome = transfer_outcome(pdd, prober)
+        assert outcome is not None
+        print(f"--- {case['engine']}: KVTransferVerified={outcome.ok} reason={outcome.reason}")
+        print(json.dumps(outcome.status.model_dump(exclude={"ranks"}), indent=1))
+
+
+def summary(results: Path) -> None:
+    """The results as a Markdown table: one row per case, GB/s per descriptor size."""
+    report = json.loads(results.read_text())
+    sizes = MATRIX_SIZES
+    head = "| case | direction | peer | lane (UCX) | emulated | " + " | ".join(
+        _size(n) for n in sizes
+    )
+    print(head + " | verified / error |")
+    print("|" + "---|" * (6 + len(sizes)))
+    rows = [(f"rendered {c['engine']}", c["result"]) for c in report["rendered"]]
+    rows += [(m["name"], m["result"]) for m in report["matrix"]]
+    for name, r in rows:
+        per = {b["block_size"]: b["gbps"] for b in r.get("per_block_size") or []}
+        cells = " | ".join(f"{per[n]:g}" if n in per else "" for n in sizes)
+        verdict = "yes" if r.get("verified") else (r.get("error") or "no").split(";")[0]
+        lanes = ", ".join(r.get("lanes") or []) or "-"
+        print(f"| {name} | {r.get('operation')} | {r.get('peer_boundary') or '?'} | {lanes} | "
+              f"{'yes' if r.get('emulated') else 'no'} | {cells} | {verdict} |")  # fmt: skip
+
+
+def _size(n: int) -> str:
+    return f"{n // MIB} MiB" if n >= MIB else f"{n // KIB} KiB"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+    sub.add_parser("render").add_argument("--out", type=Path, required=True)
+    run_args = sub.add_parser("run")
+    run_args.add_argument("--rendered", type=Path, required=True)
+    run_args.add_argument("--out", type=Path, required=True)
+    run_args.add_argument("--only", default="", help="comma-separated case names (default: all)")
+    sub.add_parser("status").add_argument("--results", type=Path, required=True)
+    sub.add_parser("summary").add_argument("--results", type=Path, required=True)
+    args = parser.parse_args()
+    if args.command == "render":
+        render(args.out)
+    elif args.command == "run":
+        run(args.rendered, args.out, set(filter(None, args.only.split(","))))
+    elif args.command == "status":
+        status(args.results)
+    else:
+        summary(args.results)
+
+
+if __name__ == "__main__":
+    main()
