@@ -36,6 +36,7 @@ class Helm:
             "HELM_CONFIG_HOME": str(home / "config"),
             "HELM_DATA_HOME": str(home / "data"),
         }
+        self._rendered: dict[tuple[str, ...], str] = {}
 
     def run(self, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
         cmd = [str(self.binary), *args]
@@ -52,9 +53,15 @@ class Helm:
     def template(
         self, *args: str, namespace: str = "pdd-system", release: str = "pdd-operator"
     ) -> list[dict[str, Any]]:
-        """`helm template` of the chart, as the list of its non-empty documents."""
-        out = self.run("template", release, str(CHART), "--namespace", namespace, *args)
-        return [doc for doc in yaml.safe_load_all(out.stdout) if doc]
+        """`helm template` of the chart, as the list of its non-empty documents.
+
+        Rendered once per argument list (the chart does not change during a run; many tests
+        render the same values) but parsed on every call, so a test that edits its documents
+        changes no other test's."""
+        argv = ("template", release, str(CHART), "--namespace", namespace, *args)
+        if argv not in self._rendered:
+            self._rendered[argv] = self.run(*argv).stdout
+        return [doc for doc in yaml.safe_load_all(self._rendered[argv]) if doc]
 
 
 def ensure_namespace(api: client.ApiClient, name: str) -> None:

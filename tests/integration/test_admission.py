@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import copy
 import json
+import secrets
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -574,18 +576,32 @@ def crd(api_client: client.ApiClient) -> None:
     install_crd(api_client)
 
 
+@pytest.fixture(scope="module")
+def dry_run_namespace(api_client: client.ApiClient) -> Iterator[str]:
+    """One namespace for the module's dry runs: they store nothing, so they cannot see each
+    other, and a custom object needs no ServiceAccount, so nothing waits for the
+    ServiceAccount controller (a namespace per test waited for it once per test). The
+    namespace only has to exist (NamespaceLifecycle admission). A test that stores an object
+    takes the per-test `namespace`."""
+    core = client.CoreV1Api(api_client)
+    name = f"t-admission-dry-runs-{secrets.token_hex(3)}"
+    core.create_namespace({"metadata": {"name": name}})
+    yield name
+    core.delete_namespace(name)
+
+
 @pytest.mark.parametrize(
     "changes,expected", [(c, e) for _, c, e in INVALID], ids=[i for i, _, _ in INVALID]
 )
 def test_invalid_spec_is_refused_with_a_message_naming_the_field(
     crd: None,
     api_client: client.ApiClient,
-    namespace: str,
+    dry_run_namespace: str,
     changes: dict[str, Any],
     expected: list[str],
 ) -> None:
     with pytest.raises(ApiException) as raised:
-        create(api_client, namespace, spec_with(changes))
+        create(api_client, dry_run_namespace, spec_with(changes))
     assert raised.value.status in (400, 422)
     message = json.loads(raised.value.body)["message"]
     for fragment in expected:
@@ -594,29 +610,29 @@ def test_invalid_spec_is_refused_with_a_message_naming_the_field(
 
 @pytest.mark.parametrize("changes", [c for _, c in ACCEPTED], ids=[i for i, _ in ACCEPTED])
 def test_close_but_valid_specs_are_accepted(
-    crd: None, api_client: client.ApiClient, namespace: str, changes: dict[str, Any]
+    crd: None, api_client: client.ApiClient, dry_run_namespace: str, changes: dict[str, Any]
 ) -> None:
-    create(api_client, namespace, spec_with(changes))
+    create(api_client, dry_run_namespace, spec_with(changes))
 
 
 def test_the_valid_base_and_the_example_are_accepted(
-    crd: None, api_client: client.ApiClient, namespace: str
+    crd: None, api_client: client.ApiClient, dry_run_namespace: str
 ) -> None:
     import yaml
 
     from helpers.operator_proc import ROOT
 
-    create(api_client, namespace, spec_with({}))
+    create(api_client, dry_run_namespace, spec_with({}))
     example = yaml.safe_load((ROOT / "examples" / "vllm-2p4d.yaml").read_text())
-    create(api_client, namespace, example["spec"], name=example["metadata"]["name"])
+    create(api_client, dry_run_namespace, example["spec"], name=example["metadata"]["name"])
 
 
 def test_defaults_are_filled_in_by_the_api_server(
-    crd: None, api_client: client.ApiClient, namespace: str
+    crd: None, api_client: client.ApiClient, dry_run_namespace: str
 ) -> None:
-    body = {**pdd_body("defaults", namespace), "spec": VALID}
+    body = {**pdd_body("defaults", dry_run_namespace), "spec": VALID}
     created = client.CustomObjectsApi(api_client).create_namespaced_custom_object(
-        GROUP, VERSION, namespace, PLURAL, body, dry_run="All"
+        GROUP, VERSION, dry_run_namespace, PLURAL, body, dry_run="All"
     )
     spec = created["spec"]
     assert spec["engine"]["type"] == "vllm"
@@ -633,12 +649,12 @@ def test_defaults_are_filled_in_by_the_api_server(
 
 
 def test_a_253_character_name_is_accepted_and_derives_valid_child_names(
-    crd: None, api_client: client.ApiClient, namespace: str
+    crd: None, api_client: client.ApiClient, dry_run_namespace: str
 ) -> None:
     from pdd_operator.api import names
 
     long_name = "a" * 120 + "." + "b" * 132
-    create(api_client, namespace, spec_with({}), name=long_name)
+    create(api_client, dry_run_namespace, spec_with({}), name=long_name)
     assert len(names.role_name(long_name, "prefill")) <= 52
 
 
@@ -679,24 +695,24 @@ def test_the_engine_type_cannot_change_on_update(
     ids=["huggingFace default", "huggingFace full", "pvc", "hostPath", "image"],
 )
 def test_each_model_source_is_accepted(
-    crd: None, api_client: client.ApiClient, namespace: str, source: dict[str, Any]
+    crd: None, api_client: client.ApiClient, dry_run_namespace: str, source: dict[str, Any]
 ) -> None:
-    create(api_client, namespace, spec_with({"model.source": source}))
+    create(api_client, dry_run_namespace, spec_with({"model.source": source}))
 
 
 def test_a_spec_without_a_model_source_stays_without_one(
-    crd: None, api_client: client.ApiClient, namespace: str
+    crd: None, api_client: client.ApiClient, dry_run_namespace: str
 ) -> None:
     """Existing objects keep their meaning: no source is a Hugging Face download, and the
     API server adds none (a defaulted `source: {}` would break the one-of rule)."""
-    body = {**pdd_body("no-source", namespace), "spec": VALID}
+    body = {**pdd_body("no-source", dry_run_namespace), "spec": VALID}
     created = client.CustomObjectsApi(api_client).create_namespaced_custom_object(
-        GROUP, VERSION, namespace, PLURAL, body, dry_run="All"
+        GROUP, VERSION, dry_run_namespace, PLURAL, body, dry_run="All"
     )
     assert "source" not in created["spec"]["model"]
     token = {"huggingFace": {"tokenSecretRef": {"name": "t"}}}
-    body = {**pdd_body("token", namespace), "spec": spec_with({"model.source": token})}
+    body = {**pdd_body("token", dry_run_namespace), "spec": spec_with({"model.source": token})}
     created = client.CustomObjectsApi(api_client).create_namespaced_custom_object(
-        GROUP, VERSION, namespace, PLURAL, body, dry_run="All"
+        GROUP, VERSION, dry_run_namespace, PLURAL, body, dry_run="All"
     )
     assert created["spec"]["model"]["source"]["huggingFace"]["tokenSecretRef"]["key"] == "HF_TOKEN"

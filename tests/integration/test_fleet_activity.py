@@ -78,6 +78,7 @@ def test_a_deleted_node_stops_renewing_and_loses_its_lease(
 ) -> None:
     with busy_sim.nodes_for_a_while([SimNode("busy-gone")]) as (name,):
         wait_for(lambda: renew_time(leases, name), 10, what="lease created")
+    # A span, not a wait: a renewal that had not stopped would create the Lease again.
     time.sleep(2 * ACTIVITY.lease_renew_s)  # type: ignore[operator]
     assert renew_time(leases, name) is None
 

@@ -107,10 +107,10 @@ def test_an_unreadable_spec_is_stalled_with_the_fix_and_recovers(
 
     # Resyncs (every 2 s here) of the same object write nothing: no status, no event.
     wait_namespaces_gone(api_client)  # other tests' clean-up writes are not ours
-    time.sleep(1)
+    time.sleep(1)  # the last status write and event land before the count starts
     reconciles_before = operator.metric("pdd_operator_reconciles_total")
     writes_before = control_plane.writes_by(OPERATOR_USER, namespace=namespace)
-    time.sleep(6)
+    time.sleep(6)  # a span of about three resyncs that must write nothing: no event to wait on
     assert operator.metric("pdd_operator_reconciles_total") - reconciles_before >= 2
     writes = control_plane.writes_by(OPERATOR_USER, namespace=namespace) - writes_before
     assert writes == 0, f"{writes} writes by the operator while nothing changed"

@@ -206,6 +206,7 @@ def test_an_unowned_object_with_a_childs_name_is_left_alone_and_named(
     client.CustomObjectsApi(api_client).delete_namespaced_custom_object(
         GROUP, VERSION, namespace, PLURAL, "kv"
     )
+    # A span, not a wait: nothing signals that the deletion's clean-up left the object alone.
     time.sleep(3)
     assert snapshot(read(namespace, child)) == before
 
@@ -255,7 +256,7 @@ def test_a_child_name_held_by_another_pddeployment_names_that_deployment(
         lambda: stalled_by_conflict(api_client, namespace, "second"), 30, what="NameConflict"
     )
     assert f"Service {child} (owned by PDDeployment first)" in stalled["message"]
-    time.sleep(3)
+    time.sleep(3)  # a span: the passes after the first (every 2 s) leave it alone too
     assert snapshot(core.read_namespaced_service(child, namespace)) == before
     assert "NameConflict" not in str(conditions(api_client, namespace, "first"))
 
