@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Puts pinned control-plane binaries (etcd, kube-apiserver, kube-controller-manager,
-# kube-scheduler) and helm into a cache outside the repo and prints that directory.
+# kube-scheduler), kubectl at the API server's version, and helm into a cache outside the repo
+# and prints that directory.
 # Order, per DESIGN.md: already present (KUBEBUILDER_ASSETS or the cache) -> built with
 # `go build` from the Go module proxy -> downloaded release binaries.
 set -euo pipefail
@@ -10,7 +11,7 @@ ETCD_VERSION="${ETCD_VERSION:-v3.6.16}"
 HELM_VERSION="${HELM_VERSION:-v3.19.5}"
 CACHE="${PDD_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/pdd-operator}"
 BIN="$CACHE/bin/k8s-$K8S_VERSION-etcd-$ETCD_VERSION-helm-$HELM_VERSION"
-BINARIES=(etcd kube-apiserver kube-controller-manager kube-scheduler helm)
+BINARIES=(etcd kube-apiserver kube-controller-manager kube-scheduler kubectl helm)
 
 log() { echo "[fetch-binaries] $*" >&2; }
 
@@ -56,10 +57,11 @@ import (
 	_ "k8s.io/kubernetes/cmd/kube-apiserver"
 	_ "k8s.io/kubernetes/cmd/kube-controller-manager"
 	_ "k8s.io/kubernetes/cmd/kube-scheduler"
+	_ "k8s.io/kubernetes/cmd/kubectl"
 )
 GO
   (cd "$dir" && go mod tidy -e >/dev/null 2>&1 || true)
-  for cmd in kube-apiserver kube-controller-manager kube-scheduler; do
+  for cmd in kube-apiserver kube-controller-manager kube-scheduler kubectl; do
     [ -x "$BIN/$cmd" ] && continue
     log "go build $cmd $K8S_VERSION"
     (cd "$dir" && go build -trimpath -ldflags "-s -w -X k8s.io/component-base/version.gitVersion=$K8S_VERSION -X k8s.io/client-go/pkg/version.gitVersion=$K8S_VERSION" -o "$BIN/$cmd.tmp" "k8s.io/kubernetes/cmd/$cmd") && mv "$BIN/$cmd.tmp" "$BIN/$cmd"
@@ -104,7 +106,7 @@ GO
 download_release() {
   # 3. Only where the internet is reachable; here it is not, so it fails fast.
   local arch; arch=$(go env GOARCH)
-  for cmd in kube-apiserver kube-controller-manager kube-scheduler; do
+  for cmd in kube-apiserver kube-controller-manager kube-scheduler kubectl; do
     [ -x "$BIN/$cmd" ] || curl -fsSL --max-time 60 -o "$BIN/$cmd" "https://dl.k8s.io/release/$K8S_VERSION/bin/linux/$arch/$cmd" && chmod +x "$BIN/$cmd"
   done
 }

@@ -64,6 +64,7 @@ def _parser() -> argparse.ArgumentParser:
 def _render(files: list[str], nodes_file: str | None) -> int:
     import yaml
 
+    from pdd_operator import manifest_yaml
     from pdd_operator.offline import RenderError, render_documents
 
     try:
@@ -75,7 +76,9 @@ def _render(files: list[str], nodes_file: str | None) -> int:
         return 2
     for item in rendered:
         sys.stdout.write(f"# PDDeployment {item.name}: placement {item.placement}\n")
-        sys.stdout.write(yaml.safe_dump_all(item.children, explicit_start=True, sort_keys=False))
+        sys.stdout.write(
+            manifest_yaml.dump_all(item.children, explicit_start=True, sort_keys=False)
+        )
     return 0
 
 

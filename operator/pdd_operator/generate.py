@@ -19,6 +19,7 @@ from pathlib import Path
 
 import yaml
 
+from pdd_operator import manifest_yaml
 from pdd_operator.api.crd import generate_crd, generate_scaler_crd
 
 CRD_FILE = "pdd.dev_pddeployments.yaml"
@@ -46,11 +47,11 @@ class GenerateError(RuntimeError):
 
 
 def crd_yaml() -> str:
-    return HEADER + yaml.safe_dump(generate_crd(), sort_keys=False, width=100)
+    return HEADER + manifest_yaml.dump(generate_crd(), sort_keys=False, width=100)
 
 
 def scaler_crd_yaml() -> str:
-    return HEADER + yaml.safe_dump(generate_scaler_crd(), sort_keys=False, width=100)
+    return HEADER + manifest_yaml.dump(generate_scaler_crd(), sort_keys=False, width=100)
 
 
 # Every CRD file by name: crds/ and the chart's crds/ hold the same ones.
@@ -148,7 +149,7 @@ def render_manifests(chart: Path) -> dict[str, str]:
         out[name] = MANIFEST_HEADER + "---\n" + "---\n".join(documents)
     crds = sorted(name for name in files if name.startswith("crds/"))
     others = [name for name in files if not name.startswith("crds/")]  # helm's install order
-    out["kustomization.yaml"] = MANIFEST_HEADER + yaml.safe_dump(
+    out["kustomization.yaml"] = MANIFEST_HEADER + manifest_yaml.dump(
         {
             "apiVersion": "kustomize.config.k8s.io/v1beta1",
             "kind": "Kustomization",
@@ -175,7 +176,7 @@ def _namespace_yaml() -> str:
             },
         },
     }
-    return yaml.safe_dump(namespace, sort_keys=False)
+    return manifest_yaml.dump(namespace, sort_keys=False)
 
 
 def helm_template(chart: Path) -> str:

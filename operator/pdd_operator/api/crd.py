@@ -16,6 +16,12 @@ from pydantic import BaseModel
 from pdd_operator.api import v1alpha1 as api
 
 _DROPPED_KEYS = {"title"}
+# What an object reads as before the operator first writes its status: a generation not yet
+# observed. kstatus (Flux's health checks, CD tools' waits) then says InProgress instead of
+# Current for an object no controller has looked at (the operator down, or not watching that
+# namespace); the API server fills it in on read, and the operator's first status write
+# replaces it. Flux's own CRDs default their status the same way.
+UNOBSERVED_STATUS = {"observedGeneration": -1}
 
 
 def generate_crd() -> dict[str, Any]:
@@ -28,11 +34,11 @@ def generate_crd() -> dict[str, Any]:
         plural=api.PLURAL,
         singular=api.SINGULAR,
         short_names=api.SHORT_NAMES,
-        categories=["all", "pdd"],
+        categories=["all", api.CATEGORY],
         description="PDDeployment runs one model as prefill and decode pod groups with a "
         "verified KV-transfer path between them.",
         spec=spec_schema,
-        status=_without_defaults(model_schema(api.PDDeploymentStatus)),
+        status=_unobserved(model_schema(api.PDDeploymentStatus)),
         subresources={"status": {}},
         printer_columns=api.PRINTER_COLUMNS,
     )
@@ -46,11 +52,12 @@ def generate_scaler_crd() -> dict[str, Any]:
         plural=api.SCALER_PLURAL,
         singular=api.SCALER_SINGULAR,
         short_names=api.SCALER_SHORT_NAMES,
-        categories=["pdd"],
+        categories=[api.CATEGORY],
         description="PDDRoleScaler is the scale target of one role of a PDDeployment "
         "(created by the operator when spec.autoscaling lists the role): point an HPA or a "
         "KEDA ScaledObject at it.",
         spec=model_schema(api.PDDRoleScalerSpec),
+        # Created and kept by the operator, never by a GitOps tool: no unobserved default.
         status=_without_defaults(model_schema(api.PDDRoleScalerStatus)),
         subresources={
             "status": {},
@@ -124,6 +131,12 @@ def _namespaced_crd(
             ],
         },
     }
+
+
+def _unobserved(status: dict[str, Any]) -> dict[str, Any]:
+    """The status schema without the models' field defaults (the operator writes status
+    whole), defaulted as a whole to UNOBSERVED_STATUS."""
+    return {**_without_defaults(status), "default": dict(UNOBSERVED_STATUS)}
 
 
 def model_schema(model: type[BaseModel]) -> dict[str, Any]:

@@ -23,6 +23,9 @@ KIND = "PDDeployment"
 PLURAL = "pddeployments"
 SINGULAR = "pddeployment"
 SHORT_NAMES = ["pdd"]
+# `kubectl get pdd-all` lists both kinds. Not "pdd": kubectl expands a category before it tries
+# a short name, so a category "pdd" made `kubectl get pdd NAME` ask for two kinds and fail.
+CATEGORY = "pdd-all"
 API_VERSION = f"{GROUP}/{VERSION}"
 
 # UCX transport names accepted in spec.kvTransfer.ucx.transports (UCX_TLS tokens); the RDMA
