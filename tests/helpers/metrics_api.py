@@ -41,9 +41,22 @@ ObjectMetrics = Callable[[str, str, str, str], float | None]
 OBJECT_KINDS = {"services": "Service"}
 
 
+def free_subnet(prefix: str = "10.199") -> str:
+    """A /24 of `prefix` that no interface here uses. A run killed before its clean-up (a
+    CI job stopped, a machine kept between sessions) leaves its namespace and veth behind;
+    the same subnet again would route the API server to the old namespace, which refuses."""
+    used = subprocess.run(["ip", "-br", "addr"], capture_output=True, text=True).stdout
+    for third in range(7, 255):
+        if f" {prefix}.{third}." not in f" {used}".replace("\t", " "):
+            return f"{prefix}.{third}"
+    raise RuntimeError(f"every {prefix}.x.0/24 is in use here")
+
+
 @contextmanager
-def network_namespace(subnet: str = "10.199.7") -> Iterator[tuple[str, str, str]]:
-    """A network namespace joined to the host by a veth pair: (name, host ip, namespace ip)."""
+def network_namespace(subnet: str | None = None) -> Iterator[tuple[str, str, str]]:
+    """A network namespace joined to the host by a veth pair: (name, host ip, namespace ip),
+    on `subnet` (default: one no interface uses)."""
+    subnet = subnet or free_subnet()
     tag = secrets.token_hex(3)
     name, host_if, ns_if = f"pdd-{tag}", f"pdh{tag}", f"pdn{tag}"
     host_ip, ns_ip = f"{subnet}.1", f"{subnet}.2"

@@ -79,7 +79,7 @@ def hpa_cluster(
     load = Load()
     with (
         plane,
-        network_namespace("10.199.7") as (netns, _, ns_ip),
+        network_namespace() as (netns, _, ns_ip),
         NodeSimulator(plane.kubeconfig, gpu_fleet(1, 2, zone="zone-h")) as sim,
     ):
         api = config.new_client_from_config(config_file=str(plane.kubeconfig))
