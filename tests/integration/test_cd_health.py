@@ -1,0 +1,187 @@
+"""Health as the CD tools compute it, with their own code, of what the real operator writes.
+
+`hack/health` (built here from the Go module proxy) runs kstatus (sigs.k8s.io/cli-utils: what
+Flux's health checks use) and docs/gitops.md's Argo CD health script through gopher-lua (as
+Argo CD runs it), and the real kubectl answers `kubectl wait --for=condition=Ready`. They are
+fed the PDDeployments the API server returns at each stage. The table they produce is the one
+docs/gitops.md shows, so the docs cannot drift from what the tools do.
+
+The first test runs before this module's operator starts: the object nobody has seen.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+from kubernetes import client
+
+from helpers.factories import small_pdd_body
+from helpers.operator_proc import OperatorProcess, install_crd
+from helpers.waits import wait_for
+from pdd_contract.labels import LABEL_ROLE
+from pdd_localcluster import LocalControlPlane
+from pdd_localcluster.controlplane import resolve_bin_dir
+
+ROOT = Path(__file__).resolve().parents[2]
+HEALTH_SRC = ROOT / "hack" / "health"
+GITOPS = ROOT / "docs" / "gitops.md"
+GROUP, VERSION, PLURAL = "pdd.dev", "v1alpha1", "pddeployments"
+TABLE_START, TABLE_END = "<!-- cd-health-table: start -->", "<!-- cd-health-table: end -->"
+ROWS: dict[str, dict[str, str]] = {}
+
+
+@pytest.fixture(scope="module")
+def health_tool(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """hack/health built once per source (the Go build cache keeps the modules)."""
+    digest = hashlib.sha256(
+        b"".join((HEALTH_SRC / f).read_bytes() for f in ("main.go", "go.mod", "go.sum"))
+    ).hexdigest()[:12]
+    binary = ROOT / ".tmp" / f"health-{digest}"
+    if not binary.exists():
+        binary.parent.mkdir(parents=True, exist_ok=True)
+        subprocess.run(
+            ["go", "build", "-o", str(binary), "."], cwd=HEALTH_SRC, check=True, timeout=600
+        )
+    return binary
+
+
+@pytest.fixture(scope="module")
+def argo_script(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The health check docs/gitops.md tells Argo CD users to install, as they copy it."""
+    text = GITOPS.read_text()
+    block = text.split("resource.customizations.health.pdd.dev_PDDeployment: |\n", 1)[1]
+    lines = []
+    for line in block.splitlines():
+        if line.startswith("```"):
+            break
+        lines.append(line[4:])  # the YAML block scalar's indentation
+    path = tmp_path_factory.mktemp("argo") / "health.lua"
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def judge(tool: Path, script: Path, obj: dict[str, Any]) -> dict[str, str]:
+    out = subprocess.run(
+        [str(tool), str(script)], input=json.dumps(obj) + "\n",
+        capture_output=True, text=True, check=True, timeout=60,
+    ).stdout  # fmt: skip
+    verdict: dict[str, str] = json.loads(out)
+    return verdict
+
+
+def kubectl_wait_ready(plane: LocalControlPlane, namespace: str, name: str) -> str:
+    kubectl = resolve_bin_dir() / "kubectl"
+    result = subprocess.run(
+        [str(kubectl), "--kubeconfig", str(plane.kubeconfig), "-n", namespace, "wait",
+         "--for=condition=Ready", "--timeout=2s", f"pdd/{name}"],
+        capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    return "returns" if result.returncode == 0 else "keeps waiting"
+
+
+def record(stage: str, verdict: dict[str, str], wait: str) -> None:
+    ROWS[stage] = {"kstatus": verdict["kstatus"], "argo": verdict["argo"], "wait": wait}
+
+
+def get(api: client.ApiClient, namespace: str, name: str) -> dict[str, Any]:
+    obj: dict[str, Any] = client.CustomObjectsApi(api).get_namespaced_custom_object(
+        GROUP, VERSION, namespace, PLURAL, name
+    )
+    return obj
+
+
+def create(api: client.ApiClient, body: dict[str, Any]) -> None:
+    ns = body["metadata"]["namespace"]
+    client.CustomObjectsApi(api).create_namespaced_custom_object(GROUP, VERSION, ns, PLURAL, body)
+
+
+def test_before_any_operator_has_seen_it_a_pdddeployment_is_in_progress(
+    control_plane: LocalControlPlane,
+    api_client: client.ApiClient,
+    namespace: str,
+    health_tool: Path,
+    argo_script: Path,
+) -> None:
+    install_crd(api_client)
+    create(api_client, small_pdd_body("unseen", namespace))
+    obj = get(api_client, namespace, "unseen")
+    verdict = judge(health_tool, argo_script, obj)
+    # Without the CRD's status default kstatus says Current: Flux's `wait: true` would call
+    # the release healthy with the operator down.
+    assert verdict["kstatus"] == "InProgress", verdict
+    assert verdict["argo"] == "Progressing", verdict
+    wait = kubectl_wait_ready(control_plane, namespace, "unseen")
+    assert wait == "keeps waiting"
+    record("created, no operator has seen it", verdict, wait)
+
+
+def test_ready_a_new_generation_and_a_refused_spec_as_the_tools_see_them(
+    operator: OperatorProcess,
+    control_plane: LocalControlPlane,
+    api_client: client.ApiClient,
+    namespace: str,
+    health_tool: Path,
+    argo_script: Path,
+) -> None:
+    create(api_client, small_pdd_body("serving", namespace))
+
+    def ready() -> dict[str, Any] | None:
+        obj = get(api_client, namespace, "serving")
+        conditions = {c["type"]: c["status"] for c in obj.get("status", {}).get("conditions", [])}
+        current = obj.get("status", {}).get("observedGeneration") == obj["metadata"]["generation"]
+        return obj if current and conditions.get("Ready") == "True" else None
+
+    obj = wait_for(ready, 120, what="Ready")
+    verdict = judge(health_tool, argo_script, obj)
+    assert (verdict["kstatus"], verdict["argo"]) == ("Current", "Healthy"), verdict
+    wait = kubectl_wait_ready(control_plane, namespace, "serving")
+    assert wait == "returns"
+    record("Ready", verdict, wait)
+
+    # What the API server returns right after a spec change, before the operator's next
+    # status write: the same status, one generation behind.
+    changed = {
+        **obj,
+        "metadata": {**obj["metadata"], "generation": obj["metadata"]["generation"] + 1},
+    }
+    verdict = judge(health_tool, argo_script, changed)
+    assert (verdict["kstatus"], verdict["argo"]) == ("InProgress", "Progressing"), verdict
+    record("spec changed, not yet observed", verdict, "(as before the change)")
+
+    # A spec the API server admits but the operator refuses: a podTemplate that sets a label
+    # the operator selects on.
+    template = {"metadata": {"labels": {LABEL_ROLE: "mine"}}}
+    create(api_client, small_pdd_body("refused", namespace, decode={"podTemplate": template}))
+
+    def stalled() -> dict[str, Any] | None:
+        obj = get(api_client, namespace, "refused")
+        conditions = {c["type"]: c["status"] for c in obj.get("status", {}).get("conditions", [])}
+        return obj if conditions.get("Stalled") == "True" else None
+
+    obj = wait_for(stalled, 60, what="Stalled")
+    verdict = judge(health_tool, argo_script, obj)
+    assert (verdict["kstatus"], verdict["argo"]) == ("Failed", "Degraded"), verdict
+    wait = kubectl_wait_ready(control_plane, namespace, "refused")
+    assert wait == "keeps waiting"
+    record("refused spec (Stalled=True)", verdict, wait)
+
+
+def test_the_table_in_docs_gitops_is_what_the_tools_said() -> None:
+    if len(ROWS) < 4:
+        pytest.fail(f"the stages before did not all run: {sorted(ROWS)}")
+    lines = [
+        "| stage | kstatus (Flux) | Argo CD health | `kubectl wait --for=condition=Ready` |",
+        "|---|---|---|---|",
+        *(f"| {stage} | {r['kstatus']} | {r['argo']} | {r['wait']} |" for stage, r in ROWS.items()),
+    ]
+    table = "\n".join(lines)
+    text = GITOPS.read_text()
+    match = re.search(re.escape(TABLE_START) + r"\n(.*?)\n" + re.escape(TABLE_END), text, re.S)
+    assert match is not None, f"docs/gitops.md lacks the {TABLE_START} block"
+    assert match.group(1) == table, f"docs/gitops.md's table is out of date; it is now:\n{table}"
