@@ -60,3 +60,16 @@ def test_a_sidecar_result_says_it_was_measured_without_the_engines_gpus() -> Non
     assert status.measuredBy == "sidecar"
     assert "without the engine's GPUs" in status.message
     assert (status.engineDescriptorBytes, status.engineGBps) == (0, 0.0)
+
+
+def test_the_status_says_what_a_prompts_kv_costs_at_the_measured_rate() -> None:
+    """make_pdd is Llama-3.1-8B at TP 2 with vLLM's 16-token blocks: 4,096 tokens x 32 layers
+    x 4 KV heads per rank x 128 x 2 bytes x (K and V) = 268 MB per rank, at the engine's
+    descriptor rate (12.2 GB/s) 22.0 ms."""
+    status = outcome(result()).status
+    per_rank = 4096 * 32 * 4 * 128 * 2 * 2
+    assert status.promptKVSeconds == round(per_rank / 12.2e9, 4)
+    assert "a 4,096-token prompt's KV (0.27 GB per engine rank) takes 22.0 ms" in status.message
+    # Without the engine's own figure, the link's rate prices it.
+    link_only = outcome(result(per_block_size=[])).status
+    assert link_only.promptKVSeconds == round(per_rank / 352.8e9, 4)

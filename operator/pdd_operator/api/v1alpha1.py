@@ -1575,6 +1575,12 @@ class TransferStatus(Model):
         description="UCX moved the bytes by software emulation (through the CPU) rather than "
         "a zero-copy or RDMA protocol.",
     )
+    promptKVSeconds: float = Field(
+        default=0.0,
+        description="What the KV of one 4,096-token prompt of this model takes per engine rank "
+        "at the measured rate (the engine's descriptor size where measured): the time-to-first-"
+        "token a request pays for the transfer. 0: the model's shape is unknown.",
+    )
     ranks: list[RankTransferStatus] = Field(
         default_factory=list,
         max_length=MAX_TRANSFER_RANKS,

@@ -119,6 +119,21 @@ def model_shape(model: ModelSpec) -> KvCacheShape | None:
     )
 
 
+# The prompt status.transfer prices: a long prompt of today's chat and RAG traffic.
+PRICED_PROMPT_TOKENS = 4096
+
+
+def prompt_kv_bytes(spec: PDDeploymentSpec, tokens: int = PRICED_PROMPT_TOKENS) -> int | None:
+    """What one engine rank moves for a prompt of ``tokens`` tokens (None: shape unknown)."""
+    shape = model_shape(spec.model)
+    if shape is None:
+        return None
+    layout = adapter_for(spec.engine.type).kv_layout
+    block = spec.engine.kvBlockSize or layout.default_block_tokens
+    tp = max(spec.prefill.gpusPerInstance, spec.decode.gpusPerInstance)
+    return prompt_plan(shape, block, tp, tokens, layout.packed).total_bytes
+
+
 def engine_descriptor_bytes(spec: PDDeploymentSpec, layout: KvLayout | None = None) -> int | None:
     """The descriptor size the deployment's engines move KV in, or None when the model's
     shape is unknown. ``layout`` is the engine's (its adapter's, unless given). With different

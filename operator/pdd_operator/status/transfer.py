@@ -20,6 +20,7 @@ from typing import Any
 from pdd_contract.probe_result import REASON_VERIFIED, classify_probe
 from pdd_operator.api import names
 from pdd_operator.api.v1alpha1 import PDDeployment, RankTransferStatus, TransferStatus
+from pdd_operator.planning.kv_layout import PRICED_PROMPT_TOKENS, prompt_kv_bytes
 from pdd_operator.planning.probe_pairs import ProbePair, probe_pairs
 from pdd_operator.status.observe import PodSummary
 
@@ -79,13 +80,17 @@ def transfer_outcome(pdd: PDDeployment, prober: PodSummary | None) -> TransferOu
     )
     measured = round(float(result.get("gbps") or 0.0), 3)
     descriptor, at_descriptor = engine_figure(result)
+    prompt_s = prompt_seconds(pdd, at_descriptor or measured)
     status = TransferStatus(
         path=str(result.get("path", "")),
         transport=str(result.get("transport", "")),
         measuredGBps=measured,
         expectedGBps=expected,
         verified=ok,
-        message=message + _where(result) + _engine_note(descriptor, at_descriptor, measured),
+        message=message
+        + _where(result)
+        + _engine_note(descriptor, at_descriptor, measured)
+        + _prompt_note(pdd, prompt_s),
         lastProbeTime=str(result.get("started_at", "")),
         requestedAt=requested,
         measuredBy=str(result.get("measured_by") or "sidecar"),
@@ -96,8 +101,28 @@ def transfer_outcome(pdd: PDDeployment, prober: PodSummary | None) -> TransferOu
         peerBoundary=str(result.get("peer_boundary") or ""),
         ucxLanes=[str(lane) for lane in (result.get("lanes") or [])][:16],
         emulated=bool(result.get("emulated")),
+        promptKVSeconds=prompt_s,
     )
     return TransferOutcome(status, ok, reason)
+
+
+def prompt_seconds(pdd: PDDeployment, gbps: float) -> float:
+    """A 4,096-token prompt's KV per engine rank at ``gbps`` (0: unknown shape or rate)."""
+    nbytes = prompt_kv_bytes(pdd.spec)
+    if not nbytes or gbps <= 0:
+        return 0.0
+    return round(nbytes / (gbps * 1e9), 4)
+
+
+def _prompt_note(pdd: PDDeployment, seconds: float) -> str:
+    nbytes = prompt_kv_bytes(pdd.spec)
+    if not seconds or not nbytes:
+        return ""
+    took = f"{seconds * 1000:.1f} ms" if seconds < 1 else f"{seconds:.2f} s"
+    return (
+        f"; a {PRICED_PROMPT_TOKENS:,}-token prompt's KV ({nbytes / 1e9:.2f} GB per engine "
+        f"rank) takes {took} at that rate"
+    )
 
 
 @dataclass(frozen=True)
