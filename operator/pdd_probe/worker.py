@@ -233,7 +233,7 @@ def run_initiator(spec: dict[str, Any]) -> int:
         }
     result["started_at"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(started))
     result["duration_s"] = round(time.perf_counter() - t0, 3)
-    _keep_ucx_log(_read_ucx_log(), "initiator-full")  # before the caller may kill us
+    _keep_full_ucx_log("initiator")  # before the caller may kill us
     emit("result", **result)
     return 0 if not result.get("error") else 1
 
@@ -431,6 +431,13 @@ def _keep_ucx_log(text: str, label: str) -> None:
             fh.write(text)
 
 
+def _keep_full_ucx_log(role: str) -> None:
+    """The whole UCX log, warnings included, where a benchmark keeps evidence: read only
+    then (with UCX_PROTO_INFO it is large, and a probe of the operator's has no use for it)."""
+    if os.environ.get("PDD_PROBE_KEEP_UCX_LOG"):
+        _keep_ucx_log(_read_ucx_log(), f"{role}-full")
+
+
 def _read_ucx_log() -> str:
     # UCX writes its log through a buffered C stream: without a flush the last tables (often
     # the very ones for the probed memory types) are still in the process, not in the file.
@@ -470,7 +477,7 @@ def main(argv: list[str] | None = None) -> int:
         return run_target(spec) if args[0] == "target" else run_initiator(spec)
     finally:
         if args[0] == "target":
-            _keep_ucx_log(_read_ucx_log(), "target-full")
+            _keep_full_ucx_log("target")
         shutil.rmtree(log_dir, ignore_errors=True)
 
 

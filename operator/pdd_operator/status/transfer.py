@@ -80,7 +80,8 @@ def transfer_outcome(pdd: PDDeployment, prober: PodSummary | None) -> TransferOu
     )
     measured = round(float(result.get("gbps") or 0.0), 3)
     descriptor, at_descriptor = engine_figure(result)
-    prompt_s = prompt_seconds(pdd, at_descriptor or measured)
+    prompt_bytes = prompt_kv_bytes(pdd.spec)
+    prompt_s = prompt_seconds(prompt_bytes, at_descriptor or measured)
     status = TransferStatus(
         path=str(result.get("path", "")),
         transport=str(result.get("transport", "")),
@@ -90,7 +91,7 @@ def transfer_outcome(pdd: PDDeployment, prober: PodSummary | None) -> TransferOu
         message=message
         + _where(result)
         + _engine_note(descriptor, at_descriptor, measured)
-        + _prompt_note(pdd, prompt_s),
+        + _prompt_note(prompt_bytes, prompt_s),
         lastProbeTime=str(result.get("started_at", "")),
         requestedAt=requested,
         measuredBy=str(result.get("measured_by") or "sidecar"),
@@ -106,16 +107,15 @@ def transfer_outcome(pdd: PDDeployment, prober: PodSummary | None) -> TransferOu
     return TransferOutcome(status, ok, reason)
 
 
-def prompt_seconds(pdd: PDDeployment, gbps: float) -> float:
-    """A 4,096-token prompt's KV per engine rank at ``gbps`` (0: unknown shape or rate)."""
-    nbytes = prompt_kv_bytes(pdd.spec)
+def prompt_seconds(nbytes: int | None, gbps: float) -> float:
+    """A prompt's KV per engine rank, ``nbytes`` (None: the model's shape is unknown), at
+    ``gbps``; 0 when either is unknown."""
     if not nbytes or gbps <= 0:
         return 0.0
     return round(nbytes / (gbps * 1e9), 4)
 
 
-def _prompt_note(pdd: PDDeployment, seconds: float) -> str:
-    nbytes = prompt_kv_bytes(pdd.spec)
+def _prompt_note(nbytes: int | None, seconds: float) -> str:
     if not seconds or not nbytes:
         return ""
     took = f"{seconds * 1000:.1f} ms" if seconds < 1 else f"{seconds:.2f} s"
