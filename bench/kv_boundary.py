@@ -23,6 +23,7 @@ byte is verified.
 from __future__ import annotations
 
 import argparse
+import gzip
 import json
 import os
 import sys
@@ -172,7 +173,7 @@ def status(results: Path) -> None:
     from pdd_operator.status.observe import PodSummary
     from pdd_operator.status.transfer import transfer_outcome
 
-    report = json.loads(results.read_text())
+    report = _load(results)
     for case in report["rendered"]:
         body = case["deployment"]
         meta = {**body["metadata"], "uid": "bench", "generation": 1}
@@ -190,7 +191,7 @@ def status(results: Path) -> None:
 
 def summary(results: Path) -> None:
     """The results as a Markdown table: one row per case, GB/s per descriptor size."""
-    report = json.loads(results.read_text())
+    report = _load(results)
     sizes = MATRIX_SIZES
     head = "| case | direction | peer | lane (UCX) | emulated | " + " | ".join(
         _size(n) for n in sizes
@@ -206,6 +207,13 @@ def summary(results: Path) -> None:
         lanes = ", ".join(r.get("lanes") or []) or "-"
         print(f"| {name} | {r.get('operation')} | {r.get('peer_boundary') or '?'} | {lanes} | "
               f"{'yes' if r.get('emulated') else 'no'} | {cells} | {verdict} |")  # fmt: skip
+
+
+def _load(results: Path) -> dict[str, Any]:
+    """A run's kv-boundary.json, or the .json.gz it is kept as under bench/results."""
+    raw = results.read_bytes()
+    loaded: dict[str, Any] = json.loads(gzip.decompress(raw) if results.suffix == ".gz" else raw)
+    return loaded
 
 
 def _size(n: int) -> str:
