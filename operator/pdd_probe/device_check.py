@@ -17,7 +17,14 @@ from dataclasses import dataclass
 
 from pdd_contract.env import UCX_NET_DEVICES, UCX_TLS
 from pdd_contract.probe_result import ProbeResult
-from pdd_probe.probe import LINK_CONCURRENCY, MIB, ProbeSpec, run_local_probe
+from pdd_probe.probe import (
+    BOUNDARIES,
+    LINK_CONCURRENCY,
+    MIB,
+    OPERATIONS,
+    ProbeSpec,
+    run_local_probe,
+)
 
 # What a pod's KV path is checked with, beside the engine's own descriptor size: sizes at
 # which NIXL reaches the link when it is healthy (docs/benchmarks.md).
@@ -108,8 +115,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--gpus", type=int, required=True, help="GPUs to use (0: host memory)")
     parser.add_argument("--net-devices", default=os.environ.get(UCX_NET_DEVICES, ""))
     parser.add_argument("--descriptor-bytes", type=int, default=0, help="the engine's size")
-    parser.add_argument("--operation", choices=("WRITE", "READ"), default="WRITE")
-    parser.add_argument("--peer-boundary", choices=("pod", "none"), default="pod")
+    parser.add_argument("--operation", choices=OPERATIONS, default="WRITE")
+    parser.add_argument("--peer-boundary", choices=BOUNDARIES, default="pod")
     args = parser.parse_args(argv)
     check = plan_device_check(
         args.gpus, args.net_devices, os.environ.get(UCX_TLS, ""), args.descriptor_bytes,

@@ -21,8 +21,9 @@ import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, get_args
 
+from pdd_contract.env import KvOperation, KvPeerBoundary
 from pdd_contract.probe_result import ProbeResult, classify_probe
 from pdd_probe import boundary
 
@@ -43,8 +44,9 @@ __all__ = [
 KIB, MIB, GIB = 1 << 10, 1 << 20, 1 << 30
 DEFAULT_BLOCK_SIZES = (256 * KIB, 1 * MIB, 4 * MIB, 16 * MIB)
 MEMORY_KINDS = ("auto", "DRAM", "VRAM")
-OPERATIONS = ("WRITE", "READ")
-BOUNDARIES = ("none", "pod")
+# The contract's spellings: what the operator renders and the preflight reads.
+OPERATIONS: tuple[str, ...] = get_args(KvOperation)
+BOUNDARIES: tuple[str, ...] = get_args(KvPeerBoundary)
 MAX_BYTES_PER_SIZE = 4 * GIB  # a probe must never take a GPU's memory from the engine
 MAX_CONCURRENCY = 32
 # Requests in flight that reached the link between two H200 over NVLink (4 and 8 alike,
