@@ -31,6 +31,11 @@ from pdd_operator.rendering.context import RenderContext
 from pdd_operator.rendering.gang import gang_pod_fields
 from pdd_operator.rendering.merge import merge_pod_template
 from pdd_operator.rendering.meta import child_metadata as child_metadata
+from pdd_operator.rendering.pod_security import (
+    engine_security_context,
+    non_root_security_context,
+    pod_security_context,
+)
 from pdd_operator.rendering.ranks import (
     is_multinode,
     leader_only_probe,
@@ -171,6 +176,7 @@ def render_pod_template(
     pod_spec: dict[str, Any] = {
         "enableServiceLinks": False,
         "terminationGracePeriodSeconds": 60,
+        "securityContext": pod_security_context(),
         "initContainers": [_preflight_container(pdd, role, ctx)],
         "containers": [
             _engine_container(pdd, role, ctx, instance),
@@ -373,13 +379,8 @@ def _engine_container(
         ],
         "readinessProbe": readiness,
         "startupProbe": startup,
-        # Engine images decide their user (vLLM's runs as root), so no runAsNonRoot here; a
-        # podTemplate can add it. Capabilities: none, except IPC_LOCK to pin RDMA memory.
-        "securityContext": {
-            "privileged": False,
-            "allowPrivilegeEscalation": False,
-            "capabilities": {"drop": ["ALL"], "add": transfer.engine_capabilities(spec)},
-        },
+        # Capabilities: none, except IPC_LOCK to pin RDMA memory.
+        "securityContext": engine_security_context(transfer.engine_capabilities(spec)),
     }
     if command:
         container["command"] = command
@@ -426,14 +427,7 @@ def _preflight_container(pdd: PDDeployment, role: str, ctx: RenderContext) -> di
         ],
         "terminationMessagePolicy": "FallbackToLogsOnError",
         # Reads sysfs/procfs (world-readable) and its own limits: no privilege needed.
-        "securityContext": {
-            "runAsNonRoot": True,
-            "runAsUser": 65532,
-            "privileged": False,
-            "allowPrivilegeEscalation": False,
-            "readOnlyRootFilesystem": True,
-            "capabilities": {"drop": ["ALL"]},
-        },
+        "securityContext": non_root_security_context(read_only_root=True),
     }
 
 

@@ -20,6 +20,7 @@ from pdd_operator.planning.slices import slices_possible
 from pdd_operator.rendering.access import render_account
 from pdd_operator.rendering.context import RenderContext
 from pdd_operator.rendering.merge import merge_template
+from pdd_operator.rendering.pod_security import non_root_security_context, pod_security_context
 from pdd_operator.rendering.ranks import is_multinode
 from pdd_operator.rendering.roles import child_metadata, engine_revision
 
@@ -151,10 +152,8 @@ def render_router_deployment(
         "env": env,
         "ports": [{"name": HTTP_PORT_NAME, "containerPort": router.port, "protocol": "TCP"}],
         "resources": router.resources.model_dump(),
-        "securityContext": {
-            "allowPrivilegeEscalation": False,
-            "capabilities": {"drop": ["ALL"]},
-        },
+        # Not read-only: the upstream routers may write beside themselves.
+        "securityContext": non_root_security_context(read_only_root=False),
     }
     if launch is not None:
         container["command"] = list(launch.command)
@@ -188,6 +187,7 @@ def render_router_deployment(
         "spec": {
             "serviceAccountName": names.router_account_name(pdd.name),
             "enableServiceLinks": False,
+            "securityContext": pod_security_context(),
             "containers": [container],
         },
     }

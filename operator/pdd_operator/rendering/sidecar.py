@@ -35,6 +35,7 @@ from pdd_operator.planning.probe_pairs import per_rank_probes, probe_pairs
 from pdd_operator.planning.slices import Slice
 from pdd_operator.rendering.access import api_access_mount, api_access_volume, render_account
 from pdd_operator.rendering.context import RenderContext
+from pdd_operator.rendering.pod_security import non_root_security_context
 from pdd_operator.rendering.transfer import transfer_env
 
 TOKEN_VOLUME = "sidecar-token"
@@ -135,13 +136,7 @@ def sidecar_containers(
                 # The pod's API credential: the sidecar's alone (peer discovery, probe results).
                 api_access_mount(),
             ],
-            "securityContext": {
-                "runAsNonRoot": True,
-                "runAsUser": 65532,
-                "allowPrivilegeEscalation": False,
-                "readOnlyRootFilesystem": True,
-                "capabilities": {"drop": ["ALL"]},
-            },
+            "securityContext": non_root_security_context(read_only_root=True),
         }
     ]
 
