@@ -15,7 +15,8 @@ from kubernetes.client.exceptions import ApiException
 
 from helpers.factories import small_pdd_body
 from helpers.operator_proc import OperatorProcess, install_crd
-from helpers.waits import wait_for
+from helpers.pod_security import ENFORCE, violated_rules
+from helpers.waits import create_namespace_ready, wait_for
 from pdd_localcluster.nodes import SimNode, gpu_node_capacity, gpu_node_labels
 from pdd_operator.api import names
 from pdd_operator.rendering.sidecar import TOKEN_KEY
@@ -149,12 +150,18 @@ def test_pods_refused_by_a_resource_quota_are_reported_with_the_quota_message(
     assert condition_is(api_client, namespace, "quota", "Degraded", "False", "AsExpected")()
 
 
-def test_pods_refused_by_pod_security_admission_are_reported_with_its_message(
+def refused_rules(message: str) -> list[set[str]]:
+    """The Pod Security rules each refused workload of a PodsRefused message broke."""
+    return [violated_rules(refusal) for refusal in message.split("; pods of ")]
+
+
+def test_pods_refused_by_pod_security_admission_are_reported_naming_the_rule(
     operator: Any, api_client: client.ApiClient, namespace: str
 ) -> None:
+    """Without RDMA only the engine's user keeps a deployment out of `restricted`: the
+    refusal names that rule and no other (docs/security.md, Pod Security levels)."""
     core = client.CoreV1Api(api_client)
-    enforce = {"pod-security.kubernetes.io/enforce": "restricted"}
-    core.patch_namespace(namespace, {"metadata": {"labels": enforce}})
+    core.patch_namespace(namespace, {"metadata": {"labels": {ENFORCE: "restricted"}}})
     create(api_client, small_pdd_body("psa", namespace))
 
     degraded = wait_for(
@@ -164,6 +171,43 @@ def test_pods_refused_by_pod_security_admission_are_reported_with_its_message(
     )
     assert "cannot be created" in degraded["message"]
     assert 'violates PodSecurity "restricted:latest"' in degraded["message"]
+    assert 'container "engine" must set securityContext.runAsNonRoot=true' in degraded["message"]
+    assert all(rules == {"runAsNonRoot != true"} for rules in refused_rules(degraded["message"]))
+
+
+def test_rdma_engines_are_admitted_by_privileged_and_refused_by_baseline_for_ipc_lock(
+    operator: Any, api_client: client.ApiClient, namespace: str
+) -> None:
+    core = client.CoreV1Api(api_client)
+    privileged = create_namespace_ready(api_client, f"{namespace[:50]}-priv")
+    try:
+        for ns, level in ((namespace, "baseline"), (privileged, "privileged")):
+            core.patch_namespace(ns, {"metadata": {"labels": {ENFORCE: level}}})
+            rdma = {"rdma": {"resourceName": "rdma/rdma_shared_device_a"}}
+            create(api_client, small_pdd_body("rdma", ns, kvTransfer=rdma))
+
+        degraded = wait_for(
+            condition_is(api_client, namespace, "rdma", "Degraded", "True", "PodsRefused"),
+            60,
+            what="Degraded=True PodsRefused under baseline",
+        )
+        assert 'violates PodSecurity "baseline:latest"' in degraded["message"]
+        assert 'container "engine" must not include "IPC_LOCK"' in degraded["message"]
+        rules = refused_rules(degraded["message"])
+        assert all(broken == {"non-default capabilities"} for broken in rules)
+
+        selector = f"{names.LABEL_DEPLOYMENT}=rdma"  # both roles' pods exist: admitted
+        wait_for(
+            lambda: len(core.list_namespaced_pod(privileged, label_selector=selector).items) == 2,
+            60,
+            what="the engine pods admitted under privileged",
+        )
+        assert (
+            condition_is(api_client, privileged, "rdma", "Degraded", "True", "PodsRefused")()
+            is None
+        )
+    finally:
+        core.delete_namespace(privileged)
 
 
 @pytest.fixture
