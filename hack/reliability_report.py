@@ -28,6 +28,7 @@ from pdd_localcluster.controlplane import LocalControlPlane  # noqa: E402
 FAULT_TESTS = [
     "tests/integration/test_faults.py",
     "tests/integration/test_failures.py",
+    "tests/integration/test_transient_failures.py",
     "tests/integration/test_rollout.py",
     "tests/integration/test_transfer_status.py",
     "tests/integration/test_placement.py",
@@ -38,6 +39,45 @@ FAULT_TESTS = [
     "tests/chart/test_podtemplate_policy.py",
     "tests/chart/test_user_roles.py",
     "tests/chart/test_least_privilege.py",
+]
+
+
+# What makes a PDDeployment Stalled and what leaves it Reconciling (status.compute).
+STALLED_RULE = [
+    "## Stalled only where waiting cannot help",
+    "",
+    "`Stalled=True` says the deployment will not progress until a person acts (kstatus' meaning:",
+    "Flux fails its health check at once, and docs/gitops.md's Argo CD check says Degraded). The",
+    "operator sets it only for:",
+    "",
+    "- a spec it refuses (`InvalidSpec`), a name held by another owner (`NameConflict`,",
+    "  `TokenSecretConflict`);",
+    "- a write of a child that the API server refuses and will refuse again: a 4xx other than",
+    "  408, 429 and 409 Conflict, such as 422 Invalid, 403 Forbidden (RBAC, a ResourceQuota, an",
+    "  admission policy or a webhook that said no), 409 AlreadyExists, 404 (`ApplyFailed`);",
+    "- pods refused by a quota or Pod Security (`PodsRefused`), a node prerequisite the",
+    "  preflight found missing (`PreflightFailed`), a gang scheduler that is not served",
+    "  (`GangSchedulerUnavailable`);",
+    "- the model's claim Lost or of the wrong access modes (at once), and the model's Secret or",
+    "  claim missing for more than 5 minutes (`ModelSecretMissing`, `ModelPVCMissing`).",
+    "",
+    "What time may cure is `Reconciling=True` (and `Stalled=False`), with the reason and the API",
+    "server's own words in the message, and the operator tries again by itself:",
+    "",
+    "- a write that failed with 408, 429, a 5xx (the API server, or an admission webhook it could",
+    '  not call or that timed out: "failed calling webhook", "context deadline exceeded"), a 409',
+    "  Conflict, or no answer at all (connection refused or reset, a timeout): `ApplyRetrying`,",
+    "  also Ready's reason; Degraded is left to the pods (they run as they were). Each request is",
+    "  retried a few times within a pass, then the pass again after 2 s, doubling to every 60 s,",
+    "  until a write goes through (`test_apply_retries.py`, `test_transient_failures.py`);",
+    "- the model's Secret or claim missing, which an ExternalSecret, a provisioner or a GitOps",
+    '  wave may create seconds later: `ModelSecretMissing` / `ModelPVCMissing`, with "waiting for',
+    '  Secret hf-token (missing since ...; Stalled if still missing at ...)" and the fix, for 5',
+    "  minutes from `status.waitingSince`. That is when the operator first found this generation",
+    "  waiting: it survives an operator restart, and a new generation starts it anew. Then",
+    "  `Stalled=True` with the same reason and fix; the engines start as soon as the object",
+    "  exists, Stalled or not (docs/model-storage.md).",
+    "",
 ]
 
 
@@ -151,6 +191,7 @@ def render(
         "access policies). docs/security.md has the",
         "threat model these tests stand for.",
         "",
+        *STALLED_RULE,
         "## Bad input",
         "",
         "Each spec is sent with `kubectl apply`-equivalent strict validation; the answer is the",

@@ -28,7 +28,7 @@ from pdd_operator.api import names
 from pdd_operator.api.names import DeploymentKey
 from pdd_operator.api.v1alpha1 import Condition, PDDeployment, PDDeploymentStatus, SliceStatus
 from pdd_operator.engines.base import role_spec
-from pdd_operator.kube.client import api_error_message, namespace_unavailable
+from pdd_operator.kube.client import api_error_message, namespace_unavailable, transient
 from pdd_operator.kube.resources import POD, ROLE_SCALER, SECRET, Kind, kind_of
 from pdd_operator.metrics import OperatorMetrics
 from pdd_operator.planning.autoscaling import (
@@ -60,6 +60,8 @@ from pdd_operator.rendering.scalers import render_scaler, scaler_status
 from pdd_operator.rendering.sidecar import render_token_secret, sidecar_enabled
 from pdd_operator.status import ownership
 from pdd_operator.status.compute import (
+    APPLY_FAILED,
+    APPLY_RETRYING,
     Observed,
     WorkloadState,
     compute_status,
@@ -157,6 +159,7 @@ class _KeyState:
     # writing, or someone else's change; told apart once the pass knows what it wrote.
     unconfirmed: set[str] = field(default_factory=set)
     conflict_retries: int = 0  # passes in a row that found a child's name taken
+    transient_retries: int = 0  # passes in a row whose writes failed in a way time may cure
 
 
 @dataclass(frozen=True)
@@ -202,10 +205,22 @@ class _Scaling:
 
 @dataclass(frozen=True)
 class _Blocked:
-    """Why a pass could not write its children: a condition reason and the user's message."""
+    """Why a pass could not write its children: a condition reason and the user's message;
+    `transient` where time may cure it (the pass is retried with backoff)."""
 
     reason: str = ""
     message: str = ""
+    transient: bool = False
+
+
+def _write_failed(what: str, err: Exception) -> _Blocked:
+    """A write the API server refused or could not answer. A refusal stays until someone
+    acts (ApplyFailed: Stalled); a failure time may cure (a 429, a 5xx, a webhook that timed
+    out or could not be reached, no answer at all) is retried (ApplyRetrying: Reconciling)."""
+    message = f"{what}: {api_error_message(err)}"
+    if transient(err):
+        return _Blocked(APPLY_RETRYING, f"{message} (retrying)", transient=True)
+    return _Blocked(APPLY_FAILED, message)
 
 
 @dataclass(frozen=True)
@@ -235,6 +250,11 @@ CONFLICT_RETRY_MAX_SECONDS = 300.0
 # them), and the periodic resync is minutes apart.
 MODEL_RETRY_FIRST_S = 2.0
 MODEL_RETRY_MAX_S = 60.0
+# After a write that failed in a way time may cure (_write_failed), the pass is tried again
+# after this many seconds, doubling up to the maximum: nothing else would trigger one before
+# the periodic resync. (Each request was already retried a few times within the pass.)
+TRANSIENT_RETRY_FIRST_S = 2.0
+TRANSIENT_RETRY_MAX_S = 60.0
 # The token Secret is not watched (no list/watch on Secrets): a pass looks at it (its metadata)
 # at most this often, so a deleted one is created again within a resync period.
 TOKEN_RECHECK_S = 300.0
@@ -478,6 +498,7 @@ class Reconciler:
         )
         await self._write_status(pdd, body, status)
         self._export_transfer(_key(pdd), observed_now.transfer_ok, status)
+        self._retry_while_transient(_key(pdd), blocked)
 
     def _export_transfer(
         self, key: DeploymentKey, ok: bool | None, status: PDDeploymentStatus
@@ -504,6 +525,17 @@ class Reconciler:
             self.conflict_retry_seconds * 2**state.conflict_retries, CONFLICT_RETRY_MAX_SECONDS
         )
         state.conflict_retries += 1
+        self._retry_later(key, delay)
+
+    def _retry_while_transient(self, key: DeploymentKey, blocked: _Blocked) -> None:
+        """Schedule another pass after a write that failed in a way time may cure, backing
+        off while the failures last."""
+        state = self._states.setdefault(key, _KeyState())
+        if not blocked.transient:
+            state.transient_retries = 0
+            return
+        delay = min(TRANSIENT_RETRY_FIRST_S * 2**state.transient_retries, TRANSIENT_RETRY_MAX_S)
+        state.transient_retries += 1
         self._retry_later(key, delay)
 
     # ------------------------------------------------------------------------------ model
@@ -811,9 +843,9 @@ class Reconciler:
         except Exception as err:  # surfaced as a condition + event, not a trace
             if namespace_unavailable(err):
                 raise _NamespaceGoingAway from err
-            message = api_error_message(err)
-            log.warning("applying children of %s/%s failed: %s", pdd.namespace, pdd.name, message)
-            return _Blocked("ApplyFailed", f"could not apply children: {message}")
+            blocked = _write_failed("could not apply children", err)
+            log.warning("%s/%s: %s", pdd.namespace, pdd.name, blocked.message)
+            return blocked
         return _Blocked()
 
     async def _name_conflicts(
@@ -999,8 +1031,8 @@ class Reconciler:
                 self.kube.owner_references, SECRET, pdd.namespace, name
             )
         except Exception as err:  # say so; the next pass looks again
-            message = f"could not look up the sidecar token Secret: {api_error_message(err)}"
-            return _TokenCheck(found=_Blocked("ApplyFailed", message))
+            found = _write_failed("could not look up the sidecar token Secret", err)
+            return _TokenCheck(found=found)
         if owners is None:
             # Remembered too: a pass whose create failed need not look again before it
             # retries (a Secret someone creates meanwhile makes the create answer "taken",
@@ -1026,8 +1058,8 @@ class Reconciler:
         except Exception as err:
             if namespace_unavailable(err):
                 raise _NamespaceGoingAway from err
-            message = f"could not create the sidecar token Secret: {api_error_message(err)}"
-            return replace(token, found=_Blocked("ApplyFailed", message))
+            found = _write_failed("could not create the sidecar token Secret", err)
+            return replace(token, found=found)
         if not created:
             self._tokens.pop(_key(pdd), None)
             self._retry_later(_key(pdd), self._model_retry[0])
@@ -1082,9 +1114,9 @@ class Reconciler:
         except Exception as err:  # surfaced as a condition + event, not a trace
             if namespace_unavailable(err):
                 raise _NamespaceGoingAway from err
-            message = f"could not write the scale targets: {api_error_message(err)}"
-            log.warning("%s/%s: %s", pdd.namespace, pdd.name, message)
-            return _Blocked("ApplyFailed", message)
+            blocked = _write_failed("could not write the scale targets", err)
+            log.warning("%s/%s: %s", pdd.namespace, pdd.name, blocked.message)
+            return blocked
         return _Blocked()
 
     async def _create_scaler(self, pdd: PDDeployment, role: str) -> _Blocked | None:
@@ -1151,7 +1183,8 @@ class Reconciler:
             transfer_ok=outcome.ok if outcome else None,
             transfer_reason=outcome.reason if outcome else "",
             apply_error=blocked.message,
-            apply_error_reason=blocked.reason or "ApplyFailed",
+            apply_error_reason=blocked.reason or APPLY_FAILED,
+            apply_error_transient=blocked.transient,
             refusals=self._refusals(children),
         )
 

@@ -1,6 +1,8 @@
 """The model's Secret and claim, checked before any engine pod starts, on the real API server:
 a PDDeployment naming a missing one says what to create (ModelReady=False, an event) and gets
-no engine pods; once it exists, the pods come without anyone touching the PDDeployment.
+no engine pods; once it exists, the pods come without anyone touching the PDDeployment. A
+missing object may still be created (an ExternalSecret, a provisioner): it is awaited
+(Reconciling, not Stalled) for a grace period; a claim of the wrong modes is Stalled at once.
 
 And the lookup itself: a Secret is asked for as PartialObjectMetadata, whose answer holds no
 data, so the token never reaches the operator."""
@@ -41,12 +43,28 @@ def create_pdd(api_client: client.ApiClient, namespace: str, source: dict[str, A
     )
 
 
-def model_ready(api_client: client.ApiClient, namespace: str) -> dict[str, Any]:
+def read_status(api_client: client.ApiClient, namespace: str) -> dict[str, Any]:
     body = client.CustomObjectsApi(api_client).get_namespaced_custom_object(
         GROUP, VERSION, namespace, PLURAL, "llama"
     )
-    conditions = body.get("status", {}).get("conditions", [])
-    return next((c for c in conditions if c["type"] == "ModelReady"), {})
+    return dict(body.get("status", {}))
+
+
+def conditions(api_client: client.ApiClient, namespace: str) -> dict[str, dict[str, Any]]:
+    return {c["type"]: c for c in read_status(api_client, namespace).get("conditions", [])}
+
+
+def model_ready(api_client: client.ApiClient, namespace: str) -> dict[str, Any]:
+    return conditions(api_client, namespace).get("ModelReady", {})
+
+
+def assert_awaited(api_client: client.ApiClient, namespace: str, awaited: str) -> None:
+    """Reconciling (not Stalled) with what is awaited, since when recorded in status."""
+    found = conditions(api_client, namespace)
+    assert (found["Stalled"]["status"], found["Reconciling"]["status"]) == ("False", "True")
+    assert found["Reconciling"]["reason"] == found["ModelReady"]["reason"]
+    assert found["Reconciling"]["message"].startswith(f"waiting for {awaited} (missing since ")
+    assert read_status(api_client, namespace)["waitingSince"]
 
 
 def engine_pods(api_client: client.ApiClient, namespace: str) -> list[str]:
@@ -113,6 +131,7 @@ def test_a_missing_token_secret_holds_the_engines_until_it_is_created(
     message = wait_held(api_client, namespace, "ModelSecretMissing")
     assert f"kubectl -n {namespace} create secret generic hf-token" in message
     assert "HF_TOKEN" in message
+    assert_awaited(api_client, namespace, "Secret hf-token")
 
     client.CoreV1Api(api_client).create_namespaced_secret(
         namespace,
@@ -140,6 +159,9 @@ def test_a_missing_or_unshareable_claim_holds_the_engines_until_fixed(
     create_pdd(api_client, namespace, {"pvc": {"claimName": "llama-rwo"}})
     message = wait_held(api_client, namespace, "ModelPVCAccessMode")
     assert "allows only ReadWriteOnce" in message and "ReadOnlyMany" in message
+    # The claim exists and will not change its modes by itself: Stalled at once.
+    stalled = conditions(api_client, namespace)["Stalled"]
+    assert (stalled["status"], stalled["reason"]) == ("True", "ModelPVCAccessMode")
 
     client.CustomObjectsApi(api_client).patch_namespaced_custom_object(
         GROUP,
@@ -151,6 +173,7 @@ def test_a_missing_or_unshareable_claim_holds_the_engines_until_fixed(
     )
     message = wait_held(api_client, namespace, "ModelPVCMissing")
     assert "PersistentVolumeClaim llama-70b" in message and "ReadOnlyMany" in message
+    assert_awaited(api_client, namespace, "PersistentVolumeClaim llama-70b")
 
     # Pending (no volume binder runs here) is accepted: a WaitForFirstConsumer claim binds
     # only once its first pod is scheduled.

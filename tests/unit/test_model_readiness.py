@@ -12,6 +12,7 @@ from pdd_operator.api.v1alpha1 import PDDeployment
 from pdd_operator.status.compute import Observed, compute_status
 from pdd_operator.status.conditions import transition_events
 from pdd_operator.status.model import (
+    AWAIT_GRACE_S,
     ClaimFacts,
     ModelFacts,
     ModelReadiness,
@@ -19,6 +20,8 @@ from pdd_operator.status.model import (
     engine_roles_held,
     model_readiness,
     model_references,
+    waited_too_long,
+    waiting_since,
 )
 
 NOW = "2026-01-01T00:00:00Z"
@@ -186,6 +189,10 @@ def test_model_readiness(
         assert fragment in result.message
     # Only a known problem holds the engines back; a failed lookup does not.
     assert engine_roles_held(result) is (ready is False)
+    # Only a missing object may still come (created by someone, an ExternalSecret, a
+    # provisioner); a Lost claim or one of the wrong modes stays as it is.
+    assert bool(result.awaited) is (reason in ("ModelSecretMissing", "ModelPVCMissing"))
+    assert result.awaited in result.message  # "Secret hf-token", "PersistentVolumeClaim llama"
 
 
 def test_references_name_what_the_operator_must_look_up() -> None:
@@ -209,22 +216,108 @@ def test_claim_facts_prefer_the_granted_modes_over_the_requested() -> None:
     assert claim_facts(None) is None
 
 
-MISSING = ModelReadiness(False, "ModelSecretMissing", "Secret hf-token ... create it")
-
-
 def conditions(pdd: PDDeployment, model: ModelReadiness | None) -> dict[str, Any]:
     status = compute_status(pdd, Observed(wanted={"prefill": 2, "decode": 4}, model=model), NOW)
     return {c.type: c for c in status.conditions}
 
 
-def test_a_missing_prerequisite_makes_the_deployment_stalled_not_ready() -> None:
-    found = conditions(pdd_with({"huggingFace": TOKEN}), MISSING)
-    assert (found["ModelReady"].status, found["ModelReady"].reason) == ("False", MISSING.reason)
-    assert (found["Ready"].status, found["Ready"].reason) == ("False", MISSING.reason)
-    assert found["Ready"].message == MISSING.message
-    assert (found["Stalled"].status, found["Stalled"].reason) == ("True", MISSING.reason)
-    assert found["Reconciling"].status == "False"
-    assert found["Progressing"].status == "False"
+LATER = "2026-01-01T00:04:59Z"  # NOW + the grace period - 1 s
+GRACE_OVER = "2026-01-01T00:05:00Z"
+AWAITED = ModelReadiness(
+    False, "ModelSecretMissing", "Secret hf-token ... create it", "Secret hf-token"
+)
+WRONG_MODES = ModelReadiness(False, "ModelPVCAccessMode", "... allows only ReadWriteOnce ...")
+
+
+def after(pdd: PDDeployment, waiting: str, generation: int) -> PDDeployment:
+    """`pdd` as a pass reads it after a status write: waitingSince, for `generation`."""
+    status = pdd.status.model_copy(
+        update={"waitingSince": waiting, "observedGeneration": generation}
+    )
+    return pdd.model_copy(update={"status": status})
+
+
+def test_the_grace_period_is_five_minutes() -> None:
+    assert AWAIT_GRACE_S == 300  # docs/model-storage.md says so
+
+
+# (id, readiness, status.waitingSince before, its observedGeneration, now,
+#  Stalled, Reconciling, waitingSince after)
+WAITS: list[tuple[str, ModelReadiness, str, int, str, str, str, str]] = [
+    ("a missing Secret, found now", AWAITED, "", 0, NOW, "False", "True", NOW),
+    ("still missing, within the grace", AWAITED, NOW, 3, LATER, "False", "True", NOW),
+    ("still missing, the grace is over", AWAITED, NOW, 3, GRACE_OVER, "True", "False", NOW),
+    # A changed spec may name another object: it is given the whole grace again.
+    ("a new generation waits anew", AWAITED, NOW, 2, GRACE_OVER, "False", "True", GRACE_OVER),
+    ("a written time that is not one", AWAITED, "soon", 3, LATER, "False", "True", LATER),
+    # Nothing will change these without a person: Stalled at once, nothing awaited.
+    ("a claim of the wrong modes", WRONG_MODES, "", 0, NOW, "True", "False", ""),
+    ("a claim of the wrong modes, was awaited", WRONG_MODES, NOW, 3, LATER, "True", "False", ""),
+    ("the model is there", ModelReadiness(True, "ModelAvailable", "ok"), NOW, 3, LATER,
+     "False", "True", ""),
+    ("the lookup failed", ModelReadiness(None, "ModelCheckFailed", "?"), NOW, 3, LATER,
+     "False", "True", ""),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("model", "waiting", "observed_generation", "now", "stalled", "reconciling", "since"),
+    [w[1:] for w in WAITS],
+    ids=[w[0] for w in WAITS],
+)
+def test_a_missing_object_is_awaited_for_the_grace_period_then_stalled(
+    model: ModelReadiness,
+    waiting: str,
+    observed_generation: int,
+    now: str,
+    stalled: str,
+    reconciling: str,
+    since: str,
+) -> None:
+    pdd = after(pdd_with({"huggingFace": TOKEN}), waiting, observed_generation)
+    assert pdd.generation == 3
+    status = compute_status(pdd, Observed(wanted={"prefill": 2, "decode": 4}, model=model), now)
+    found = {c.type: c for c in status.conditions}
+    assert (found["Stalled"].status, found["Reconciling"].status) == (stalled, reconciling)
+    assert status.waitingSince == since
+    if model.ready is False:  # awaited or stalled, not Ready
+        assert (found["Ready"].status, found["Ready"].reason) == ("False", model.reason)
+        assert found["Ready"].message == model.message
+    if stalled == "True":
+        assert (found["Stalled"].reason, found["Stalled"].message) == (model.reason, model.message)
+        assert found["Progressing"].status == "False"
+
+
+def test_while_awaited_reconciling_says_what_since_when_until_when_and_the_fix() -> None:
+    pdd = after(pdd_with({"huggingFace": TOKEN}), NOW, 3)
+    status = compute_status(pdd, Observed(wanted={"prefill": 2, "decode": 4}, model=AWAITED), LATER)
+    reconciling = next(c for c in status.conditions if c.type == "Reconciling")
+    assert reconciling.reason == "ModelSecretMissing"
+    assert reconciling.message == (
+        "waiting for Secret hf-token (missing since 2026-01-01T00:00:00Z; Stalled if still "
+        "missing at 2026-01-01T00:05:00Z): Secret hf-token ... create it"
+    )
+
+
+@pytest.mark.parametrize(
+    ("previous", "previous_generation", "now", "since"),
+    [
+        ("", 3, NOW, NOW),  # a wait begins
+        (NOW, 3, LATER, NOW),  # the same generation's wait goes on (an operator restart too)
+        (NOW, 2, LATER, LATER),  # a new generation's wait begins
+        ("2026-13-01", 3, LATER, LATER),  # not a time: begins now
+    ],
+)
+def test_waiting_since(previous: str, previous_generation: int, now: str, since: str) -> None:
+    assert waiting_since(previous, previous_generation, 3, now) == since
+
+
+@pytest.mark.parametrize(
+    ("since", "now", "over"),
+    [(NOW, NOW, False), (NOW, LATER, False), (NOW, GRACE_OVER, True), ("", GRACE_OVER, False)],
+)
+def test_waited_too_long(since: str, now: str, over: bool) -> None:
+    assert waited_too_long(since, now) is over
 
 
 def test_an_available_model_leaves_the_other_conditions_alone() -> None:
@@ -243,9 +336,9 @@ def test_an_available_model_leaves_the_other_conditions_alone() -> None:
 def test_one_warning_event_says_what_to_create_and_one_says_it_was_fixed() -> None:
     pdd = pdd_with({"huggingFace": TOKEN})
     before = list(conditions(pdd, ModelReadiness(True, "ModelAvailable", "ok")).values())
-    after = list(conditions(pdd, MISSING).values())
+    after = list(conditions(pdd, AWAITED).values())
     events = transition_events(before, after)
-    about = [e for e in events if e.message == MISSING.message]
+    about = [e for e in events if e.message == AWAITED.message]
     assert [(e.type, e.reason) for e in about] == [("Warning", "ModelSecretMissing")]
     recovered = transition_events(
         after, list(conditions(pdd, ModelReadiness(True, "ModelAvailable", "ok")).values())

@@ -113,3 +113,38 @@ async def test_the_default_source_looks_nothing_up() -> None:
     model_reads = [r for r in cluster.reads if len(r) == 3]
     assert [r for r in model_reads if r[0] in ("Secret", "PersistentVolumeClaim")] == []
     assert applied(cluster) >= STATEFULSETS
+
+
+async def test_a_missing_secret_is_awaited_and_the_wait_survives_a_restart() -> None:
+    """An ExternalSecret may create it seconds later: Reconciling, not Stalled, and the time
+    the wait began is in status, so an operator restarted meanwhile counts from it too."""
+    cluster = FakeCluster(body(TOKEN_SOURCE))
+    await reconciler(cluster).reconcile(KEY)
+    assert condition(cluster, "Stalled")[:2] == ("False", "NotStalled")
+    status, reason, message = condition(cluster, "Reconciling")
+    assert (status, reason) == ("True", "ModelSecretMissing")
+    assert message.startswith("waiting for Secret hf-token (missing since ")
+    since = cluster.stored[KEY]["status"]["waitingSince"]
+    assert since
+
+    cluster.deliver_pdd_watch()
+    await reconciler(cluster).reconcile(KEY)  # a new operator process
+    assert cluster.stored[KEY]["status"]["waitingSince"] == since
+
+
+async def test_a_secret_missing_past_the_grace_period_is_stalled_until_it_exists() -> None:
+    old = copy.deepcopy(body(TOKEN_SOURCE))
+    old["status"] = {"observedGeneration": 3, "waitingSince": "2026-01-01T00:00:00Z"}
+    cluster = FakeCluster(old)
+    rec = reconciler(cluster)
+    await rec.reconcile(KEY)
+    assert condition(cluster, "Stalled")[:2] == ("True", "ModelSecretMissing")
+    assert condition(cluster, "Reconciling")[0] == "False"
+    assert not STATEFULSETS & applied(cluster)
+
+    cluster.secrets.add((NS, "hf-token"))  # the fix: the engines start, nothing is stalled
+    cluster.deliver_pdd_watch()
+    await rec.reconcile(KEY)
+    assert condition(cluster, "Stalled")[:2] == ("False", "NotStalled")
+    assert cluster.stored[KEY]["status"]["waitingSince"] == ""
+    assert applied(cluster) >= STATEFULSETS

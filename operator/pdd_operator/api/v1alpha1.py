@@ -1604,6 +1604,14 @@ class PDDeploymentStatus(Model):
         description="Autoscaled deployments with a follower: each slice, its domain and counts.",
     )
     transfer: TransferStatus = Field(default_factory=TransferStatus)
+    waitingSince: str = Field(
+        default="",
+        description=(
+            "When the operator first found this generation waiting for an object it names that "
+            "may still be created (the model's Secret or claim); empty while none is awaited. "
+            "Reconciling until 5 minutes after it, Stalled from then on."
+        ),
+    )
     conditions: list[Condition] = Field(default_factory=list)
 
 

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 
 import orjson
+import urllib3
 from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
 
@@ -482,6 +483,21 @@ def namespace_unavailable(err: BaseException) -> bool:
         and status.kind == "namespaces"
         and not status.group
     )
+
+
+def transient(err: BaseException) -> bool:
+    """Whether a failed request may succeed, unchanged, once time has passed: no answer came
+    (a connection refused or reset, a timeout), or the answer says "not now": 408, 429, any
+    5xx (the API server or a webhook it called failed or timed out: a webhook it cannot reach
+    answers 500 InternalError, "failed calling webhook"), or a 409 Conflict (someone wrote in
+    between). Every other refusal (422 Invalid, 403 Forbidden by RBAC, a quota or an admission
+    policy, 409 AlreadyExists, 404) answers the same until a person changes something."""
+    if isinstance(err, ApiException):
+        status = api_status(err)
+        if status.code == 409:
+            return status.reason == "Conflict"
+        return status.code in (408, 429) or 500 <= status.code <= 599
+    return isinstance(err, (urllib3.exceptions.HTTPError, OSError))
 
 
 def api_error_message(err: Exception) -> str:

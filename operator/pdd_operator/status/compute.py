@@ -21,11 +21,20 @@ from pdd_operator.api.v1alpha1 import (
 from pdd_operator.planning.placement import PlacementResult
 from pdd_operator.status.conditions import find, set_condition
 from pdd_operator.status.gang import GangReadiness
-from pdd_operator.status.model import ModelReadiness
+from pdd_operator.status.model import (
+    ModelReadiness,
+    awaiting_message,
+    waited_too_long,
+    waiting_since,
+)
 from pdd_operator.status.refusals import REASON as REFUSED
 from pdd_operator.status.refusals import Refusal
 
 ROLES_WITH_ROUTER = ("prefill", "decode", "router")
+# The reasons of a failed write of the children: refused until someone changes something
+# (Stalled), or failed in a way time may cure and retried with backoff (Reconciling).
+APPLY_FAILED = "ApplyFailed"
+APPLY_RETRYING = "ApplyRetrying"
 NOT_VERIFIED_YET = (
     "not verified yet: the prober pod (prefill ordinal 0; every prefill rank where instances "
     "span nodes) is asked for a probe once the deployment is Ready"
@@ -108,7 +117,9 @@ class Observed:
     transfer_ok: bool | None = None
     transfer_reason: str = ""
     apply_error: str = ""  # the children could not be written: why, for the user
-    apply_error_reason: str = "ApplyFailed"  # its condition reason (NameConflict, ...)
+    apply_error_reason: str = APPLY_FAILED  # its condition reason (NameConflict, ...)
+    # The write failed in a way time may cure (kube.client.transient): the pass is retried.
+    apply_error_transient: bool = False
     probe_requested_at: str = ""  # when this pass asked the prober pod for a transfer probe
     model: ModelReadiness | None = None  # the model's Secret and claims (status.model)
     refusals: Sequence[Refusal] = ()  # workloads whose pods the API server refuses
@@ -133,13 +144,22 @@ def compute_status(pdd: PDDeployment, observed: Observed, now: str) -> PDDeploym
     degraded, deg_reason, deg_msg = _degradation(observed)
     # A refused pod or a missing prerequisite does not go away by waiting: the user acts.
     blocking = bool(observed.refusals) or any(p.blocking for p in observed.pod_problems)
-    stalled = (degraded and blocking) or bool(observed.apply_error)
+    stalled = (degraded and blocking) or _apply_refused(observed)
     stall_reason, stall_msg = deg_reason, deg_msg
+    if observed.apply_error and observed.apply_error_transient:
+        # Retried with backoff (reconcile.py) without anyone acting: in progress, not stuck.
+        progressing, prog_reason, prog_msg = True, observed.apply_error_reason, observed.apply_error
+    since = _waiting_since(pdd, observed, now)
     if _model_missing(observed) and not observed.apply_error:
-        # Nothing progresses until the user creates or fixes what the model needs.
-        assert observed.model is not None
-        progressing, prog_reason, prog_msg = False, observed.model.reason, observed.model.message
-        stalled, stall_reason, stall_msg = True, observed.model.reason, observed.model.message
+        model = observed.model
+        assert model is not None
+        if since and not waited_too_long(since, now):
+            # Someone or something may create it yet: in progress, for the grace period.
+            progressing, prog_reason, prog_msg = True, model.reason, awaiting_message(model, since)
+        else:
+            # Nothing progresses until the user creates or fixes what the model needs.
+            progressing, prog_reason, prog_msg = False, model.reason, model.message
+            stalled, stall_reason, stall_msg = True, model.reason, model.message
     if observed.gang is not None and not observed.gang.ready and not observed.apply_error:
         # The instances wait, uncreated, for a gang scheduler the user enables or chooses.
         progressing, prog_reason, prog_msg = False, observed.gang.reason, observed.gang.message
@@ -177,6 +197,7 @@ def compute_status(pdd: PDDeployment, observed: Observed, now: str) -> PDDeploym
         placement=_placement_status(pdd, observed),
         slices=list(observed.slices),
         transfer=_transfer_status(pdd, observed),
+        waitingSince=since,
         conditions=conditions,
     )
 
@@ -246,7 +267,7 @@ def _progress(observed: Observed, roles: dict[str, RoleStatus]) -> tuple[bool, s
 
 def _degradation(observed: Observed) -> tuple[bool, str, str]:
     problems = list(observed.pod_problems)
-    if observed.apply_error:
+    if _apply_refused(observed):
         return True, observed.apply_error_reason, observed.apply_error
     if observed.refusals:
         # Before any pod's problem: these pods do not exist, so no pod can report them.
@@ -258,8 +279,25 @@ def _degradation(observed: Observed) -> tuple[bool, str, str]:
     return True, first.reason, f"{first.role} pod {first.pod}: {first.message}{more}"
 
 
+def _apply_refused(observed: Observed) -> bool:
+    """A write of the children was refused, and will be until someone acts: Stalled. One
+    that time may cure says so in Ready and Reconciling only (the serving pods are as they
+    were: nothing is degraded)."""
+    return bool(observed.apply_error) and not observed.apply_error_transient
+
+
 def _model_missing(observed: Observed) -> bool:
     return observed.model is not None and observed.model.ready is False
+
+
+def _waiting_since(pdd: PDDeployment, observed: Observed, now: str) -> str:
+    """status.waitingSince: set while the model's missing object may still be created, kept
+    across passes (and operator restarts) of the same generation; "" otherwise."""
+    model = observed.model
+    if model is None or model.ready is not False or not model.awaited:
+        return ""
+    status = pdd.status
+    return waiting_since(status.waitingSince, status.observedGeneration, pdd.generation, now)
 
 
 def _model_condition(

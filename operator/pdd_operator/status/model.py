@@ -19,6 +19,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from pdd_operator.api.v1alpha1 import PDDeployment, PDDeploymentSpec
@@ -72,6 +73,10 @@ class ModelReadiness:
     ready: bool | None
     reason: str
     message: str
+    # The missing object that someone or something may still create ("Secret hf-token"): an
+    # ExternalSecret or a provisioning job often does so seconds after the PDDeployment. ""
+    # where waiting cannot help (a Lost claim, a claim of the wrong access modes).
+    awaited: str = ""
 
 
 def model_references(spec: PDDeploymentSpec) -> ModelReferences:
@@ -109,7 +114,8 @@ def model_readiness(pdd: PDDeployment, facts: ModelFacts) -> ModelReadiness:
             None, "ModelCheckFailed", f"could not check the model's sources: {facts.error}"
         )
     if refs.secret is not None and not facts.secret_exists:
-        return ModelReadiness(False, "ModelSecretMissing", _secret_missing(pdd, refs))
+        secret = f"Secret {refs.secret}"
+        return ModelReadiness(False, "ModelSecretMissing", _secret_missing(pdd, refs), secret)
     pods = pdd.spec.prefill.replicas + pdd.spec.decode.replicas
     for use in refs.claims:
         problem = _claim_problem(pdd.namespace, use, (facts.claims or {}).get(use.name), pods)
@@ -140,6 +146,7 @@ def _claim_problem(
             "ModelPVCMissing",
             f"{what} does not exist in namespace {namespace}: create it ({_modes(needed)}, "
             f"{fill}) or correct the name; the engine pods start once it exists",
+            f"PersistentVolumeClaim {use.name}",
         )
     if claim.phase == "Lost":
         return ModelReadiness(
@@ -184,3 +191,44 @@ def _available(spec: PDDeploymentSpec) -> str:
 def engine_roles_held(readiness: ModelReadiness | None) -> bool:
     """Whether the engine StatefulSets wait: only on a known problem."""
     return readiness is not None and readiness.ready is False
+
+
+# How long a PDDeployment waits for an awaited object (ModelReadiness.awaited) before it is
+# Stalled: long enough for an ExternalSecret, a CSI provisioner or a GitOps tool applying
+# objects in waves to create it, short enough that a typo in a name fails a pipeline well
+# within its health-check timeout (Flux's default is 5 minutes as well). Counted from when the
+# operator first found the current generation waiting (status.waitingSince).
+AWAIT_GRACE_S = 300
+TIME_FORMAT = "%Y-%m-%dT%H:%M:%SZ"  # as the conditions' lastTransitionTime
+
+
+def waiting_since(previous: str, previous_generation: int, generation: int, now: str) -> str:
+    """When the current generation began waiting: the recorded time while it is the same
+    generation's (it survives an operator restart), `now` for a wait that starts, or for a new
+    generation (a changed spec may name another object, and is given the whole grace)."""
+    if previous and previous_generation == generation and _parse(previous) is not None:
+        return previous
+    return now
+
+
+def waited_too_long(since: str, now: str, grace_s: float = AWAIT_GRACE_S) -> bool:
+    """Whether a wait that began at `since` has passed the grace period at `now`."""
+    start, end = _parse(since), _parse(now)
+    return start is not None and end is not None and (end - start).total_seconds() >= grace_s
+
+
+def awaiting_message(readiness: ModelReadiness, since: str, grace_s: float = AWAIT_GRACE_S) -> str:
+    """What Reconciling says while an object is awaited: since when, until when, and the fix."""
+    start = _parse(since)
+    until = (start + timedelta(seconds=grace_s)).strftime(TIME_FORMAT) if start else "?"
+    return (
+        f"waiting for {readiness.awaited} (missing since {since}; Stalled if still missing at "
+        f"{until}): {readiness.message}"
+    )
+
+
+def _parse(stamp: str) -> datetime | None:
+    try:
+        return datetime.strptime(stamp, TIME_FORMAT).replace(tzinfo=UTC)
+    except ValueError:
+        return None
