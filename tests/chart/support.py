@@ -16,6 +16,7 @@ from kubernetes.client.exceptions import ApiException
 from kubernetes.dynamic import DynamicClient
 
 from pdd_localcluster import LocalControlPlane
+from pdd_localcluster.nodes import KUBELET_VERSION
 
 ROOT = Path(__file__).resolve().parents[2]
 CHART = ROOT / "charts" / "pdd-operator"
@@ -40,6 +41,10 @@ class Helm:
 
     def run(self, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
         cmd = [str(self.binary), *args]
+        if args[:1] == ("template",) and "--kube-version" not in args:
+            # Without a cluster helm assumes 1.20, which the chart's kubeVersion refuses: the
+            # pinned version, the local control plane's (and its simulated kubelets').
+            cmd += ["--kube-version", KUBELET_VERSION]
         if self.kubeconfig is not None:
             cmd += ["--kubeconfig", str(self.kubeconfig)]
         result = subprocess.run(cmd, capture_output=True, text=True, env=self.env, timeout=120)

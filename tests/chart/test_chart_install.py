@@ -47,6 +47,35 @@ def test_rendered_objects_pass_server_side_dry_run(
     assert not stored, "a dry-run stored objects"
 
 
+# Values the schema refuses (test_chart_lint.REJECTED), rendered without it, and the kind of
+# object the API server then refuses: what the schema spares a user in the middle of an upgrade.
+UNCHECKED: dict[str, tuple[list[str], str]] = {
+    "Deny with Warn": (
+        ["--set", "podTemplatePolicy.validationActions={Deny,Warn}"],
+        "ValidatingAdmissionPolicyBinding",
+    ),
+    "a name with capitals": (["--set", "nameOverride=Bad_Name"], "Deployment"),
+    "a full name with a dot": (["--set", "fullnameOverride=pdd.operator"], "Service"),
+    "a full name starting with a digit": (["--set", "fullnameOverride=1pdd"], "Service"),
+}
+
+
+@pytest.mark.parametrize(("values", "kind"), UNCHECKED.values(), ids=UNCHECKED.keys())
+def test_what_the_schema_refuses_the_api_server_refuses(
+    helm: Helm, api_client: client.ApiClient, dynamic: DynamicClient, values: list[str], kind: str
+) -> None:
+    namespace = "pdd-unchecked"
+    ensure_namespace(api_client, namespace)
+    docs = helm.template("--skip-schema-validation", *values, namespace=namespace)
+    refused = {}
+    for doc in docs:
+        try:
+            apply(dynamic, doc, dry_run=True)
+        except ApiException as err:
+            refused[doc["kind"]] = (err.status, err.reason)
+    assert refused.get(kind) == (422, "Unprocessable Entity"), refused
+
+
 def test_install_upgrade_uninstall(
     cluster_helm: Helm, api_client: client.ApiClient, dynamic: DynamicClient
 ) -> None:

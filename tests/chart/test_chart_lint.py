@@ -31,6 +31,12 @@ VALUE_SETS: dict[str, list[str]] = {
         "--set",
         "resyncSeconds=60",
     ],
+    # The edges of what the schema lets through: every object the chart derives from them is
+    # still one the API server takes (test_chart_install.py's dry-run).
+    "warn-and-audit": ["--set", "podTemplatePolicy.validationActions={Warn,Audit}"],
+    "deny-and-audit": ["--set", "podTemplatePolicy.validationActions={Deny,Audit}"],
+    "longest-fullname": ["--set", "fullnameOverride=p" + "-0" * 31],
+    "longest-name": ["--set", "nameOverride=" + "n" * 63],
 }
 
 # Each wrong value and the field the error must name (a user fixes what the message names).
@@ -47,6 +53,20 @@ REJECTED: list[tuple[list[str], str]] = [
         "/podTemplatePolicy/validationActions/0",
     ),
     (["--set", "replicas=2"], "replicas"),  # unknown key: a typo must not pass silently
+    # What the API server would refuse in the middle of an install or upgrade
+    # (test_chart_install.py sends each of these to it, unchecked): Deny with Warn ...
+    (
+        ["--set", "podTemplatePolicy.validationActions={Deny,Warn}"],
+        "/podTemplatePolicy/validationActions/1",
+    ),
+    (
+        ["--set", "podTemplatePolicy.validationActions={Warn,Audit,Deny}"],
+        "/podTemplatePolicy/validationActions/0",
+    ),
+    # ... and names that are not DNS labels (the metrics Service's must start with a letter).
+    (["--set", "nameOverride=Bad_Name"], "/nameOverride"),
+    (["--set", "fullnameOverride=pdd.operator"], "/fullnameOverride"),
+    (["--set", "fullnameOverride=1pdd"], "/fullnameOverride"),
 ]
 
 
@@ -75,6 +95,19 @@ def test_schema_rejects_wrong_values_by_name(helm: Helm, values: list[str], fiel
     template = helm.run("template", "x", str(CHART), *values, check=False)
     assert template.returncode != 0
     assert field in template.stderr
+
+
+@pytest.mark.parametrize(
+    ("version", "renders"),
+    [("1.29.9", False), ("1.30.0", True), ("v1.30.2-eks-1a2b3c", True), ("1.35.4", True)],
+)
+def test_the_chart_says_which_kubernetes_it_needs(helm: Helm, version: str, renders: bool) -> None:
+    """ValidatingAdmissionPolicy v1 (the access and podTemplate policies) is served from 1.30
+    on: an older cluster is refused before anything is installed, with the reason."""
+    result = helm.run("template", "x", str(CHART), "--kube-version", version, check=False)
+    assert (result.returncode == 0) is renders, result.stderr
+    if not renders:
+        assert "chart requires kubeVersion: >=1.30.0-0" in result.stderr
 
 
 def test_metrics_and_liveness_ports_must_differ(helm: Helm) -> None:

@@ -16,6 +16,11 @@
 {{- end }}
 {{- end }}
 
+{{/* The metrics Service: a DNS-1035 label, so the suffix must fit in 63 characters too. */}}
+{{- define "pdd-operator.metricsServiceName" -}}
+{{- printf "%s-metrics" (include "pdd-operator.fullname" . | trunc 55 | trimSuffix "-") }}
+{{- end }}
+
 {{/* The agent's objects: the full name with a suffix that still fits in 63 characters. */}}
 {{- define "pdd-operator.agentName" -}}
 {{- printf "%s-topology-agent" (include "pdd-operator.fullname" . | trunc 48 | trimSuffix "-") }}
