@@ -6,6 +6,7 @@ assertions below read it against pyproject.toml and the chart.
 
 from __future__ import annotations
 
+import json
 import re
 import subprocess
 import sys
@@ -13,6 +14,8 @@ import tomllib
 from pathlib import Path
 
 import pytest
+
+from pdd_localcluster.runtime.images import KNOWN_IMAGES
 
 from .support import ROOT
 
@@ -48,6 +51,23 @@ def test_targets_run_the_console_scripts_as_non_root() -> None:
         assert "USER 65532:65532" in body  # the chart's runAsUser
     # The preflight init container and the node agent run the sidecar image as `pdd-node`.
     assert "pdd-node" in scripts
+
+
+def test_the_local_runtime_runs_each_image_as_its_dockerfile_target_does() -> None:
+    """The local runtime plays these images (a pod that sets only `args` relies on the
+    image's ENTRYPOINT): its table must say what the Dockerfile says."""
+    by_stage = stages((ROOT / "Dockerfile").read_text())
+    for stage, repository in (
+        ("operator", "ghcr.io/pdd-dev/pdd-operator"),
+        ("sidecar", "ghcr.io/pdd-dev/pdd-sidecar"),
+        ("router", "ghcr.io/pdd-dev/pdd-router"),
+    ):
+        fs = KNOWN_IMAGES[repository]
+        body = by_stage[stage]
+        entrypoint = re.search(r"^ENTRYPOINT (.+)$", body, flags=re.MULTILINE)
+        cmd = re.search(r"^CMD (.+)$", body, flags=re.MULTILINE)
+        assert list(fs.entrypoint) == (json.loads(entrypoint[1]) if entrypoint else [])
+        assert list(fs.cmd) == (json.loads(cmd[1]) if cmd else [])
 
 
 def test_base_image_is_pinned_by_digest() -> None:

@@ -35,6 +35,9 @@ class ImageFs:
     bin_dirs: Sequence[Path] = ()
     python_dirs: Sequence[Path] = ()
     extra_env: Mapping[str, str] = field(default_factory=dict)
+    # The Dockerfile target's ENTRYPOINT and CMD (a pod that sets only `args` relies on them).
+    entrypoint: Sequence[str] = ()
+    cmd: Sequence[str] = ()
 
     def env(self) -> dict[str, str]:
         """The image's ENV, as a Dockerfile's ENV lines would set it."""
@@ -52,8 +55,12 @@ REFENGINE_IMAGE_DIR = SOURCE_ROOT / "pdd_refengine" / "image"
 
 # Repository (the image reference without tag or digest) -> its filesystem here.
 KNOWN_IMAGES: dict[str, ImageFs] = {
-    "ghcr.io/pdd-dev/pdd-sidecar": ImageFs("pdd-sidecar"),
-    "ghcr.io/pdd-dev/pdd-operator": ImageFs("pdd-operator"),
+    "ghcr.io/pdd-dev/pdd-sidecar": ImageFs(
+        "pdd-sidecar", entrypoint=("pdd-sidecar",), cmd=("serve",)
+    ),
+    "ghcr.io/pdd-dev/pdd-operator": ImageFs(
+        "pdd-operator", entrypoint=("pdd-operator",), cmd=("run",)
+    ),
     "ghcr.io/pdd-dev/pdd-router": ImageFs("pdd-router"),
     # The reference engine (a test double of vLLM and SGLang): `vllm` on PATH and
     # `python3 -m sglang.launch_server` importable.

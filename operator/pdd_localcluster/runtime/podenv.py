@@ -6,7 +6,7 @@ variables defined before it. Pure: secrets and config maps come through `lookup_
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 Json = dict[str, Any]
@@ -110,11 +110,22 @@ def _env_from(src: Json, lookup_data: DataLookup) -> dict[str, str]:
     return {prefix + k: v for k, v in data.items()}
 
 
-def command_line(container: Json, image_entrypoint: list[str], env: Mapping[str, str]) -> list[str]:
-    """command + args with `$(VAR)` expanded; an image without an entrypoint needs a command."""
-    command = container.get("command") or image_entrypoint
-    args = container.get("args") or []
-    argv = [expand(a, env) for a in [*command, *args]]
+def command_line(
+    container: Json,
+    image_entrypoint: Sequence[str],
+    env: Mapping[str, str],
+    image_cmd: Sequence[str] = (),
+) -> list[str]:
+    """The container's argv, as a container runtime builds it from the pod spec and the image:
+    `command` replaces the image's ENTRYPOINT and drops its CMD; `args` replace the CMD; with
+    neither, ENTRYPOINT + CMD. `$(VAR)` is expanded in command and args, not in the image's."""
+    command = container.get("command")
+    args = container.get("args")
+    if command:
+        argv = [expand(a, env) for a in [*command, *(args or [])]]
+    else:
+        tail = [expand(a, env) for a in args] if args else list(image_cmd)
+        argv = [*image_entrypoint, *tail]
     if not argv:
-        raise EnvError("no command: the local runtime knows no image entrypoints")
+        raise EnvError("no command: the pod names none and the image has no entrypoint")
     return argv

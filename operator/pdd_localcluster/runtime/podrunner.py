@@ -219,7 +219,7 @@ class PodRunner:
                 service_env=self._svc.service_env,
                 lookup_data=self._lookup_text,
             )
-            argv = command_line(container, [], env)
+            argv = command_line(container, fs.entrypoint, env, fs.cmd)
             mounts = [*self._svc.node_mounts, *container_mounts(container, self._volumes)]
         except EnvError as e:
             self._set(

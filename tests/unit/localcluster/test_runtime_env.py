@@ -109,3 +109,18 @@ def test_command_and_args_expand_against_the_final_env() -> None:
     assert command_line({"args": ["x"]}, ["entry"], {}) == ["entry", "x"]
     with pytest.raises(EnvError, match="no command"):
         command_line({}, [], {})
+
+
+@pytest.mark.parametrize(
+    ("container", "argv"),
+    [
+        ({}, ["pdd-operator", "run"]),  # ENTRYPOINT + CMD
+        ({"args": ["run", "--x"]}, ["pdd-operator", "run", "--x"]),  # args replace CMD
+        ({"command": ["sh"]}, ["sh"]),  # command drops the ENTRYPOINT and the CMD
+        ({"command": ["sh"], "args": ["-c", "true"]}, ["sh", "-c", "true"]),
+    ],
+)
+def test_the_image_entrypoint_and_cmd_follow_the_pod_spec(
+    container: dict[str, Any], argv: list[str]
+) -> None:
+    assert command_line(container, ["pdd-operator"], {}, ["run"]) == argv
