@@ -4,7 +4,8 @@ cluster — for a GitOps review, a diff between operator versions, or a look at 
 The same plan and render the reconciler runs. Placement needs the cluster's Nodes: with a nodes
 file (``kubectl get nodes -o yaml``) the slice is placed as the operator would place it on an
 empty fleet; without one the children carry no placement. The sidecar token Secret is left out
-(its value is made at apply time).
+(its value is made at apply time), and so are owner references: offline there is no
+PDDeployment uid to name (see `_without_placeholder_owner`).
 """
 
 from __future__ import annotations
@@ -78,7 +79,22 @@ def _render_one(pdd: PDDeployment, facts: list[Any] | None) -> Rendered:
 
 def _children(pdd: PDDeployment, placement: Placement | None = None) -> list[dict[str, Any]]:
     ctx = RenderContext(placement=placement) if placement is not None else RenderContext()
-    return render_children(pdd, ctx)
+    return [_without_placeholder_owner(child) for child in render_children(pdd, ctx)]
+
+
+def _without_placeholder_owner(child: dict[str, Any]) -> dict[str, Any]:
+    """Drops the owner reference to the placeholder uid. Applied as it is, it would do harm
+    either way: where no object has that uid the garbage collector deletes the child as an
+    orphan, and where the operator already owns the child a second controller reference is
+    refused (`Only one reference can have Controller set to true`). The operator writes the
+    real reference when it reconciles the PDDeployment."""
+    metadata = child.get("metadata") or {}
+    kept = [
+        ref for ref in metadata.get("ownerReferences") or [] if ref.get("uid") != PLACEHOLDER_UID
+    ]
+    if kept:
+        return {**child, "metadata": {**metadata, "ownerReferences": kept}}
+    return {**child, "metadata": {k: v for k, v in metadata.items() if k != "ownerReferences"}}
 
 
 def _items(nodes: Iterable[Mapping[str, Any]] | None) -> list[Mapping[str, Any]]:

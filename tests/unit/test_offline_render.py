@@ -43,6 +43,19 @@ def test_renders_every_child_without_placement_when_no_nodes_are_given() -> None
     assert "affinity" not in prefill["spec"]["template"]["spec"]
 
 
+PDD_EXAMPLES = sorted(p for p in EXAMPLES.rglob("*.yaml") if "kind: PDDeployment" in p.read_text())
+
+
+@pytest.mark.parametrize("example", PDD_EXAMPLES, ids=lambda p: p.name)
+def test_no_child_names_an_owner_that_does_not_exist(example: Path) -> None:
+    """Offline there is no PDDeployment uid: a reference to a made-up one would get the child
+    garbage collected, or refused beside the operator's own reference."""
+    documents = list(yaml.safe_load_all(example.read_text()))
+    for rendered in render_documents(documents):
+        for child in rendered.children:
+            assert "ownerReferences" not in child["metadata"], child["metadata"]["name"]
+
+
 def test_with_nodes_the_slice_is_placed_in_one_domain() -> None:
     # 2P + 4D at TP 2 = 12 GPUs: clique b (two 8-GPU nodes) fits, clique a (one node) does not
     nodes = [{"kind": "NodeList", "items": [node("a-0", "a"), node("b-0", "b"), node("b-1", "b")]}]
