@@ -13,7 +13,7 @@ NIXL_WHEEL ?= nixl-cu12==1.5.1
 PYTEST := $(PY) -m pytest
 ONCE ?=
 
-.PHONY: reliability help venv binaries generate check-generated lint unit integration nixl chart test demo cluster cluster-down bench e2e-kind clean
+.PHONY: reliability help venv binaries generate check-generated lint unit integration nixl chart docs test demo cluster cluster-down bench e2e-kind clean
 
 help:
 	@echo "make demo       local control plane + simulated GPU nodes + operator + example (ONCE=1 exits when Ready)"
@@ -61,6 +61,10 @@ integration: venv binaries
 
 chart: venv binaries
 	$(PYTEST) tests/chart -q
+
+# Every command README.md and docs/*.md tell a user to run, as written (tests/docs).
+docs: venv binaries
+	$(PYTEST) tests/docs -q
 
 # The steps before pytest run inside the recipe, timed, so the summary pytest prints at the end
 # shows their seconds beside the tiers' (tests/conftest.py reads PDD_MAKE_STEPS_MS). pytest
