@@ -13,8 +13,9 @@ Two steps, because the GPU machine has no Kubernetes libraries:
 
 `run` does, for each rendered case, what that preflight does (``pdd_node.kv_path``: the
 engine's direction, its descriptor size, the peer beyond a pod boundary of its own), and then
-a matrix of lanes: peer beyond a pod boundary or in the same PID namespace (hostPID, or one pod
-with a shared process namespace), READ and WRITE, at the 70B descriptors of TP 8 (8 KiB) and
+a matrix of lanes: peer beyond a pod boundary, in the host's PID namespace with its own IPC
+namespace (hostPID), in the host's PID and IPC namespaces (hostPID and hostIPC), or in the same
+namespaces, READ and WRITE, at the 70B descriptors of TP 8 (8 KiB) and
 TP 1 (64 KiB; 16-token vLLM blocks), 512 KiB (128-token blocks) and 16 MiB, with UCX's own
 protocol table for the lane, and SGLang's 2 KiB (one token's K or V of one layer). Every
 byte is verified.
@@ -43,10 +44,22 @@ CHECK_ENV = ("UCX_TLS", "NIXL_UCX_SGL_ENABLE", "PDD_KV_OPERATION", "PDD_KV_PEER_
              "PDD_KV_DESCRIPTOR_BYTES", "UCX_IB_GPU_DIRECT_RDMA")  # fmt: skip
 
 
-def deployment(engine: str) -> dict[str, Any]:
+# The rendered cases: each engine with the operator's defaults, and with both roles in the
+# host's PID and IPC namespaces (the same-node lane an admin may opt into).
+RENDERED = {
+    "vllm": ("vllm", ()),
+    "sglang": ("sglang", ()),
+    "vllm-hostpid-hostipc": ("vllm", ("hostPID", "hostIPC")),
+    "sglang-hostpid-hostipc": ("sglang", ("hostPID", "hostIPC")),
+}
+
+
+def deployment(engine: str, host: tuple[str, ...] = ()) -> dict[str, Any]:
     """A 70B deployment on one node without RDMA, one GPU per instance: the README's
-    same-node shape, with the operator's defaults for everything else."""
+    same-node shape, with the operator's defaults for everything else; ``host``: the host
+    namespaces both roles' podTemplates join."""
     image = {"vllm": "vllm/vllm-openai:v0.11.0", "sglang": "lmsysorg/sglang:v0.5.4"}[engine]
+    template = {"podTemplate": {"spec": dict.fromkeys(host, True)}} if host else {}
     return {
         "apiVersion": "pdd.dev/v1alpha1",
         "kind": "PDDeployment",
@@ -54,8 +67,8 @@ def deployment(engine: str) -> dict[str, Any]:
         "spec": {
             "model": {"name": "meta-llama/Llama-3.1-70B-Instruct", "servedName": "llama-70b"},
             "engine": {"type": engine, "image": image},
-            "prefill": {"replicas": 1, "gpusPerInstance": 1},
-            "decode": {"replicas": 1, "gpusPerInstance": 1},
+            "prefill": {"replicas": 1, "gpusPerInstance": 1, **template},
+            "decode": {"replicas": 1, "gpusPerInstance": 1, **template},
         },
     }
 
@@ -64,8 +77,8 @@ def render(out: Path) -> None:
     from pdd_operator.offline import render_documents
 
     cases = []
-    for engine in ("vllm", "sglang"):
-        (rendered,) = render_documents([deployment(engine)])
+    for name, (engine, host) in RENDERED.items():
+        (rendered,) = render_documents([deployment(engine, host)])
         sts = next(
             c
             for c in rendered.children
@@ -75,8 +88,9 @@ def render(out: Path) -> None:
         env = {e["name"]: e["value"] for e in preflight["env"] if "value" in e}
         cases.append(
             {
+                "case": name,
                 "engine": engine,
-                "deployment": deployment(engine),
+                "deployment": deployment(engine, host),
                 "env": {k: v for k, v in env.items() if k in CHECK_ENV},
             }
         )
@@ -94,18 +108,19 @@ def run(rendered: Path, out: Path, only: set[str]) -> None:
     cases = json.loads(rendered.read_text())
     report["rendered"] = []
     for case in cases:
-        if only and case["engine"] not in only:
+        name = case.get("case", case["engine"])
+        if only and f"rendered-{name}" not in only:
             continue
-        env = {**os.environ, **case["env"], "PDD_PROBE_KEEP_UCX_LOG": str(logs / case["engine"])}
+        env = {**os.environ, **case["env"], "PDD_PROBE_KEEP_UCX_LOG": str(logs / name)}
         request = KvPathRequest(
             gpus=1,
             descriptor_bytes=int(case["env"].get("PDD_KV_DESCRIPTOR_BYTES", "0")),
             operation=case["env"]["PDD_KV_OPERATION"],
             peer_boundary=case["env"]["PDD_KV_PEER_BOUNDARY"],
         )
-        result = check_kv_path(request, env, out / f"check-{case['engine']}.json")
+        result = check_kv_path(request, env, out / f"check-{name}.json")
         report["rendered"].append({**case, "result": result.to_dict()})
-        _line(f"rendered {case['engine']}", result.to_dict())
+        _line(f"rendered {name}", result.to_dict())
     base_env = dict(cases[0]["env"])
     report["matrix"] = []
     for row in _matrix():
@@ -144,6 +159,13 @@ def _matrix() -> list[dict[str, Any]]:
                          concurrency=concurrency))  # fmt: skip
     rows.append(_row("none-WRITE-c8-sgl-off", "none", "WRITE", env=no_sgl))
     rows.append(_row("none-WRITE-c8-threads4", "none", "WRITE", threads=4))
+    # Two pods in the host's PID namespace (hostPID), each with its own IPC namespace, and
+    # with the host's IPC namespace too (hostIPC): which same-node lanes each leaves.
+    for boundary in ("host-pid", "host-pid-ipc"):
+        for operation in ("READ", "WRITE"):
+            rows.append(_row(f"{boundary}-{operation}-c8", boundary, operation))
+        rows.append(_row(f"{boundary}-WRITE-c8-threads4", boundary, "WRITE", threads=4))
+    rows.append(_row("host-pid-ipc-WRITE-c1", "host-pid-ipc", "WRITE", concurrency=1))
     return rows
 
 
@@ -185,7 +207,8 @@ def status(results: Path) -> None:
         )  # fmt: skip
         outcome = transfer_outcome(pdd, prober)
         assert outcome is not None
-        print(f"--- {case['engine']}: KVTransferVerified={outcome.ok} reason={outcome.reason}")
+        label = case.get("case", case["engine"])
+        print(f"--- {label}: KVTransferVerified={outcome.ok} reason={outcome.reason}")
         print(json.dumps(outcome.status.model_dump(exclude={"ranks"}), indent=1))
 
 
@@ -198,7 +221,7 @@ def summary(results: Path) -> None:
     )
     print(head + " | verified / error |")
     print("|" + "---|" * (6 + len(sizes)))
-    rows = [(f"rendered {c['engine']}", c["result"]) for c in report["rendered"]]
+    rows = [(f"rendered {c.get('case', c['engine'])}", c["result"]) for c in report["rendered"]]
     rows += [(m["name"], m["result"]) for m in report["matrix"]]
     for name, r in rows:
         per = {b["block_size"]: b["gbps"] for b in r.get("per_block_size") or []}

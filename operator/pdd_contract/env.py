@@ -44,10 +44,12 @@ PDD_KV_DESCRIPTOR_BYTES = "PDD_KV_DESCRIPTOR_BYTES"
 PDD_KV_OPERATION = "PDD_KV_OPERATION"
 KvOperation = Literal["WRITE", "READ"]
 # ... and across the boundary between the prefill and decode engines: "pod" (separate pods,
-# each in its own PID/IPC namespaces: the check's peer runs beyond one) or "none" (they
-# share the host's PID namespace).
+# each in its own PID, IPC and mount namespaces: the check's peer runs beyond one),
+# "host-pid" (separate pods that both run in the host's PID namespace: still each its own IPC
+# and mount namespaces and /dev/shm), "host-pid-ipc" (both in the host's PID and IPC
+# namespaces: only the mount namespace apart) or "none" (no boundary: one set of namespaces).
 PDD_KV_PEER_BOUNDARY = "PDD_KV_PEER_BOUNDARY"
-KvPeerBoundary = Literal["pod", "none"]
+KvPeerBoundary = Literal["pod", "host-pid", "host-pid-ipc", "none"]
 PDD_GPUDIRECT = "PDD_GPUDIRECT"
 GpuDirectRequest = Literal["auto", "dmabuf", "peermem", "off"]
 PDD_REQUIRE_RDMA = "PDD_REQUIRE_RDMA"  # true | false

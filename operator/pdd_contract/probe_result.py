@@ -30,6 +30,12 @@ _POD_BOUNDARY_CAUSE = (
     "give the pods an RDMA NIC (spec.kvTransfer.rdma) or run both roles in the host's PID "
     "namespace (hostPID in both podTemplates, an admin opt-in; docs/topology.md)"
 )
+_IPC_BOUNDARY_CAUSE = (
+    "prefill and decode share the host's PID namespace but each pod keeps its own IPC "
+    "namespace: UCX's shared-memory lanes carry the IPC namespace in their address and reach "
+    "no peer outside it, so the KV goes over TCP; set hostIPC in both podTemplates as well, or "
+    "give the pods an RDMA NIC (spec.kvTransfer.rdma)"
+)
 _READ_EMULATED_CAUSE = (
     "UCX emulates a READ of this memory in software (no zero-copy get between these GPUs): "
     "an engine that WRITEs (SGLang, vLLM's push connector) avoids it"
@@ -142,6 +148,10 @@ def _fallback_cause(r: ProbeResult) -> str:
     """Why the KV took the slow lane, in plain words, and what fixes it."""
     if r.peer_boundary == "pod" and r.link in _SAME_NODE_LINKS:
         return _POD_BOUNDARY_CAUSE
+    if r.peer_boundary == "host-pid" and r.link == "host":
+        # cuda_ipc needs only the PID namespace; the shared-memory lanes of host memory need
+        # the IPC namespace too (bench/results/issue38-host-namespaces-h200).
+        return _IPC_BOUNDARY_CAUSE
     if r.emulated and r.operation == "READ":
         return _READ_EMULATED_CAUSE
     return _TCP_HINT

@@ -53,6 +53,13 @@ def check_kv_path(request: KvPathRequest, env: Mapping[str, str], out: Path) -> 
     return result
 
 
+_PEER_WORDS = {
+    "pod": "to another pod",
+    "host-pid": "to another pod in the host's PID namespace",
+    "host-pid-ipc": "to another pod in the host's PID and IPC namespaces",
+}
+
+
 def summary(result: ProbeResult) -> str:
     """One preflight log line: what was measured and what it reached."""
     if result.error:
@@ -63,7 +70,7 @@ def summary(result: ProbeResult) -> str:
         (b for b in result.per_block_size if b.block_size == result.engine_descriptor_bytes),
         None,
     )
-    how = f"{result.operation} {'to another pod' if result.peer_boundary == 'pod' else 'in-pod'}"
+    how = f"{result.operation} {_PEER_WORDS.get(result.peer_boundary, 'in-pod')}"
     line = (
         f"{result.link} link, {how}: {result.transport} at {result.gbps:.1f} GB/s"
         f"{' (UCX software emulation)' if result.emulated else ''}, bytes verified"

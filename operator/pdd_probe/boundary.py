@@ -8,6 +8,13 @@ are refused from another one; ``cma`` needs the peer's PID), an IPC namespace (S
 memory) and a /dev/shm of their own. So the check's peer runs here, in new PID, IPC and mount
 namespaces with a private /dev/shm and /proc, exactly as the other pod's process would.
 
+``--keep-pid`` is the boundary between two pods that both run in the host's PID namespace
+(``hostPID``): each still has its own IPC and mount namespaces and its own /dev/shm, so the
+peer gets new ones of those and stays in this PID namespace. ``--keep-ipc`` as well: both
+pods also in the host's IPC namespace (``hostIPC``), only the mount namespace apart. (UCX's
+shared-memory transports, cma included, reach a peer only in their own IPC namespace: the
+address they exchange carries it.)
+
 With CAP_SYS_ADMIN (the local runtime's pods, a privileged container) the namespaces are
 created directly; without it (a pod that drops every capability), inside a new user namespace
 that maps this user to itself. Where neither is allowed the command is not run: the exit
@@ -42,10 +49,14 @@ class BoundaryRefused(OSError):
     """The kernel or the pod's security settings refused the namespaces."""
 
 
-def enter_new_namespaces() -> str:
-    """unshare() the PID, IPC and mount namespaces; returns how ("privileged" or
-    "user-namespace"). The PID namespace applies to the children of this process."""
-    flags = CLONE_NEWPID | CLONE_NEWIPC | CLONE_NEWNS
+def enter_new_namespaces(keep_pid: bool = False, keep_ipc: bool = False) -> str:
+    """unshare() the PID (unless ``keep_pid``), IPC (unless ``keep_ipc``) and mount
+    namespaces; returns how ("privileged" or "user-namespace"). A new PID namespace applies to
+    this process's children."""
+    flags = CLONE_NEWNS | (0 if keep_pid else CLONE_NEWPID) | (0 if keep_ipc else CLONE_NEWIPC)
+    what = "/".join(
+        name for name, kept in (("PID", keep_pid), ("IPC", keep_ipc), ("mount", False)) if not kept
+    )
     if _libc.unshare(flags) == 0:
         return "privileged"
     first = ctypes.get_errno()
@@ -54,7 +65,7 @@ def enter_new_namespaces() -> str:
         second = ctypes.get_errno()
         raise BoundaryRefused(
             second,
-            f"unshare of PID/IPC/mount namespaces refused ({errno.errorcode.get(first, first)}; "
+            f"unshare of {what} namespaces refused ({errno.errorcode.get(first, first)}; "
             f"in a user namespace: {errno.errorcode.get(second, second)})",
         )
     _map_self(uid, gid)
@@ -70,14 +81,15 @@ def _map_self(uid: int, gid: int) -> None:
         f.write(f"{gid} {gid} 1")
 
 
-def private_mounts() -> None:
-    """In the child (the new PID namespace's init): a /dev/shm and a /proc of its own. A /proc
+def private_mounts(own_proc: bool = True) -> None:
+    """A /dev/shm of its own, and (in a new PID namespace's init) a /proc of its own. A /proc
     that cannot be mounted (masked paths in an unprivileged container) stays the parent's:
     /proc/self still names this process and its namespaces there."""
     _mount("none", "/", None, MS_REC | MS_PRIVATE)
     _mount("tmpfs", "/dev/shm", "tmpfs", MS_NOSUID | MS_NODEV, "mode=1777")
-    with contextlib.suppress(OSError):
-        _mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC)
+    if own_proc:
+        with contextlib.suppress(OSError):
+            _mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC)
 
 
 def _mount(source: str, target: str, fstype: str | None, flags: int, data: str = "") -> None:
@@ -93,14 +105,18 @@ def _mount(source: str, target: str, fstype: str | None, flags: int, data: str =
         raise OSError(err, f"mount {fstype or source} on {target}: {os.strerror(err)}")
 
 
-def run_across(argv: Sequence[str]) -> int:
+def run_across(argv: Sequence[str], keep_pid: bool = False, keep_ipc: bool = False) -> int:
     """Runs ``argv`` beyond the boundary with this process's stdin/stdout/stderr; returns its
     exit status."""
     try:
-        enter_new_namespaces()
-    except BoundaryRefused as exc:
-        print(f"pdd-probe boundary: {exc.strerror}", file=sys.stderr, flush=True)
+        enter_new_namespaces(keep_pid, keep_ipc)
+        if keep_pid:  # the namespaces are this process's own already
+            private_mounts(own_proc=False)
+    except (BoundaryRefused, OSError) as exc:
+        print(f"pdd-probe boundary: {exc.strerror or exc}", file=sys.stderr, flush=True)
         return BOUNDARY_REFUSED
+    if keep_pid:
+        return _run_child(argv)
     child = os.fork()
     if child == 0:
         # PID 1 of the new namespace, as a pod's init is: it mounts, then runs the command
@@ -140,19 +156,26 @@ def _run_child_of(child: int) -> int:
     return 128 + os.WTERMSIG(status) if os.WIFSIGNALED(status) else os.WEXITSTATUS(status)
 
 
-def command(argv: Sequence[str]) -> list[str]:
+def command(argv: Sequence[str], keep_pid: bool = False, keep_ipc: bool = False) -> list[str]:
     """``argv`` wrapped so that it runs beyond the boundary."""
-    return [sys.executable, "-m", "pdd_probe.boundary", "--", *argv]
+    flags = [f for f, on in (("--keep-pid", keep_pid), ("--keep-ipc", keep_ipc)) if on]
+    return [sys.executable, "-m", "pdd_probe.boundary", *flags, "--", *argv]
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
+    flags = set()
+    while args and args[0] in ("--keep-pid", "--keep-ipc"):
+        flags.add(args.pop(0))
     if args[:1] == ["--"]:
         args = args[1:]
     if not args:
-        print("usage: python -m pdd_probe.boundary -- COMMAND [ARG...]", file=sys.stderr)
+        print(
+            "usage: python -m pdd_probe.boundary [--keep-pid] [--keep-ipc] -- COMMAND [ARG...]",
+            file=sys.stderr,
+        )
         return 2
-    return run_across(args)
+    return run_across(args, "--keep-pid" in flags, "--keep-ipc" in flags)
 
 
 if __name__ == "__main__":

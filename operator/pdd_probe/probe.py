@@ -186,9 +186,13 @@ def new_agent_name(role: str) -> str:
     return f"pdd-probe-{role}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
 
 
-def worker_command(role: str, beyond_pod_boundary: bool = False) -> list[str]:
+def worker_command(role: str, peer_boundary: str = "none") -> list[str]:
+    """The worker's command line; beyond the boundary the other pod's process would be."""
     argv = [sys.executable, "-m", "pdd_probe.worker", role]
-    return boundary.command(argv) if beyond_pod_boundary else argv
+    if peer_boundary == "none":
+        return argv
+    host_pid = peer_boundary in ("host-pid", "host-pid-ipc")
+    return boundary.command(argv, keep_pid=host_pid, keep_ipc=peer_boundary == "host-pid-ipc")
 
 
 def worker_env(
@@ -231,9 +235,8 @@ def run_local_probe(
     spec.validate()
     child_env = worker_env(extra_paths, env)
     deadline = time.monotonic() + spec.timeout_s + 30
-    beyond = spec.peer_boundary == "pod"
     with (
-        _Worker("target", child_env, beyond) as target,
+        _Worker("target", child_env, spec.peer_boundary) as target,
         _Worker("initiator", child_env) as initiator,
     ):
         try:
@@ -260,12 +263,12 @@ def run_local_probe(
 class _Worker:
     """One probe worker subprocess speaking JSON lines; killed on exit from the block."""
 
-    def __init__(self, role: str, env: Mapping[str, str], beyond_boundary: bool = False) -> None:
+    def __init__(self, role: str, env: Mapping[str, str], peer_boundary: str = "none") -> None:
         self.role = role
         self._buffer = b""
         self._stderr = tempfile.TemporaryFile()  # noqa: SIM115 - closed in __exit__
         self._proc = subprocess.Popen(
-            worker_command(role, beyond_boundary),
+            worker_command(role, peer_boundary),
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=self._stderr,

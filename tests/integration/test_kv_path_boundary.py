@@ -8,7 +8,9 @@ pod's sidecar hands the result to the operator, and the operator writes KVTransf
 UCX is limited to `cma` and `tcp`: `cma` is the host-memory lane a pod boundary breaks (it
 needs the peer's PID), as it breaks `cuda_ipc` between GPU pods on one node. So the check must
 say TCPFallback, in plain words, while the requests still go through with every KV byte
-verified. With both roles in the host's PID namespace (hostPID) the same check finds `cma`.
+verified. Both roles in the host's PID namespace (hostPID) are not enough: each pod keeps its
+own IPC namespace, which UCX's shared-memory lanes do not cross either; with hostIPC as well
+the same check finds `cma`.
 """
 
 from __future__ import annotations
@@ -40,11 +42,12 @@ def runtime(
         yield rt
 
 
-def _pdd(name: str, engine: str, host_pid: bool = False) -> dict[str, Any]:
+def _pdd(name: str, engine: str, host: tuple[str, ...] = ()) -> dict[str, Any]:
+    """``host``: the host namespaces both roles' pods join (hostPID, hostIPC)."""
     body = refengine_pdd(name, engine, NODES, replicas=1, kvTransfer=FORCED_LANES)
-    if host_pid:
-        for role in ("prefill", "decode"):
-            body["spec"][role]["podTemplate"] = {"spec": {"hostPID": True}}
+    for role in ("prefill", "decode"):
+        if host:
+            body["spec"][role]["podTemplate"] = {"spec": dict.fromkeys(host, True)}
     return body
 
 
@@ -94,19 +97,30 @@ def test_separate_pods_report_the_tcp_fallback_in_the_engines_direction_and_stil
     ]
 
 
-def test_in_the_hosts_pid_namespace_the_check_finds_the_lane_the_boundary_broke(
+def test_in_the_hosts_pid_and_ipc_namespaces_the_check_finds_the_lane_the_boundary_broke(
     operator: OperatorProcess, api_client: client.ApiClient, namespace: str, runtime: PodRuntime
 ) -> None:
-    name = "kvb-hostpid"
-    client.CustomObjectsApi(api_client).create_namespaced_custom_object(
-        GROUP, VERSION, namespace, PLURAL, _pdd(name, "vllm", host_pid=True)
+    objects = client.CustomObjectsApi(api_client)
+    objects.create_namespaced_custom_object(
+        GROUP, VERSION, namespace, PLURAL, _pdd("kvb-hostpid", "vllm", ("hostPID",))
     )
-    transfer = wait_for(
-        lambda: _judged(api_client, namespace, name), 240, what="the preflight's KV verdict"
+    objects.create_namespaced_custom_object(
+        GROUP, VERSION, namespace, PLURAL, _pdd("kvb-hostipc", "vllm", ("hostPID", "hostIPC"))
     )
-    assert transfer["peerBoundary"] == "none" and transfer["direction"] == "READ"
-    assert transfer["ucxLanes"] == ["cma/memory"], transfer
-    assert transfer["condition"]["reason"] != "TCPFallback", transfer
+    pid_only = wait_for(
+        lambda: _judged(api_client, namespace, "kvb-hostpid"), 240, what="the hostPID verdict"
+    )
+    assert pid_only["peerBoundary"] == "host-pid", pid_only
+    assert "cma/memory" not in pid_only["ucxLanes"], pid_only
+    assert pid_only["condition"]["reason"] == "TCPFallback", pid_only
+    assert "IPC namespace" in pid_only["condition"]["message"], pid_only
+
+    both = wait_for(
+        lambda: _judged(api_client, namespace, "kvb-hostipc"), 240, what="the hostIPC verdict"
+    )
+    assert both["peerBoundary"] == "host-pid-ipc" and both["direction"] == "READ", both
+    assert both["ucxLanes"] == ["cma/memory"], both
+    assert both["condition"]["reason"] != "TCPFallback", both
 
 
 def _router(core: client.CoreV1Api, ns: str, name: str) -> str | None:

@@ -39,6 +39,21 @@ def test_within_one_pid_namespace_the_bytes_take_cma(operation: str) -> None:
 
 
 @pytest.mark.parametrize("operation", ["WRITE", "READ"])
+def test_two_host_pid_pods_need_host_ipc_too_for_cma(operation: str) -> None:
+    """Two pods with hostPID share the PID namespace but not their IPC namespaces: UCX's
+    shared-memory transports (cma among them) carry the IPC namespace in their address and
+    reach no peer outside it, so the bytes go by TCP. With hostIPC too, cma reaches."""
+    result = run_local_probe(spec(operation, "host-pid"), env=child_env(UCX_TLS=FORCED_TLS))
+    assert result.error is None and result.verified, result
+    assert (result.operation, result.peer_boundary) == (operation, "host-pid")
+    assert result.transport == "tcp" and "cma/memory" not in result.lanes, result.lanes
+
+    result = run_local_probe(spec(operation, "host-pid-ipc"), env=child_env(UCX_TLS=FORCED_TLS))
+    assert result.error is None and result.verified, result
+    assert result.transport == "shm" and result.lanes == ["cma/memory"], result.lanes
+
+
+@pytest.mark.parametrize("operation", ["WRITE", "READ"])
 def test_across_a_pod_boundary_cma_cannot_reach_and_the_check_says_tcp_fallback(
     operation: str,
 ) -> None:

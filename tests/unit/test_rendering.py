@@ -320,6 +320,7 @@ def _preflight_env(spec: dict[str, Any]) -> dict[str, str]:
 
 
 HOST_PID = {"podTemplate": {"spec": {"hostPID": True}}}
+HOST_PID_IPC = {"podTemplate": {"spec": {"hostPID": True, "hostIPC": True}}}
 
 
 @pytest.mark.parametrize(
@@ -332,9 +333,13 @@ HOST_PID = {"podTemplate": {"spec": {"hostPID": True}}}
         # the offload (every WRITE fails: docs/benchmarks.md), so it is left off.
         ({"engine": {"type": "sglang"}, "kvTransfer": {"rdma": {"resourceName": ""}}},
          "WRITE", "pod", "n"),
-        # Both roles in the host's PID namespace: no boundary, cuda_ipc and the offload work.
+        # Both roles in the host's PID namespace: cuda_ipc and the offload work; the pods keep
+        # their own IPC and mount namespaces, and so does the check's peer.
         ({"engine": {"type": "sglang"}, "kvTransfer": {"rdma": {"resourceName": ""}},
-          "prefill": HOST_PID, "decode": HOST_PID}, "WRITE", "none", "y"),
+          "prefill": HOST_PID, "decode": HOST_PID}, "WRITE", "host-pid", "y"),
+        # hostIPC as well: only the mount namespaces apart.
+        ({"engine": {"type": "vllm"}, "kvTransfer": {"rdma": {"resourceName": ""}},
+          "prefill": HOST_PID_IPC, "decode": HOST_PID_IPC}, "READ", "host-pid-ipc", "y"),
         # hostPID on one role only still leaves a boundary between them.
         ({"engine": {"type": "vllm"}, "kvTransfer": {"rdma": {"resourceName": ""}},
           "prefill": HOST_PID}, "READ", "pod", "n"),

@@ -1563,7 +1563,10 @@ class TransferStatus(Model):
     peerBoundary: str = Field(
         default="",
         description="`pod`: the check's peer ran beyond a pod boundary (its own PID, IPC and "
-        "mount namespaces), as the other role's engine does; `none`: in the same namespaces.",
+        "mount namespaces), as the other role's engine does; `host-pid`: both roles run in the "
+        "host's PID namespace (hostPID), so the peer had only its own IPC and mount namespaces "
+        "and /dev/shm; `host-pid-ipc`: hostPID and hostIPC, only the mount namespace apart; "
+        "`none`: in the same namespaces.",
     )
     ucxLanes: list[str] = Field(
         default_factory=list,

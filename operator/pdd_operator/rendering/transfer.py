@@ -76,7 +76,7 @@ def scatter_gather(spec: PDDeploymentSpec) -> bool:
     protocol for an offloaded WRITE there: every transfer fails (measured on one H200,
     docs/benchmarks.md, "Between pods on one node"). Without it the same WRITE is slow but
     arrives."""
-    lane = uses_rdma(spec) or peer_boundary(spec) == "none"
+    lane = uses_rdma(spec) or peer_boundary(spec) != "pod"
     return spec.kvTransfer.ucx.scatterGather and lane
 
 
@@ -100,14 +100,22 @@ def kv_path_check_env(
 
 
 def peer_boundary(spec: PDDeploymentSpec) -> KvPeerBoundary:
-    """Prefill and decode are always separate pods; only when both run in the host's PID
-    namespace (hostPID through their podTemplates) is there no boundary that UCX's cuda_ipc
-    and cma lanes cannot cross."""
-    host_pid = all(
-        bool(((role.podTemplate or {}).get("spec") or {}).get("hostPID"))
+    """Prefill and decode are always separate pods. When both run in the host's PID namespace
+    (hostPID through their podTemplates) UCX's cuda_ipc and cma lanes are not stopped by the
+    PID namespace, but each pod keeps its own IPC and mount namespaces and /dev/shm, and the
+    check's peer gets the same ("host-pid"); with hostIPC in both as well, only the mount
+    namespace ("host-pid-ipc")."""
+    if not _both_roles_set(spec, "hostPID"):
+        return "pod"
+    return "host-pid-ipc" if _both_roles_set(spec, "hostIPC") else "host-pid"
+
+
+def _both_roles_set(spec: PDDeploymentSpec, field: str) -> bool:
+    """Whether both roles' podTemplates set this pod field (hostPID, hostIPC) to true."""
+    return all(
+        bool(((role.podTemplate or {}).get("spec") or {}).get(field))
         for role in (spec.prefill, spec.decode)
     )
-    return "none" if host_pid else "pod"
 
 
 def rdma_resources(spec: PDDeploymentSpec) -> dict[str, str]:

@@ -251,6 +251,10 @@ def _where(result: Mapping[str, Any]) -> str:
         where += f", {result['operation']}"
     if result.get("peer_boundary") == "pod":
         where += ", to a peer beyond a pod boundary"
+    elif result.get("peer_boundary") == "host-pid":
+        where += ", to a peer in another pod's IPC and mount namespaces, in the host's PID one"
+    elif result.get("peer_boundary") == "host-pid-ipc":
+        where += ", to a peer in another pod's mount namespace, in the host's PID and IPC ones"
     return where + ")"
 
 

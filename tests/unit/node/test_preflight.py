@@ -123,7 +123,10 @@ def test_config_from_env() -> None:
         ({"PDD_NIC_MAP": "x=mlx5_0:1"}, "is not `<gpu index>="),
         ({"PDD_NIC_MAP": "0=mlx5_0"}, "is not `<gpu index>="),
         ({"PDD_KV_OPERATION": "PUSH"}, "PDD_KV_OPERATION='PUSH' is not one of WRITE, READ"),
-        ({"PDD_KV_PEER_BOUNDARY": "node"}, "PDD_KV_PEER_BOUNDARY='node' is not one of pod, none"),
+        (
+            {"PDD_KV_PEER_BOUNDARY": "node"},
+            "PDD_KV_PEER_BOUNDARY='node' is not one of pod, host-pid, host-pid-ipc, none",
+        ),
     ],
 )
 def test_config_errors(env: dict[str, str], message: str) -> None:
