@@ -98,7 +98,7 @@ def render(out: Path) -> None:
     print(json.dumps(cases, indent=1))
 
 
-def run(rendered: Path, out: Path, only: set[str]) -> None:
+def run(rendered: Path, out: Path, only: set[str], sizes: list[int] = MATRIX_SIZES) -> None:
     from pdd_node.kv_path import KvPathRequest, check_kv_path
     from pdd_probe.probe import ProbeSpec, run_local_probe
 
@@ -130,7 +130,7 @@ def run(rendered: Path, out: Path, only: set[str]) -> None:
         env = {**os.environ, "UCX_TLS": base_env["UCX_TLS"], "NIXL_UCX_SGL_ENABLE": "y",
                **row["env"], "PDD_PROBE_KEEP_UCX_LOG": str(logs / name)}  # fmt: skip
         spec = ProbeSpec(
-            src_mem="VRAM", dst_mem="VRAM", block_sizes=MATRIX_SIZES, bytes_per_size=64 * MIB,
+            src_mem="VRAM", dst_mem="VRAM", block_sizes=sizes, bytes_per_size=64 * MIB,
             iterations=3, concurrency=row["concurrency"], nixl_threads=row["threads"],
             timeout_s=300, operation=row["operation"], peer_boundary=row["boundary"],
         )  # fmt: skip
@@ -215,7 +215,10 @@ def status(results: Path) -> None:
 def summary(results: Path) -> None:
     """The results as a Markdown table: one row per case, GB/s per descriptor size."""
     report = _load(results)
-    sizes = MATRIX_SIZES
+    sizes = sorted(
+        {b["block_size"] for m in report["matrix"] for b in m["result"].get("per_block_size") or []}
+        | set(MATRIX_SIZES if report["rendered"] else [])
+    )
     head = "| case | direction | peer | lane (UCX) | emulated | " + " | ".join(
         _size(n) for n in sizes
     )
@@ -251,13 +254,17 @@ def main() -> None:
     run_args.add_argument("--rendered", type=Path, required=True)
     run_args.add_argument("--out", type=Path, required=True)
     run_args.add_argument("--only", default="", help="comma-separated case names (default: all)")
+    run_args.add_argument(
+        "--sizes", default="", help="the matrix's descriptor sizes in KiB, comma-separated"
+    )
     sub.add_parser("status").add_argument("--results", type=Path, required=True)
     sub.add_parser("summary").add_argument("--results", type=Path, required=True)
     args = parser.parse_args()
     if args.command == "render":
         render(args.out)
     elif args.command == "run":
-        run(args.rendered, args.out, set(filter(None, args.only.split(","))))
+        sizes = [int(k) * KIB for k in args.sizes.split(",") if k] or MATRIX_SIZES
+        run(args.rendered, args.out, set(filter(None, args.only.split(","))), sizes)
     elif args.command == "status":
         status(args.results)
     else:
