@@ -157,6 +157,26 @@ def test_ready_a_new_generation_and_a_refused_spec_as_the_tools_see_them(
     assert (verdict["kstatus"], verdict["argo"]) == ("InProgress", "Progressing"), verdict
     record("spec changed, not yet observed", verdict, "(as before the change)")
 
+    # The change for real: a new pod template, so the StatefulSets roll. The first status the
+    # operator writes for the new generation, while pods of the old revision still serve.
+    objects = client.CustomObjectsApi(api_client)
+    template = {"metadata": {"annotations": {"example.com/restarted": "1"}}}
+    patched = objects.patch_namespaced_custom_object(
+        GROUP,
+        VERSION,
+        namespace,
+        PLURAL,
+        "serving",
+        {"spec": {"decode": {"podTemplate": template}}},
+    )
+    rolling = first_status_of_generation(api_client, namespace, patched)
+    verdict = judge(health_tool, argo_script, rolling)
+    assert verdict["kstatus"] == "InProgress", verdict
+    # kubectl wait reads only the Ready condition: taken from the captured object, since a
+    # later `kubectl wait` would see a later state (one decode here: it is being replaced).
+    ready = {c["type"]: c["status"] for c in rolling["status"]["conditions"]}.get("Ready")
+    record("new revision rolling out", verdict, "returns" if ready == "True" else "keeps waiting")
+
     # A spec the API server admits but the operator refuses: a podTemplate that sets a label
     # the operator selects on.
     template = {"metadata": {"labels": {LABEL_ROLE: "mine"}}}
@@ -291,6 +311,7 @@ STAGES = (
     "placed, pods starting (Reconciling=True)",
     "Ready",
     "spec changed, not yet observed",
+    "new revision rolling out",
     "scaled to zero by its autoscaler",
     "refused spec (Stalled=True)",
     "preflight failed (Degraded=True)",
@@ -300,6 +321,33 @@ STAGES = (
 
 def in_order() -> list[tuple[str, dict[str, str]]]:
     return sorted(ROWS.items(), key=lambda item: STAGES.index(item[0]))
+
+
+def first_status_of_generation(
+    api: client.ApiClient, namespace: str, patched: dict[str, Any]
+) -> dict[str, Any]:
+    """The object as the operator's first status write for `patched`'s generation left it
+    (a watch from the patch's resourceVersion sees every write)."""
+    name, generation = patched["metadata"]["name"], patched["metadata"]["generation"]
+    stream = watch.Watch()
+    events = stream.stream(
+        client.CustomObjectsApi(api).list_namespaced_custom_object,
+        GROUP,
+        VERSION,
+        namespace,
+        PLURAL,
+        resource_version=patched["metadata"]["resourceVersion"],
+        timeout_seconds=99,
+    )
+    try:
+        for event in events:
+            obj: dict[str, Any] = event["object"]
+            status = obj.get("status", {})
+            if obj["metadata"]["name"] == name and status.get("observedGeneration") == generation:
+                return obj
+    finally:
+        stream.stop()
+    raise AssertionError(f"no status written for generation {generation} of {name}")
 
 
 def test_the_table_in_docs_gitops_is_what_the_tools_said() -> None:

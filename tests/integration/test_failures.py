@@ -53,6 +53,15 @@ def condition_is(
     return check
 
 
+def wait_pods_refused(api: client.ApiClient, ns: str, name: str) -> dict[str, Any]:
+    """The Degraded condition once it says PodsRefused (the API server refused the pods)."""
+    return wait_for(
+        condition_is(api, ns, name, "Degraded", "True", "PodsRefused"),
+        60,
+        what=f"Degraded=True PodsRefused for {ns}/{name}",
+    )
+
+
 @pytest.fixture
 def operator_later(
     kubeconfig: Path, api_client: client.ApiClient, node_sim: Any, tmp_path: Path
@@ -129,11 +138,7 @@ def test_pods_refused_by_a_resource_quota_are_reported_with_the_quota_message(
     )
     create(api_client, small_pdd_body("quota", namespace))
 
-    degraded = wait_for(
-        condition_is(api_client, namespace, "quota", "Degraded", "True", "PodsRefused"),
-        60,
-        what="Degraded=True PodsRefused",
-    )
+    degraded = wait_pods_refused(api_client, namespace, "quota")
     assert "pods of quota-" in degraded["message"]
     assert "cannot be created" in degraded["message"]
     assert "exceeded quota: no-gpus" in degraded["message"]
@@ -164,11 +169,7 @@ def test_pods_refused_by_pod_security_admission_are_reported_naming_the_rule(
     core.patch_namespace(namespace, {"metadata": {"labels": {ENFORCE: "restricted"}}})
     create(api_client, small_pdd_body("psa", namespace))
 
-    degraded = wait_for(
-        condition_is(api_client, namespace, "psa", "Degraded", "True", "PodsRefused"),
-        60,
-        what="Degraded=True PodsRefused",
-    )
+    degraded = wait_pods_refused(api_client, namespace, "psa")
     assert "cannot be created" in degraded["message"]
     assert 'violates PodSecurity "restricted:latest"' in degraded["message"]
     assert 'container "engine" must set securityContext.runAsNonRoot=true' in degraded["message"]
@@ -186,11 +187,7 @@ def test_rdma_engines_are_admitted_by_privileged_and_refused_by_baseline_for_ipc
             rdma = {"rdma": {"resourceName": "rdma/rdma_shared_device_a"}}
             create(api_client, small_pdd_body("rdma", ns, kvTransfer=rdma))
 
-        degraded = wait_for(
-            condition_is(api_client, namespace, "rdma", "Degraded", "True", "PodsRefused"),
-            60,
-            what="Degraded=True PodsRefused under baseline",
-        )
+        degraded = wait_pods_refused(api_client, namespace, "rdma")  # under baseline
         assert 'violates PodSecurity "baseline:latest"' in degraded["message"]
         assert 'container "engine" must not include "IPC_LOCK"' in degraded["message"]
         rules = refused_rules(degraded["message"])
