@@ -41,7 +41,8 @@ KIB, MIB = 1 << 10, 1 << 20
 MATRIX_SIZES = [2 * KIB, 8 * KIB, 64 * KIB, 512 * KIB, 16 * MIB]
 # The env the check reads from the rendered preflight container.
 CHECK_ENV = ("UCX_TLS", "NIXL_UCX_SGL_ENABLE", "PDD_KV_OPERATION", "PDD_KV_PEER_BOUNDARY",
-             "PDD_KV_DESCRIPTOR_BYTES", "UCX_IB_GPU_DIRECT_RDMA")  # fmt: skip
+             "PDD_KV_DESCRIPTOR_BYTES", "UCX_IB_GPU_DIRECT_RDMA",
+             "UCX_CUDA_IPC_ENABLE_GET_ZCOPY")  # fmt: skip
 
 
 # The rendered cases: each engine with the operator's defaults, and with both roles in the
@@ -49,6 +50,7 @@ CHECK_ENV = ("UCX_TLS", "NIXL_UCX_SGL_ENABLE", "PDD_KV_OPERATION", "PDD_KV_PEER_
 RENDERED = {
     "vllm": ("vllm", ()),
     "sglang": ("sglang", ()),
+    "vllm-hostpid": ("vllm", ("hostPID",)),
     "vllm-hostpid-hostipc": ("vllm", ("hostPID", "hostIPC")),
     "sglang-hostpid-hostipc": ("sglang", ("hostPID", "hostIPC")),
 }
@@ -166,6 +168,14 @@ def _matrix() -> list[dict[str, Any]]:
             rows.append(_row(f"{boundary}-{operation}-c8", boundary, operation))
         rows.append(_row(f"{boundary}-WRITE-c8-threads4", boundary, "WRITE", threads=4))
     rows.append(_row("host-pid-ipc-WRITE-c1", "host-pid-ipc", "WRITE", concurrency=1))
+    # UCX turns cuda_ipc's zero-copy get off on a GPU without active NVLinks ("auto",
+    # uct/cuda/cuda_ipc/cuda_ipc_iface.c); forced on, does READ (vLLM's pull) leave emulation
+    # where the PID namespace is shared, and does it cross a pod boundary (it should not)?
+    get_zcopy = {"UCX_CUDA_IPC_ENABLE_GET_ZCOPY": "y"}
+    for boundary in ("host-pid", "none", "pod"):
+        rows.append(_row(f"{boundary}-READ-c8-getzcopy", boundary, "READ", env=get_zcopy))
+    rows.append(_row("host-pid-READ-c8-threads4-getzcopy", "host-pid", "READ", threads=4,
+                     env=get_zcopy))  # fmt: skip
     return rows
 
 

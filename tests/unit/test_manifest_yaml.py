@@ -19,7 +19,7 @@ YAML11_BOOLEANS = [
 ]
 
 
-@pytest.mark.parametrize("value", YAML11_BOOLEANS)
+@pytest.mark.parametrize("value", sorted(YAML11_BOOLEANS))
 def test_a_string_a_yaml_11_reader_takes_for_a_boolean_is_quoted(value: str) -> None:
     text = manifest_yaml.dump({"env": [{"name": "X", "value": value}]})
     assert re.search(rf"value: (['\"]){re.escape(value)}\1$", text, re.M), text

@@ -351,3 +351,28 @@ def test_the_kv_check_moves_the_engines_direction_across_the_pods_boundary(
     env = _preflight_env(spec)
     assert (env["PDD_KV_OPERATION"], env["PDD_KV_PEER_BOUNDARY"]) == (operation, boundary)
     assert env["NIXL_UCX_SGL_ENABLE"] == sgl
+
+
+@pytest.mark.parametrize(
+    ("spec", "forced"),
+    [
+        # Separate PID namespaces: cuda_ipc cannot reach the peer at all; nothing to force.
+        ({"engine": {"type": "vllm"}, "kvTransfer": {"rdma": {"resourceName": ""}}}, None),
+        ({"engine": {"type": "vllm"}, "prefill": HOST_PID}, None),
+        # A shared PID namespace: the pull (READ) takes cuda_ipc only with get forced on.
+        ({"engine": {"type": "vllm"}, "prefill": HOST_PID, "decode": HOST_PID}, "y"),
+        ({"engine": {"type": "sglang"}, "prefill": HOST_PID_IPC, "decode": HOST_PID_IPC}, "y"),
+        # The user's own value wins, and is rendered once.
+        ({"engine": {"type": "vllm"}, "prefill": HOST_PID, "decode": HOST_PID,
+          "kvTransfer": {"ucx": {"extraEnv": [
+              {"name": "UCX_CUDA_IPC_ENABLE_GET_ZCOPY", "value": "n"}]}}}, "n"),
+    ],
+)  # fmt: skip
+def test_cuda_ipc_get_is_forced_on_where_the_roles_share_a_pid_namespace(
+    spec: dict[str, Any], forced: str | None
+) -> None:
+    sts = find(render_children(make_pdd(spec), RenderContext()), "StatefulSet", "llama-prefill")
+    for name in ("preflight", "engine"):
+        env = container(sts, name)["env"]
+        values = [e["value"] for e in env if e["name"] == "UCX_CUDA_IPC_ENABLE_GET_ZCOPY"]
+        assert values == ([forced] if forced else []), name

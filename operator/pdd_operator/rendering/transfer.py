@@ -18,6 +18,7 @@ from pdd_contract.env import (
     PDD_NIC_SELECTION,
     PDD_REQUIRE_RDMA,
     PDD_VERIFY_TRANSFER,
+    UCX_CUDA_IPC_ENABLE_GET_ZCOPY,
     UCX_IB_GPU_DIRECT_RDMA,
     UCX_TLS,
     KvOperation,
@@ -66,8 +67,22 @@ def transfer_env(spec: PDDeploymentSpec) -> list[dict[str, Any]]:
     if kv.gpuDirect == "off":
         env.append({"name": UCX_IB_GPU_DIRECT_RDMA, "value": "no"})
     env.append({"name": NIXL_UCX_SGL_ENABLE, "value": "y" if scatter_gather(spec) else "n"})
+    if cuda_ipc_get_forced(spec):
+        env.append({"name": UCX_CUDA_IPC_ENABLE_GET_ZCOPY, "value": "y"})
     env += [{"name": var.name, "value": var.value} for var in kv.ucx.extraEnv]
     return env
+
+
+def cuda_ipc_get_forced(spec: PDDeploymentSpec) -> bool:
+    """UCX's zero-copy get over cuda_ipc, forced on where the two roles share a PID
+    namespace (the only place cuda_ipc reaches between pods). UCX's default ("auto") turns it
+    off on a GPU without active NVLinks (uct/cuda/cuda_ipc/cuda_ipc_iface.c), so a pulling
+    connector (vLLM's NixlConnector READs) falls back to software emulation over TCP even
+    where cuda_ipc is reachable: measured on one H200 between hostPID pods, READ at 0.58 GB/s
+    by default and 149 GB/s forced on, 512 KiB descriptors (docs/benchmarks.md). A value the
+    user sets in kvTransfer.ucx.extraEnv wins."""
+    own = {var.name for var in spec.kvTransfer.ucx.extraEnv}
+    return peer_boundary(spec) != "pod" and UCX_CUDA_IPC_ENABLE_GET_ZCOPY not in own
 
 
 def scatter_gather(spec: PDDeploymentSpec) -> bool:
