@@ -53,12 +53,20 @@ class SideChannel:
     served_by: tuple[str, ...]
 
 
+# The kubelet's probe timeout where a probe sets none: enough for an endpoint that answers
+# from a flag, too little for one that does work before it answers.
+KUBELET_PROBE_TIMEOUT_S = 1
+
+
 @dataclass(frozen=True)
 class HealthCheck:
     """The engine's HTTP health endpoint, for the readiness and startup probes."""
 
     path: str = "/health"
     period_s: int = 10
+    # How long a healthy engine may take to answer (the probes' timeoutSeconds); an adapter
+    # whose endpoint works before it answers sets its own.
+    timeout_s: int = KUBELET_PROBE_TIMEOUT_S
     failure_threshold: int = 3
     # How many periods the startup probe waits. None: as long as the model's source needs
     # (rendering.model.startup_budget_seconds); an adapter sets it only for an engine whose

@@ -20,6 +20,7 @@ from pdd_operator.engines.base import (
     EngineAdapter,
     EngineLaunch,
     EnginePort,
+    HealthCheck,
     KvLayout,
     Layout,
     MultiNodeLaunch,
@@ -35,6 +36,20 @@ from pdd_operator.engines.base import (
 
 BOOTSTRAP_PORT_NAME = "bootstrap"
 BOOTSTRAP_PORT_ANNOTATION = "sglang.ai/bootstrap-port"
+
+# SGLang's /health is the handler of /health_generate (sglang/srt/entrypoints/http_server.py,
+# `health_generate`, in 0.5.4 and 0.5.23 alike; 0.5.23 skips the generation only where
+# SGLANG_ENABLE_HEALTH_ENDPOINT_GENERATION is turned off, sglang/srt/environ.py): it queues a
+# one-token generation and sleeps 1 s before it first looks for the scheduler's output, so a
+# healthy engine answers after 1 s at the earliest, and later while a long batch runs. It is
+# the one endpoint both versions answer from the engine's state: 0.5.4 has no /ready and its
+# /ping, /get_model_info and /v1/models answer from the HTTP server alone.
+HEALTH_PATH = "/health"
+# What smg, SGLang's router, gives the same endpoint (its --health-check-timeout-secs default,
+# tests/fixtures/routers/smg-1.13.0.launch.help.txt): the kubelet calls an engine unready no
+# sooner than the router in front of it calls it unhealthy. SGLang itself answers 503 only
+# after SGLANG_HEALTH_CHECK_TIMEOUT (20 s) without output.
+HEALTH_TIMEOUT_S = 5
 
 
 class SglangAdapter(EngineAdapter):
@@ -77,6 +92,10 @@ class SglangAdapter(EngineAdapter):
 
     def ports(self, spec: PDDeploymentSpec) -> tuple[EnginePort, ...]:
         return (EnginePort(BOOTSTRAP_PORT_NAME, spec.kvTransfer.bootstrapPort),)
+
+    def health_check(self, spec: PDDeploymentSpec) -> HealthCheck:
+        del spec
+        return HealthCheck(path=HEALTH_PATH, timeout_s=HEALTH_TIMEOUT_S)
 
     def side_channel(self, spec: PDDeploymentSpec) -> SideChannel:
         return SideChannel(

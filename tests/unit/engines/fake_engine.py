@@ -37,7 +37,7 @@ class FakeAdapter(EngineAdapter):
         return SideChannel("fake", (METADATA_PORT,), ("decode",))
 
     def health_check(self, spec: PDDeploymentSpec) -> HealthCheck:
-        return HealthCheck(path="/ready", startup_failure_threshold=30)
+        return HealthCheck(path="/ready", timeout_s=7, startup_failure_threshold=30)
 
     def router(self, spec: PDDeploymentSpec, discovery: RouterDiscovery) -> RouterLaunch:
         selector = ",".join(f"{k}={v}" for k, v in discovery.prefill_selector)

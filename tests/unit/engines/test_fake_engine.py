@@ -67,6 +67,9 @@ def test_the_engine_container_is_the_adapters(children: list[dict[str, Any]], ro
     assert engine["readinessProbe"]["httpGet"]["path"] == "/ready"
     assert engine["startupProbe"]["httpGet"]["path"] == "/ready"
     assert engine["startupProbe"]["failureThreshold"] == 30
+    assert (
+        engine["readinessProbe"]["timeoutSeconds"] == engine["startupProbe"]["timeoutSeconds"] == 7
+    )
 
 
 @pytest.mark.parametrize("role", ["prefill", "decode"])
