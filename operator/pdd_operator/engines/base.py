@@ -33,7 +33,8 @@ class EngineLaunch:
 class EnginePort:
     """A TCP port the engine listens on besides its HTTP port. Each one becomes a container
     port, a port of the role's headless Service, and a NetworkPolicy port open to the
-    deployment's own pods only (they carry NIXL metadata, which holds memory keys)."""
+    deployment's own pods only (they carry NIXL metadata, which holds memory keys), and to
+    its router pods where the adapter's ``router_ports`` names it."""
 
     name: str
     port: int
@@ -182,6 +183,12 @@ class EngineAdapter(ABC):
 
     def ports(self, spec: PDDeploymentSpec) -> tuple[EnginePort, ...]:
         """Ports besides HTTP that peers of the same deployment connect to."""
+        del spec
+        return ()
+
+    def router_ports(self, spec: PDDeploymentSpec) -> tuple[EnginePort, ...]:
+        """Of ``ports``, those the engine's router connects to besides HTTP: the NetworkPolicy
+        opens them to the deployment's router pods too. The default: none."""
         del spec
         return ()
 

@@ -8,7 +8,8 @@ says otherwise.
 The router is smg 1.13.0 (PyPI ``smg``, the current name of sglang-router) as ``smg launch``
 in PD mode: it gives both legs of a request the prefill pod's address, bootstrap port and a
 bootstrap room. It learns the bootstrap port of a discovered prefill pod from the pod's
-``sglang.ai/bootstrap-port`` annotation. Its flags are checked against
+``sglang.ai/bootstrap-port`` annotation, and connects to that port once when it registers
+the pod (``router_ports``). Its flags are checked against
 tests/fixtures/routers/smg-1.13.0.launch.help.txt.
 """
 
@@ -91,7 +92,14 @@ class SglangAdapter(EngineAdapter):
         )
 
     def ports(self, spec: PDDeploymentSpec) -> tuple[EnginePort, ...]:
-        return (EnginePort(BOOTSTRAP_PORT_NAME, spec.kvTransfer.bootstrapPort),)
+        return (_bootstrap_port(spec),)
+
+    def router_ports(self, spec: PDDeploymentSpec) -> tuple[EnginePort, ...]:
+        # smg 1.13.0 connects to each prefill's bootstrap port when it registers the pod
+        # (model_gateway/src/worker/bootstrap_probe.rs, in its wheel's smg_rs.abi3.so: "Bootstrap
+        # port did not accept a connection at registration: ... its disaggregated partners
+        # cannot rendezvous there"). Closed, every registration logs that as a failure.
+        return (_bootstrap_port(spec),)
 
     def health_check(self, spec: PDDeploymentSpec) -> HealthCheck:
         del spec
@@ -119,6 +127,11 @@ class SglangAdapter(EngineAdapter):
         if role != "prefill":
             return {}
         return {BOOTSTRAP_PORT_ANNOTATION: str(spec.kvTransfer.bootstrapPort)}
+
+
+def _bootstrap_port(spec: PDDeploymentSpec) -> EnginePort:
+    """The bootstrap server's port; only prefill pods run the server."""
+    return EnginePort(BOOTSTRAP_PORT_NAME, spec.kvTransfer.bootstrapPort)
 
 
 def _layout_flags(layout: Layout) -> tuple[str, ...]:

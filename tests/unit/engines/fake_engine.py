@@ -32,6 +32,10 @@ class FakeAdapter(EngineAdapter):
     def ports(self, spec: PDDeploymentSpec) -> tuple[EnginePort, ...]:
         return (EnginePort("fake-kv", KV_PORT), EnginePort("fake-meta", METADATA_PORT))
 
+    def router_ports(self, spec: PDDeploymentSpec) -> tuple[EnginePort, ...]:
+        # Its router also connects to the KV port (SGLang's opens the bootstrap port).
+        return (EnginePort("fake-kv", KV_PORT),)
+
     def side_channel(self, spec: PDDeploymentSpec) -> SideChannel:
         # Served by decode only: neither vLLM's (both roles) nor SGLang's (prefill) shape.
         return SideChannel("fake", (METADATA_PORT,), ("decode",))
