@@ -33,7 +33,8 @@ class EngineLaunch:
 class EnginePort:
     """A TCP port the engine listens on besides its HTTP port. Each one becomes a container
     port, a port of the role's headless Service, and a NetworkPolicy port open to the
-    deployment's own pods only (they carry NIXL metadata, which holds memory keys)."""
+    deployment's own pods only (they carry NIXL metadata, which holds memory keys), and to
+    its router pods where the adapter's ``router_ports`` names it."""
 
     name: str
     port: int
@@ -53,12 +54,20 @@ class SideChannel:
     served_by: tuple[str, ...]
 
 
+# The kubelet's probe timeout where a probe sets none: enough for an endpoint that answers
+# from a flag, too little for one that does work before it answers.
+KUBELET_PROBE_TIMEOUT_S = 1
+
+
 @dataclass(frozen=True)
 class HealthCheck:
     """The engine's HTTP health endpoint, for the readiness and startup probes."""
 
     path: str = "/health"
     period_s: int = 10
+    # How long a healthy engine may take to answer (the probes' timeoutSeconds); an adapter
+    # whose endpoint works before it answers sets its own.
+    timeout_s: int = KUBELET_PROBE_TIMEOUT_S
     failure_threshold: int = 3
     # How many periods the startup probe waits. None: as long as the model's source needs
     # (rendering.model.startup_budget_seconds); an adapter sets it only for an engine whose
@@ -174,6 +183,12 @@ class EngineAdapter(ABC):
 
     def ports(self, spec: PDDeploymentSpec) -> tuple[EnginePort, ...]:
         """Ports besides HTTP that peers of the same deployment connect to."""
+        del spec
+        return ()
+
+    def router_ports(self, spec: PDDeploymentSpec) -> tuple[EnginePort, ...]:
+        """Of ``ports``, those the engine's router connects to besides HTTP: the NetworkPolicy
+        opens them to the deployment's router pods too. The default: none."""
         del spec
         return ()
 

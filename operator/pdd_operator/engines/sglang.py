@@ -8,7 +8,8 @@ says otherwise.
 The router is smg 1.13.0 (PyPI ``smg``, the current name of sglang-router) as ``smg launch``
 in PD mode: it gives both legs of a request the prefill pod's address, bootstrap port and a
 bootstrap room. It learns the bootstrap port of a discovered prefill pod from the pod's
-``sglang.ai/bootstrap-port`` annotation. Its flags are checked against
+``sglang.ai/bootstrap-port`` annotation, and connects to that port once when it registers
+the pod (``router_ports``). Its flags are checked against
 tests/fixtures/routers/smg-1.13.0.launch.help.txt.
 """
 
@@ -20,6 +21,7 @@ from pdd_operator.engines.base import (
     EngineAdapter,
     EngineLaunch,
     EnginePort,
+    HealthCheck,
     KvLayout,
     Layout,
     MultiNodeLaunch,
@@ -35,6 +37,20 @@ from pdd_operator.engines.base import (
 
 BOOTSTRAP_PORT_NAME = "bootstrap"
 BOOTSTRAP_PORT_ANNOTATION = "sglang.ai/bootstrap-port"
+
+# SGLang's /health is the handler of /health_generate (sglang/srt/entrypoints/http_server.py,
+# `health_generate`, in 0.5.4 and 0.5.23 alike; 0.5.23 skips the generation only where
+# SGLANG_ENABLE_HEALTH_ENDPOINT_GENERATION is turned off, sglang/srt/environ.py): it queues a
+# one-token generation and sleeps 1 s before it first looks for the scheduler's output, so a
+# healthy engine answers after 1 s at the earliest, and later while a long batch runs. It is
+# the one endpoint both versions answer from the engine's state: 0.5.4 has no /ready and its
+# /ping, /get_model_info and /v1/models answer from the HTTP server alone.
+HEALTH_PATH = "/health"
+# What smg, SGLang's router, gives the same endpoint (its --health-check-timeout-secs default,
+# tests/fixtures/routers/smg-1.13.0.launch.help.txt): the kubelet calls an engine unready no
+# sooner than the router in front of it calls it unhealthy. SGLang itself answers 503 only
+# after SGLANG_HEALTH_CHECK_TIMEOUT (20 s) without output.
+HEALTH_TIMEOUT_S = 5
 
 
 class SglangAdapter(EngineAdapter):
@@ -76,7 +92,18 @@ class SglangAdapter(EngineAdapter):
         )
 
     def ports(self, spec: PDDeploymentSpec) -> tuple[EnginePort, ...]:
-        return (EnginePort(BOOTSTRAP_PORT_NAME, spec.kvTransfer.bootstrapPort),)
+        return (_bootstrap_port(spec),)
+
+    def router_ports(self, spec: PDDeploymentSpec) -> tuple[EnginePort, ...]:
+        # smg 1.13.0 connects to each prefill's bootstrap port when it registers the pod
+        # (model_gateway/src/worker/bootstrap_probe.rs, in its wheel's smg_rs.abi3.so: "Bootstrap
+        # port did not accept a connection at registration: ... its disaggregated partners
+        # cannot rendezvous there"). Closed, every registration logs that as a failure.
+        return (_bootstrap_port(spec),)
+
+    def health_check(self, spec: PDDeploymentSpec) -> HealthCheck:
+        del spec
+        return HealthCheck(path=HEALTH_PATH, timeout_s=HEALTH_TIMEOUT_S)
 
     def side_channel(self, spec: PDDeploymentSpec) -> SideChannel:
         return SideChannel(
@@ -100,6 +127,11 @@ class SglangAdapter(EngineAdapter):
         if role != "prefill":
             return {}
         return {BOOTSTRAP_PORT_ANNOTATION: str(spec.kvTransfer.bootstrapPort)}
+
+
+def _bootstrap_port(spec: PDDeploymentSpec) -> EnginePort:
+    """The bootstrap server's port; only prefill pods run the server."""
+    return EnginePort(BOOTSTRAP_PORT_NAME, spec.kvTransfer.bootstrapPort)
 
 
 def _layout_flags(layout: Layout) -> tuple[str, ...]:

@@ -20,9 +20,11 @@ from pdd_contract.env import VLLM_NIXL_SIDE_CHANNEL_HOST, VLLM_NIXL_SIDE_CHANNEL
 from pdd_contract.ports import SIDE_CHANNEL_SERVED_BY, VLLM_SIDE_CHANNEL
 from pdd_operator.api.v1alpha1 import PDDeploymentSpec
 from pdd_operator.engines.base import (
+    KUBELET_PROBE_TIMEOUT_S,
     EngineAdapter,
     EngineLaunch,
     EnginePort,
+    HealthCheck,
     KvLayout,
     Layout,
     MultiNodeLaunch,
@@ -110,6 +112,13 @@ class VllmAdapter(EngineAdapter):
 
     def ports(self, spec: PDDeploymentSpec) -> tuple[EnginePort, ...]:
         return (EnginePort(SIDE_CHANNEL_PORT_NAME, spec.kvTransfer.sideChannelPort),)
+
+    def health_check(self, spec: PDDeploymentSpec) -> HealthCheck:
+        # /health answers from a flag (vllm/entrypoints/openai/api_server.py, `health`: the
+        # engine client's check_health raises once the engine core is dead): the kubelet's
+        # default timeout serves.
+        del spec
+        return HealthCheck(timeout_s=KUBELET_PROBE_TIMEOUT_S)
 
     def side_channel(self, spec: PDDeploymentSpec) -> SideChannel:
         return SideChannel(

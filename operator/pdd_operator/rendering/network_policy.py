@@ -7,15 +7,18 @@
       ZMQ PULL socket on a random port and tells peers through its bootstrap server, UCX's TCP
       transport and NIXL's wire-up connect to ephemeral ports, and the sidecars of the
       deployment talk to each other on the sidecar port;
-  (b) the engine's HTTP port (``spec.engine.port``) from the deployment's router pods, and
-      nothing else from them: a PD router only speaks HTTP to the engines. SGLang's router
-      passes the prefill's bootstrap host and port to decode inside the request body
-      (bootstrap_host / bootstrap_port / bootstrap_room) and never connects to the bootstrap
-      port itself; decode does, under (a). All that vllm-router, sglang-router and smg sent
-      to the engines in PD mode was HTTP on that port (tests/fixtures/routers/README.md).
-      Where the operator renders no router (``spec.router.enabled: false``), the user's own
-      router sits outside the deployment with labels the operator cannot know, so the HTTP
-      port is open to every source instead;
+  (b) from the deployment's router pods, the engine's HTTP port (``spec.engine.port``) and
+      the ports the adapter's ``router_ports`` names, nothing else. Requests are HTTP on the
+      engine port (vllm-router with NIXL pairs vLLM pods over HTTP alone,
+      tests/fixtures/routers/README.md). SGLang's router hands decode the prefill's bootstrap
+      address in the request body, and decode connects to it under (a), but smg 1.13.0 also
+      connects to each prefill's bootstrap port itself when it registers the pod
+      (engines.sglang), so that port is open to the router. One policy covers both roles, so
+      it is open on decode pods too, where nothing listens on it. Where the operator renders
+      no router (``spec.router.enabled: false``), the user's own router sits outside the
+      deployment with labels the operator cannot know, so the HTTP port is open to every
+      source instead and the router's other ports to none (a router of your own that needs
+      them needs a policy of your own: policies add up);
   (c) nothing else: other pods of the namespace, pods of other PDDeployments and Prometheus
       reach no port (add a policy of your own to admit a scraper: policies add up).
 The kubelet's probes still arrive: traffic from a pod's own node is always allowed.
@@ -41,6 +44,7 @@ from typing import Any
 
 from pdd_operator.api import names
 from pdd_operator.api.v1alpha1 import PDDeployment
+from pdd_operator.engines.base import EnginePort
 from pdd_operator.rendering.context import RenderContext
 from pdd_operator.rendering.roles import child_metadata
 from pdd_operator.rendering.router import render_router
@@ -50,17 +54,18 @@ COMPONENT = "network-policy"
 
 def render_network_policies(pdd: PDDeployment, ctx: RenderContext) -> list[dict[str, Any]]:
     router_pods = router_pod_selector(pdd, ctx)
-    policies = [render_engine_policy(pdd, router_pods)]
+    router_ports = ctx.engine(pdd.spec).router_ports(pdd.spec)
+    policies = [render_engine_policy(pdd, router_pods, router_ports)]
     if router_pods is not None:
         policies.append(render_router_policy(pdd, router_pods))
     return policies
 
 
-def render_engine_policy(pdd: PDDeployment, router_pods: dict[str, str] | None) -> dict[str, Any]:
-    http = {"port": pdd.spec.engine.port, "protocol": "TCP"}
-    from_router: dict[str, Any] = {"ports": [http]}
-    if router_pods is not None:
-        from_router["from"] = [{"podSelector": {"matchLabels": router_pods}}]
+def render_engine_policy(
+    pdd: PDDeployment,
+    router_pods: dict[str, str] | None,
+    router_ports: tuple[EnginePort, ...],
+) -> dict[str, Any]:
     return {
         "apiVersion": "networking.k8s.io/v1",
         "kind": "NetworkPolicy",
@@ -74,9 +79,23 @@ def render_engine_policy(pdd: PDDeployment, router_pods: dict[str, str] | None) 
                     "from": [{"podSelector": engine_pod_selector(pdd)}],
                     "ports": [{"protocol": "TCP"}],
                 },
-                from_router,
+                _from_router(pdd, router_pods, router_ports),
             ],
         },
+    }
+
+
+def _from_router(
+    pdd: PDDeployment, router_pods: dict[str, str] | None, router_ports: tuple[EnginePort, ...]
+) -> dict[str, Any]:
+    """(b): the HTTP port and the router's own ports from the router pods; without a rendered
+    router, the HTTP port from anywhere and nothing more."""
+    http = {"port": pdd.spec.engine.port, "protocol": "TCP"}
+    if router_pods is None:
+        return {"ports": [http]}
+    return {
+        "from": [{"podSelector": {"matchLabels": router_pods}}],
+        "ports": [http, *[{"port": p.port, "protocol": "TCP"} for p in router_ports]],
     }
 
 

@@ -60,16 +60,25 @@ def _rank_flag(flag: str, per_rank: int) -> str:
     return f'{shlex.quote(flag)} "$((R * {per_rank}))"'
 
 
+# What the rank-0 check allows the engine's answer at least: what it allowed before adapters
+# declared a timeout, so no engine's multi-node probe got stricter. Longer where the adapter
+# asks for longer.
+LEADER_ANSWER_MIN_S = 5
+# python3 starting in the engine container before the check sends its request.
+INTERPRETER_START_S = 5
+
+
 def leader_only_probe(health: HealthCheck, port: int, failure_threshold: int) -> dict[str, Any]:
     """The engine's HTTP health check on rank 0 only: the other ranks serve no HTTP (vLLM's
     --headless, SGLang's node-rank > 0) and are healthy while they run; the leader fails
     its check when a rank it drives is gone. The engine images (vLLM, SGLang) hold python3."""
     url = f"http://127.0.0.1:{port}{health.path}"
-    check = f"import urllib.request; urllib.request.urlopen({url!r}, timeout=5)"
+    answer_s = max(health.timeout_s, LEADER_ANSWER_MIN_S)
+    check = f"import urllib.request; urllib.request.urlopen({url!r}, timeout={answer_s})"
     script = f'[ "${{{PDD_NODE_RANK}:-0}}" != 0 ] || exec python3 -c {shlex.quote(check)}'
     return {
         "exec": {"command": ["/bin/sh", "-c", script]},
         "periodSeconds": health.period_s,
-        "timeoutSeconds": 10,
+        "timeoutSeconds": answer_s + INTERPRETER_START_S,
         "failureThreshold": failure_threshold,
     }

@@ -397,6 +397,7 @@ def _http_probe(health: HealthCheck, failure_threshold: int) -> dict[str, Any]:
     return {
         "httpGet": {"path": health.path, "port": HTTP_PORT_NAME},
         "periodSeconds": health.period_s,
+        "timeoutSeconds": health.timeout_s,
         "failureThreshold": failure_threshold,
     }
 

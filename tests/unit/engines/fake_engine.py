@@ -32,12 +32,16 @@ class FakeAdapter(EngineAdapter):
     def ports(self, spec: PDDeploymentSpec) -> tuple[EnginePort, ...]:
         return (EnginePort("fake-kv", KV_PORT), EnginePort("fake-meta", METADATA_PORT))
 
+    def router_ports(self, spec: PDDeploymentSpec) -> tuple[EnginePort, ...]:
+        # Its router also connects to the KV port (SGLang's opens the bootstrap port).
+        return (EnginePort("fake-kv", KV_PORT),)
+
     def side_channel(self, spec: PDDeploymentSpec) -> SideChannel:
         # Served by decode only: neither vLLM's (both roles) nor SGLang's (prefill) shape.
         return SideChannel("fake", (METADATA_PORT,), ("decode",))
 
     def health_check(self, spec: PDDeploymentSpec) -> HealthCheck:
-        return HealthCheck(path="/ready", startup_failure_threshold=30)
+        return HealthCheck(path="/ready", timeout_s=7, startup_failure_threshold=30)
 
     def router(self, spec: PDDeploymentSpec, discovery: RouterDiscovery) -> RouterLaunch:
         selector = ",".join(f"{k}={v}" for k, v in discovery.prefill_selector)

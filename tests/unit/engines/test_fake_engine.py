@@ -67,6 +67,9 @@ def test_the_engine_container_is_the_adapters(children: list[dict[str, Any]], ro
     assert engine["readinessProbe"]["httpGet"]["path"] == "/ready"
     assert engine["startupProbe"]["httpGet"]["path"] == "/ready"
     assert engine["startupProbe"]["failureThreshold"] == 30
+    assert (
+        engine["readinessProbe"]["timeoutSeconds"] == engine["startupProbe"]["timeoutSeconds"] == 7
+    )
 
 
 @pytest.mark.parametrize("role", ["prefill", "decode"])
@@ -83,6 +86,7 @@ def test_the_role_service_has_the_adapters_ports(children: list[dict[str, Any]],
 def test_the_network_policy_opens_the_adapters_ports_to_the_deployment_only(
     children: list[dict[str, Any]],
 ) -> None:
+    """...and to its router pods the HTTP port and the adapter's router ports."""
     policies = [o for o in children if o["kind"] == "NetworkPolicy"]
     prefill, decode = (
         pod_from_workload(find(children, "StatefulSet", f"llama-{role}"))
@@ -92,7 +96,7 @@ def test_the_network_policy_opens_the_adapters_ports_to_the_deployment_only(
     for port in (KV_PORT, METADATA_PORT, SIDECAR_PORT):
         assert ingress_allowed(policies, prefill, decode, port)
         assert ingress_allowed(policies, decode, prefill, port)
-        assert not ingress_allowed(policies, router, decode, port)
+        assert ingress_allowed(policies, router, decode, port) is (port == KV_PORT), port
         assert not ingress_allowed(policies, Pod("debug", {}, "team-a"), decode, port)
     assert ingress_allowed(policies, router, decode, 8000)  # the HTTP port: the router's
 

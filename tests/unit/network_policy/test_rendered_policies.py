@@ -9,6 +9,10 @@ What P and D use between them (docs/engines.md, "What each engine gets"):
 - UCX's TCP transport and NIXL's wire-up: ephemeral ports (Linux's default
   ip_local_port_range is 32768-60999);
 - the pdd sidecars, which talk to each other on the sidecar port.
+
+What the router uses besides the HTTP port: smg 1.13.0 connects to each prefill's SGLang
+bootstrap port when it registers the pod (engines/sglang.py, `router_ports`); vllm-router
+pairs vLLM pods over HTTP alone.
 """
 
 from __future__ import annotations
@@ -21,7 +25,7 @@ import pytest
 
 from helpers.factories import make_pdd
 from helpers.netpol import External, Pod, Source, ingress_allowed, pod_from_workload
-from pdd_contract.ports import vllm_side_channel_ports
+from pdd_contract.ports import SGLANG_BOOTSTRAP_PORT, vllm_side_channel_ports
 from pdd_operator.api import names
 from pdd_operator.api.v1alpha1 import PDDeployment
 from pdd_operator.rendering.children import render_children
@@ -41,6 +45,8 @@ class Rendered:
     children: list[dict[str, Any]]
     # Ports the engine picks at run time, which no adapter can name: the test's knowledge.
     runtime_ports: tuple[int, ...] = ()
+    # Ports of the prefill pods that the router connects to besides HTTP: the test's knowledge.
+    router_connects: tuple[int, ...] = ()
 
     def workload(self, kind: str, role: str) -> dict[str, Any]:
         name = names.role_name(self.pdd.name, role)
@@ -79,9 +85,10 @@ def render(
     spec_patch: dict[str, Any] | None = None,
     name: str = "llama",
     runtime_ports: tuple[int, ...] = (),
+    router_connects: tuple[int, ...] = (),
 ) -> Rendered:
     pdd = make_pdd(spec_patch, name=name)
-    return Rendered(pdd, render_children(pdd, CTX), runtime_ports)
+    return Rendered(pdd, render_children(pdd, CTX), runtime_ports, router_connects)
 
 
 def vllm(dp_size: int = 4, mode: str = "sidecar") -> Rendered:
@@ -106,7 +113,8 @@ def side_channel_base(pdd: PDDeployment) -> int:
 
 def sglang(mode: str = "sidecar") -> Rendered:
     spec = {"engine": {"type": "sglang"}, "kvTransfer": {"metadataExchange": {"mode": mode}}}
-    return render(spec, runtime_ports=SGLANG_RANDOM)
+    # smg registers each prefill pod with a connection to its bootstrap port (the default).
+    return render(spec, runtime_ports=SGLANG_RANDOM, router_connects=(SGLANG_BOOTSTRAP_PORT,))
 
 
 def custom() -> Rendered:
@@ -197,13 +205,59 @@ def test_only_tcp_is_opened_between_prefill_and_decode(deployment: Rendered) -> 
         assert not ingress_allowed(deployment.policies, source, target, 5600, protocol="UDP")
 
 
-def test_the_router_reaches_the_engines_http_port_only(deployment: Rendered) -> None:
-    router = deployment.pod("router")
+def test_the_router_reaches_the_http_port_and_the_ports_it_connects_to_only(
+    deployment: Rendered,
+) -> None:
+    """The HTTP port and, for SGLang, the prefill's bootstrap port (smg connects to it when it
+    registers the pod); the sidecar port, side channels, SGLang's ZMQ ports and UCX's stay
+    closed to it."""
+    router, prefill = deployment.pod("router"), deployment.pod("prefill")
+    for port in (deployment.http_port, *deployment.router_connects):
+        assert allowed(deployment.policies, router, prefill, port), port
     for role in ("prefill", "decode"):
         target = deployment.pod(role)
         assert allowed(deployment.policies, router, target, deployment.http_port)
-        for port in sorted(deployment.peer_ports | {8099, 5600, 8998}):
+        closed = (deployment.peer_ports | {8099, 5600, 8998}) - set(deployment.router_connects)
+        for port in sorted(closed):
             assert not allowed(deployment.policies, router, target, port), (role, port)
+
+
+ENGINES: dict[str, dict[str, Any]] = {
+    "vllm": {"type": "vllm"},
+    "sglang": {"type": "sglang"},
+    "custom": {"type": "custom", "command": ["my-engine"]},
+}
+
+
+@pytest.mark.parametrize(
+    ("engine", "kv_transfer", "port", "open_to_the_router"),
+    [
+        ("sglang", {}, 8998, True),  # smg's connection at registration
+        ("sglang", {"bootstrapPort": 9100}, 9100, True),  # the spec's port, not 8998
+        ("sglang", {"bootstrapPort": 9100}, 8998, False),
+        ("sglang", {"metadataExchange": {"mode": "engine"}}, 8998, True),
+        ("vllm", {}, 8998, False),  # vllm-router speaks HTTP only
+        ("vllm", {"bootstrapPort": 9100}, 9100, False),
+        ("vllm", {}, 5600, False),  # the side channel carries memory keys
+        ("custom", {}, 8998, False),
+    ],
+)
+def test_the_router_reaches_the_prefills_bootstrap_port_for_sglang_only(
+    engine: str, kv_transfer: dict[str, Any], port: int, open_to_the_router: bool
+) -> None:
+    r = render({"engine": ENGINES[engine], "kvTransfer": kv_transfer})
+    assert allowed(r.policies, r.pod("router"), r.pod("prefill"), port) is open_to_the_router
+    # Whatever the router gets, other pods of the namespace do not.
+    assert not allowed(r.policies, Pod("debug", {}, "team-a"), r.pod("prefill"), port)
+
+
+def test_without_a_rendered_router_the_bootstrap_port_stays_closed_to_outsiders() -> None:
+    """The user's own router has labels the operator cannot know: it gets the HTTP port, and
+    the bootstrap port only through a policy of the user's own."""
+    r = render({"engine": {"type": "sglang"}, "router": {"enabled": False}})
+    users_router = Pod("gateway-0", {"app": "gateway"}, "ingress")
+    assert allowed(r.policies, users_router, r.pod("prefill"), r.http_port)
+    assert not allowed(r.policies, users_router, r.pod("prefill"), SGLANG_BOOTSTRAP_PORT)
 
 
 def test_the_router_takes_clients_on_its_http_port_from_anywhere(
