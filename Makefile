@@ -11,6 +11,11 @@ export PYTHONPATH := $(CURDIR)/operator
 CLUSTER_DIR ?= $(CURDIR)/.tmp/cluster
 NIXL_WHEEL ?= nixl-cu12==1.5.1
 PYTEST := $(PY) -m pytest
+# TEST_WORKERS=4: `make test` runs its modules on that many pytest-xdist workers, each with a
+# control plane and fleet of its own (a session fixture per worker), a module's tests on one
+# worker. Off by default until three consecutive clean-clone runs pass with it (issue 39).
+TEST_WORKERS ?= 1
+XDIST := $(if $(filter-out 1,$(TEST_WORKERS)),-n $(TEST_WORKERS) --dist loadfile,)
 ONCE ?=
 
 .PHONY: reliability help venv binaries generate check-generated lint unit integration nixl chart docs test demo cluster cluster-down bench e2e-kind clean
@@ -76,7 +81,7 @@ test: venv binaries
 	  start=$$(date +%s%N); $(MAKE) --no-print-directory $$step || exit $$?; \
 	  echo "$$step=$$(( ($$(date +%s%N) - start) / 1000000 ))" >> .tmp/make-steps; \
 	done
-	PDD_MAKE_STEPS_MS="$$(paste -sd, .tmp/make-steps)" $(PYTEST) tests -q -p no:cacheprovider
+	PDD_MAKE_STEPS_MS="$$(paste -sd, .tmp/make-steps)" $(PYTEST) tests -q -p no:cacheprovider $(XDIST)
 
 demo: venv binaries
 	$(PY) hack/demo.py --state-dir $(CLUSTER_DIR)-demo $(if $(ONCE),--once,)
