@@ -412,7 +412,8 @@ def test_preflight_on_a_node_showing_a_topology_fixture_as_its_hardware(
     fixture = Path(__file__).parents[1] / "fixtures" / "topology" / "h100-hgx"
     node = "podruntime-hgx"
     rt = PodRuntime(control_plane.kubeconfig, tmp_path, node_hardware={node: fixture})
-    addresses = iter(f"127.87.0.{i}" for i in range(1, 255))
+    # 127.85: a block no other module uses, so modules on parallel workers never share one.
+    addresses = iter(f"127.85.0.{i}" for i in range(1, 255))
     with NodeSimulator(
         control_plane.kubeconfig, [SimNode(node, taints=(TAINT,))], pod_ips=addresses, runtime=rt
     ) as sim:

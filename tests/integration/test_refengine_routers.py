@@ -28,7 +28,8 @@ from helpers.refengine import (
     wait_until,
 )
 
-PREFILL_IP, DECODE_IP, ROUTER_IP = "127.91.0.1", "127.91.0.2", "127.91.0.3"
+# 127.92: a block no other module uses (the docs tier takes 127.91), for parallel workers.
+PREFILL_IP, DECODE_IP, ROUTER_IP = "127.92.0.1", "127.92.0.2", "127.92.0.3"
 BYTES_PER_TOKEN = 256  # the reference engine's default layout (model not in its table)
 PROMPT = "The quick brown fox jumps over the lazy dog, " * 5  # 225 bytes: 57 tokens
 
