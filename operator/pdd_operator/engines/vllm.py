@@ -20,11 +20,9 @@ from pdd_contract.env import VLLM_NIXL_SIDE_CHANNEL_HOST, VLLM_NIXL_SIDE_CHANNEL
 from pdd_contract.ports import SIDE_CHANNEL_SERVED_BY, VLLM_SIDE_CHANNEL
 from pdd_operator.api.v1alpha1 import PDDeploymentSpec
 from pdd_operator.engines.base import (
-    KUBELET_PROBE_TIMEOUT_S,
     EngineAdapter,
     EngineLaunch,
     EnginePort,
-    HealthCheck,
     KvLayout,
     Layout,
     MultiNodeLaunch,
@@ -54,6 +52,9 @@ SMG_KV_CONNECTOR_ANNOTATION = "smg.ai/kv-connector"
 class VllmAdapter(EngineAdapter):
     type = "vllm"
     kv_layout = KvLayout(default_block_tokens=16, packed=True)
+    # The base health check (/health, the kubelet's 1 s timeout) serves: vLLM's /health
+    # answers from a flag (vllm/entrypoints/openai/api_server.py, `health`: the engine
+    # client's check_health raises once the engine core is dead).
     # NixlConnector: the decode worker READs the prefill's blocks (nixl_connector.py,
     # _read_blocks), in v0.11.0 and 0.33.0 alike.
     kv_operation = "READ"
@@ -112,13 +113,6 @@ class VllmAdapter(EngineAdapter):
 
     def ports(self, spec: PDDeploymentSpec) -> tuple[EnginePort, ...]:
         return (EnginePort(SIDE_CHANNEL_PORT_NAME, spec.kvTransfer.sideChannelPort),)
-
-    def health_check(self, spec: PDDeploymentSpec) -> HealthCheck:
-        # /health answers from a flag (vllm/entrypoints/openai/api_server.py, `health`: the
-        # engine client's check_health raises once the engine core is dead): the kubelet's
-        # default timeout serves.
-        del spec
-        return HealthCheck(timeout_s=KUBELET_PROBE_TIMEOUT_S)
 
     def side_channel(self, spec: PDDeploymentSpec) -> SideChannel:
         return SideChannel(
