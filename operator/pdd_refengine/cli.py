@@ -1,10 +1,12 @@
 """The two command lines the operator renders, parsed into one ``EngineConfig``.
 
 vLLM: ``vllm serve MODEL --host H --port P --tensor-parallel-size N --kv-transfer-config JSON
-[--served-model-name NAME] [--block-size N] [...]``; the role is ``kv_both`` (per request, from
-``kv_transfer_params``) unless ``kv_connector_extra_config.pdd_role`` names one for the logs.
+[--served-model-name NAME] [--block-size N] [...]``; the role, for the logs, is the config's
+``kv_role`` (``kv_producer`` prefill, ``kv_consumer`` decode; either way each request's
+``kv_transfer_params`` decide what it does).
 
-SGLang: ``python3 -m sglang.launch_server --model-path MODEL --host H --port P --tp N
+SGLang: ``sglang serve`` or ``python3 -m sglang.launch_server`` (the releases before 0.5.5),
+then ``--model-path MODEL --host H --port P --tp N
 --disaggregation-mode prefill|decode --disaggregation-transfer-backend nixl
 --disaggregation-bootstrap-port B [--served-model-name NAME] [--page-size N] [...]``.
 
@@ -99,8 +101,8 @@ def _vllm_role(kv_transfer_config: str | None) -> str:
         raise UsageError(f"--kv-transfer-config is not JSON: {exc}") from None
     if config.get("kv_connector") != "NixlConnector":
         raise UsageError("--kv-transfer-config: the reference engine speaks NixlConnector only")
-    role = str((config.get("kv_connector_extra_config") or {}).get("pdd_role", "both"))
-    return role if role in ("prefill", "decode") else "both"
+    # vLLM's kv_role (vllm/config/kv_transfer.py): what the operator renders per role.
+    return {"kv_producer": "prefill", "kv_consumer": "decode"}.get(config.get("kv_role"), "both")
 
 
 def _parse_sglang(argv: Sequence[str]) -> EngineConfig:

@@ -49,6 +49,7 @@ class App:
             web.post("/generate", self._serve(openai_api.GENERATE)),
             web.get("/health", self.health),
             web.get("/health_generate", self.health),
+            web.get("/ready", self.health),  # SGLang 0.5.20 and later
             web.get("/ping", self.health),
             web.get("/metrics", self.metrics),
             web.get("/version", self.version),

@@ -16,6 +16,7 @@ from kubernetes import client
 
 from pdd_localcluster import LocalControlPlane, NodeSimulator, SimNode, gpu_node_labels
 from pdd_localcluster.runtime import PodRuntime, RuntimeOptions
+from pdd_operator.engines.registry import ENGINES
 
 REFENGINE_IMAGE = "ghcr.io/pdd-dev/pdd-refengine"
 # Probe periods capped at 1 s (the rendered 10 s would only make the tests slow); a container
@@ -69,19 +70,29 @@ def running_nodes(
 
 
 def refengine_pdd(
-    name: str, engine: str, nodes: OwnNodes, *, replicas: int, **spec: Any
+    name: str,
+    engine: str,
+    nodes: OwnNodes,
+    *,
+    replicas: int,
+    release: str | None = None,
+    **spec: Any,
 ) -> dict[str, Any]:
     """A PDDeployment of the reference engine (the one test double: no GPU here) behind the
     upstream router of `engine`, `replicas` instances per role, all on `nodes`; `spec` adds
-    fields."""
+    fields. The operator renders the wiring of `release` of `engine` (default: the newest
+    supported), which the reference image's tag does not name."""
     place = nodes.placement
+    versions = ENGINES[engine].versions
+    assert versions is not None
+    release = release or str(versions.newest)
     return {
         "apiVersion": "pdd.dev/v1alpha1",
         "kind": "PDDeployment",
         "metadata": {"name": name},
         "spec": {
             "model": {"name": "test-org/tiny-model", "servedName": "tiny"},
-            "engine": {"type": engine, "image": f"{REFENGINE_IMAGE}:0.1.0"},
+            "engine": {"type": engine, "image": f"{REFENGINE_IMAGE}:0.1.0", "version": release},
             "prefill": {"replicas": replicas, "gpusPerInstance": 1, **place},
             "decode": {"replicas": replicas, "gpusPerInstance": 1, **place},
             "router": {"replicas": 1, "podTemplate": {"spec": place}},

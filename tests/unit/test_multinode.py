@@ -145,9 +145,19 @@ def test_vllm_rank_start_is_rank_times_local_data_parallel_ranks(tmp_path: Path)
     assert flag(argv, "--tensor-parallel-size") == "2"
 
 
-def test_sglang_ranks_get_nnodes_node_rank_and_dist_init_addr(tmp_path: Path) -> None:
+@pytest.mark.parametrize(
+    ("release", "dp_attention"),
+    [
+        ("0.5.4", ["--dp-size", "8", "--enable-dp-attention"]),
+        ("0.5.23", ["--attn-dp-size", "8"]),  # --enable-dp-attention deprecated from 0.5.22
+    ],
+)
+def test_sglang_ranks_get_nnodes_node_rank_and_dist_init_addr(
+    tmp_path: Path, release: str, dp_attention: list[str]
+) -> None:
     layout = {**TWO_NODES, "parallelism": {"tensor": 16, "data": 8, "expert": 16}}
-    pdd = multinode("sglang", prefill=layout, decode=layout)
+    engine = {"type": "sglang", "image": f"lmsysorg/sglang:v{release}"}
+    pdd = multinode("sglang", prefill=layout, decode=layout, engine=engine)
     container = engine_container(children(pdd)[("StatefulSet", "llama-decode-1")])
     for rank in (0, 1):
         argv = launched_argv(container, rank, tmp_path)
@@ -156,8 +166,11 @@ def test_sglang_ranks_get_nnodes_node_rank_and_dist_init_addr(tmp_path: Path) ->
         assert flag(argv, "--dist-init-addr") == (
             "llama-decode-1-0.llama-decode-1.team-a.svc:29550"
         )
-        assert flag(argv, "--tp") == "16"
-        assert flag(argv, "--dp-size") == "8" and "--enable-dp-attention" in argv
+        assert flag(argv, "--tp-size") == "16"
+        assert _subsequence(dp_attention, argv), argv
+        assert ("--dp-size" in argv) == (release == "0.5.4")
+        # 0.5.4 asserts it on decode with DP attention; 0.5.20 refuses the flag.
+        assert ("--prefill-round-robin-balance" in argv) == (release == "0.5.4")
         assert flag(argv, "--ep-size") == "16"
         assert "--headless" not in argv
 
@@ -282,3 +295,8 @@ def test_without_a_decode_instance_the_role_still_names_one_pod() -> None:
     objs = children(multinode(decode={"replicas": 0, "gpusPerInstance": 8, "nodesPerInstance": 2}))
     patch = next(r for r in objs[("Role", "llama-sidecar")]["rules"] if r["verbs"] == ["patch"])
     assert patch["resourceNames"] == ["llama-prefill-0-0"]
+
+
+def _subsequence(flags: list[str], argv: list[str]) -> bool:
+    start = argv.index(flags[0]) if flags[0] in argv else -1
+    return start >= 0 and argv[start : start + len(flags)] == flags

@@ -9,19 +9,29 @@ from helpers.factories import make_pdd
 from pdd_operator.engines.registry import ENGINES
 from pdd_refengine.cli import DEFAULT_REGION_BYTES, UsageError, parse_args
 
+IMAGES = {
+    "vllm": "vllm/vllm-openai:v0.33.0",
+    "vllm-0.11.0": "vllm/vllm-openai:v0.11.0",
+    "sglang": "lmsysorg/sglang:v0.5.23",
+    "sglang-0.5.4": "lmsysorg/sglang:v0.5.4",
+}
+
 
 def rendered(engine: str, role: str, **spec: object) -> list[str]:
     """What the engine container runs, as the image sees it: the shim names the engine."""
+    engine_type = engine.split("-")[0]
     patch = {
-        "engine": {"type": engine},
+        "engine": {"type": engine_type, "image": IMAGES[engine]},
         "model": {"name": "meta-llama/Llama-3.1-70B-Instruct", "servedName": "llama"},
         **spec,
     }
-    launch = ENGINES[engine].launch(make_pdd(patch).spec, role)
+    launch = ENGINES[engine_type].launch(make_pdd(patch).spec, role)
     argv = [*launch.command, *launch.args]
-    if engine == "vllm":
+    if engine_type == "vllm":
         return argv  # `vllm serve ...`: image/bin/vllm passes "vllm" first
-    assert argv[:3] == ["python3", "-m", "sglang.launch_server"]
+    if argv[:2] == ["sglang", "serve"]:  # 0.5.5 and later: image/bin/sglang
+        return ["sglang", *argv[2:]]
+    assert argv[:3] == ["python3", "-m", "sglang.launch_server"]  # image/python/sglang
     return ["sglang", *argv[3:]]
 
 
@@ -30,15 +40,20 @@ def rendered(engine: str, role: str, **spec: object) -> list[str]:
     [
         ("vllm", "prefill", "prefill", 16, None),
         ("vllm", "decode", "decode", 16, None),
+        ("vllm-0.11.0", "prefill", "prefill", 16, None),
+        ("vllm-0.11.0", "decode", "decode", 16, None),
         ("sglang", "prefill", "prefill", 1, 8998),
         ("sglang", "decode", "decode", 1, 8998),
+        ("sglang-0.5.4", "prefill", "prefill", 1, 8998),
+        ("sglang-0.5.4", "decode", "decode", 1, 8998),
     ],
 )
 def test_rendered_command_lines_parse(
     engine: str, role: str, expect_role: str, block_tokens: int, bootstrap: int | None
 ) -> None:
     config = parse_args(rendered(engine, role), environ={})
-    assert (config.engine, config.role, config.block_tokens) == (engine, expect_role, block_tokens)
+    expected = (engine.split("-")[0], expect_role, block_tokens)
+    assert (config.engine, config.role, config.block_tokens) == expected
     assert config.model == "meta-llama/Llama-3.1-70B-Instruct"
     assert config.served_name == "llama"
     assert (config.host, config.port) == ("0.0.0.0", 8000)

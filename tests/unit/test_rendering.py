@@ -51,7 +51,8 @@ def test_vllm_engine_gets_nixl_connector_and_side_channel(pdd: PDDeployment) -> 
     args = engine["args"]
     config = json.loads(args[args.index("--kv-transfer-config") + 1])
     assert config["kv_connector"] == "NixlConnector"
-    assert config["kv_connector_extra_config"]["pdd_role"] == "decode"
+    assert config["kv_role"] == "kv_consumer"  # kv_both is deprecated from vLLM 0.23.0
+    assert "kv_connector_extra_config" not in config  # vLLM reads no role from there
     assert args[args.index("--tensor-parallel-size") + 1] == "2"
     env = env_of(engine)
     assert env["VLLM_NIXL_SIDE_CHANNEL_HOST"] == {"fieldRef": {"fieldPath": "status.podIP"}}
@@ -263,7 +264,8 @@ def test_sidecar_gets_the_engine_ucx_env_side_channel_and_scratch_space(pdd: PDD
     sidecar = container(sts, "nixl-sidecar")
     env = env_of(sidecar)
     assert env["UCX_TLS"] == env_of(container(sts, "engine"))["UCX_TLS"]
-    assert env["PDD_SIDE_CHANNEL"] == "vllm" and env["PDD_SIDE_CHANNEL_PORTS"] == "5600"
+    # vLLM 0.11.0 (the fixture's image) listens once per GPU worker: TP 2, two ports.
+    assert env["PDD_SIDE_CHANNEL"] == "vllm" and env["PDD_SIDE_CHANNEL_PORTS"] == "5600,5601"
     assert env["PDD_PROBER_POD"] == "llama-prefill-0"
     mounts = {m["mountPath"] for m in sidecar["volumeMounts"]}
     assert {"/tmp", "/dev/shm", "/var/run/pdd/token"} <= mounts

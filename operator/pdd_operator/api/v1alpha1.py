@@ -153,7 +153,11 @@ RESERVED_FLAGS: dict[str, dict[str, str]] = {
         "--pipeline-parallel-size": "spec.<role>.parallelism.pipeline",
         "--dp-size": "spec.<role>.parallelism.data",
         "--dp": "spec.<role>.parallelism.data",
+        "--data-parallel-size": "spec.<role>.parallelism.data",
         "--enable-dp-attention": "spec.<role>.parallelism.data",
+        "--attn-dp-size": "spec.<role>.parallelism.data",
+        "--attention-data-parallel-size": "spec.<role>.parallelism.data",
+        "--prefill-round-robin-balance": "spec.<role>.parallelism.data",
         "--ep-size": "spec.<role>.parallelism.expert",
         "--ep": "spec.<role>.parallelism.expert",
         "--nnodes": "spec.<role>.nodesPerInstance",
@@ -608,6 +612,19 @@ class EngineSpec(Model):
     )
     image: str = _image("spec.engine.image")
     imagePullPolicy: Literal["Always", "IfNotPresent", "Never"] = "IfNotPresent"
+    version: str | None = Field(
+        default=None,
+        max_length=64,
+        json_schema_extra=cel(
+            "self.matches('^v?[0-9]+[.][0-9]+([.][0-9]+)?([.+-][0-9A-Za-z.+-]*|rc[0-9]+)?$')",
+            "spec.engine.version must be a release such as '0.33.0' or 'v0.5.23'",
+        ),
+        description="The engine release the image runs, e.g. `0.33.0`: the adapter renders "
+        "that release's flags, ports and probes (docs/engines.md). Unset: read from the "
+        "image's tag; required for an image pinned by digest alone. A release outside the "
+        "supported range, or none found, gets the newest supported wiring and "
+        "EngineVersionSupported=False.",
+    )
     command: Args | None = Field(
         default=None,
         description="Overrides the adapter's command (required for `custom` to get the "

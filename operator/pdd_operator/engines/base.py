@@ -15,6 +15,12 @@ from typing import Any, ClassVar
 
 from pdd_contract.env import KvOperation
 from pdd_operator.api.v1alpha1 import PDDeploymentSpec, RoleSpec, RouterSpec
+from pdd_operator.engines.version import (
+    ResolvedVersion,
+    SupportedVersions,
+    Version,
+    resolve_version,
+)
 
 EnvEntry = dict[str, Any]  # one container env entry, as the Pod API spells it
 
@@ -165,10 +171,27 @@ class EngineAdapter(ABC):
     # this directory. HF_HOME is where a Hugging Face download is cached.
     model_dir: ClassVar[str] = "/models/model"
     hf_home: ClassVar[str] = "/models/hf-cache"
+    # The releases whose flags, ports and probes the adapter renders, each checked against
+    # that release's parser (tests/fixtures/engines); None: the adapter renders the same for
+    # every release (a custom engine's command is the user's).
+    versions: ClassVar[SupportedVersions | None] = None
+    display_name: ClassVar[str] = ""  # as users spell the engine: "vLLM", "SGLang"
 
     @abstractmethod
     def launch(self, spec: PDDeploymentSpec, role: str) -> EngineLaunch:
         """Command, arguments and environment that tell the engine its role and KV wiring."""
+
+    def version(self, spec: PDDeploymentSpec) -> ResolvedVersion | None:
+        """The release the deployment runs and the one whose wiring is rendered."""
+        if self.versions is None:
+            return None
+        return resolve_version(spec.engine.version, spec.engine.image, self.versions)
+
+    def wiring(self, spec: PDDeploymentSpec) -> Version:
+        """The release whose wiring is rendered (the adapter's versions must be set)."""
+        resolved = self.version(spec)
+        assert resolved is not None, f"{self.type} renders one wiring for every release"
+        return resolved.wiring
 
     def layout(self, spec: PDDeploymentSpec, role: str) -> Layout:
         """The role's parallelism; unset: tensor parallelism over all the instance's GPUs."""

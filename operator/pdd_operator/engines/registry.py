@@ -1,6 +1,6 @@
 """Every engine adapter, keyed by its ``spec.engine.type`` value.
 
-Each module of this package other than ``base`` and this one is an engine and defines
+Each module of this package other than ``base``, ``version`` and this one is an engine and defines
 ``ADAPTER``; they are found by listing the package, so adding an engine is adding its module
 (and its value to ``EngineSpec.type``). tests/unit/engines checks the two lists agree.
 """
@@ -15,7 +15,7 @@ from types import MappingProxyType
 import pdd_operator.engines as _package
 from pdd_operator.engines.base import EngineAdapter
 
-_NOT_ENGINES = frozenset({"base", "registry"})
+_NOT_ENGINES = frozenset({"base", "registry", "version"})
 
 
 def _discover() -> Mapping[str, EngineAdapter]:

@@ -1,4 +1,5 @@
-"""SGLang (``python3 -m sglang.launch_server``) in its disaggregation mode with NIXL.
+"""SGLang (``sglang serve``; ``python3 -m sglang.launch_server`` before 0.5.5) in its
+disaggregation mode with NIXL.
 
 The role is ``--disaggregation-mode``; the decode side fetches the prefill side's NIXL
 metadata from the bootstrap server that only prefill pods run (``--disaggregation-bootstrap-
@@ -34,6 +35,7 @@ from pdd_operator.engines.base import (
     model_location,
     pd_router_args,
 )
+from pdd_operator.engines.version import SupportedVersions, Version
 
 BOOTSTRAP_PORT_NAME = "bootstrap"
 BOOTSTRAP_PORT_ANNOTATION = "sglang.ai/bootstrap-port"
@@ -42,27 +44,53 @@ BOOTSTRAP_PORT_ANNOTATION = "sglang.ai/bootstrap-port"
 # `health_generate`, in 0.5.4 and 0.5.23 alike; 0.5.23 skips the generation only where
 # SGLANG_ENABLE_HEALTH_ENDPOINT_GENERATION is turned off, sglang/srt/environ.py): it queues a
 # one-token generation and sleeps 1 s before it first looks for the scheduler's output, so a
-# healthy engine answers after 1 s at the earliest, and later while a long batch runs. It is
-# the one endpoint both versions answer from the engine's state: 0.5.4 has no /ready and its
+# healthy engine answers after 1 s at the earliest, and later while a long batch runs. Up to
+# 0.5.19 it is the one endpoint that answers from the engine's state: there is no /ready, and
 # /ping, /get_model_info and /v1/models answer from the HTTP server alone.
 HEALTH_PATH = "/health"
 # What smg, SGLang's router, gives the same endpoint (its --health-check-timeout-secs default,
 # tests/fixtures/routers/smg-1.13.0.launch.help.txt): the kubelet calls an engine unready no
 # sooner than the router in front of it calls it unhealthy. SGLang itself answers 503 only
-# after SGLANG_HEALTH_CHECK_TIMEOUT (20 s) without output.
+# after SGLANG_HEALTH_CHECK_TIMEOUT (20 s) without output. /ready keeps it: a flag, but
+# answered by an event loop that also tokenizes.
 HEALTH_TIMEOUT_S = 5
+# From 0.5.20 `/ready` answers from the engine's state without generating (http_server.py,
+# `ready`: 200 once warm-up is done, 503 while starting, paused or shutting down).
+READY_PATH = "/ready"
+READY_ENDPOINT = Version(0, 5, 20)
+
+# `sglang serve`, the console script (sglang/cli/serve.py), from 0.5.5; from 0.5.10
+# `python -m sglang.launch_server` warns that `sglang serve` is the recommended entrypoint.
+SERVE_CLI = Version(0, 5, 5)
+# Decode with data-parallel attention asserts `--prefill-round-robin-balance` from 0.5.2 to
+# 0.5.7 (server_args.py, "Prefill round robin balance is required when dp size > 1"; the
+# prefill's --load-balance-method defaults to round_robin there); 0.5.8 deprecates it as a
+# no-op and 0.5.20 refuses it.
+ROUND_ROBIN_ASSERTED = (Version(0, 5, 2), Version(0, 5, 8))
+# `--attn-dp-size N` replaces `--dp-size N --enable-dp-attention` from 0.5.22
+# (srt/arg_groups/fields/parallel.py), where --dp-size came to mean full model replicas and
+# --enable-dp-attention is deprecated for removal after 2026-12-31.
+ATTN_DP_SIZE = Version(0, 5, 22)
 
 
 class SglangAdapter(EngineAdapter):
     type = "sglang"
+    display_name = "SGLang"
+    versions = SupportedVersions(Version(0, 5, 4), Version(0, 5, 23))
     kv_layout = KvLayout(default_block_tokens=1, packed=False)
     # The NIXL backend's prefill side WRITEs into the decode's pages (disaggregation/nixl).
     kv_operation = "WRITE"
 
     def launch(self, spec: PDDeploymentSpec, role: str) -> EngineLaunch:
+        release = self.wiring(spec)
+        layout = self.layout(spec, role)
+        command, entry = (
+            (("sglang",), ["serve"])
+            if release >= SERVE_CLI
+            else (("python3",), ["-m", "sglang.launch_server"])
+        )
         args = [
-            "-m",
-            "sglang.launch_server",
+            *entry,
             "--model-path",
             model_location(spec, self.model_dir),
             *model_flags(spec),
@@ -70,7 +98,7 @@ class SglangAdapter(EngineAdapter):
             "0.0.0.0",
             "--port",
             str(spec.engine.port),
-            *_layout_flags(self.layout(spec, role)),
+            *_layout_flags(layout, release),
             "--disaggregation-mode",
             role,
             "--disaggregation-transfer-backend",
@@ -80,7 +108,10 @@ class SglangAdapter(EngineAdapter):
         ]
         if spec.engine.kvBlockSize:
             args += ["--page-size", str(spec.engine.kvBlockSize)]
-        return EngineLaunch(("python3",), tuple(args))
+        oldest, fixed = ROUND_ROBIN_ASSERTED
+        if role == "decode" and layout.data > 1 and oldest <= release < fixed:
+            args.append("--prefill-round-robin-balance")
+        return EngineLaunch(command, tuple(args))
 
     def multinode(self, spec: PDDeploymentSpec, role: str, meet: Rendezvous) -> MultiNodeLaunch:
         """SGLang's own multi-node launch: the same command on every node with --nnodes,
@@ -102,8 +133,8 @@ class SglangAdapter(EngineAdapter):
         return (_bootstrap_port(spec),)
 
     def health_check(self, spec: PDDeploymentSpec) -> HealthCheck:
-        del spec
-        return HealthCheck(path=HEALTH_PATH, timeout_s=HEALTH_TIMEOUT_S)
+        path = READY_PATH if self.wiring(spec) >= READY_ENDPOINT else HEALTH_PATH
+        return HealthCheck(path=path, timeout_s=HEALTH_TIMEOUT_S)
 
     def side_channel(self, spec: PDDeploymentSpec) -> SideChannel:
         return SideChannel(
@@ -134,12 +165,17 @@ def _bootstrap_port(spec: PDDeploymentSpec) -> EnginePort:
     return EnginePort(BOOTSTRAP_PORT_NAME, spec.kvTransfer.bootstrapPort)
 
 
-def _layout_flags(layout: Layout) -> tuple[str, ...]:
-    flags = ["--tp", str(layout.tensor)]
+def _layout_flags(layout: Layout, release: Version) -> tuple[str, ...]:
+    # In full: `--tp` reaches --tp-size only by argparse's prefix matching, which the next
+    # `--tp-...` flag of a release would break.
+    flags = ["--tp-size", str(layout.tensor)]
     if layout.pipeline > 1:
         flags += ["--pp-size", str(layout.pipeline)]
     if layout.data > 1:  # data-parallel attention inside the TP group (DeepSeek-style)
-        flags += ["--dp-size", str(layout.data), "--enable-dp-attention"]
+        if release >= ATTN_DP_SIZE:
+            flags += ["--attn-dp-size", str(layout.data)]
+        else:
+            flags += ["--dp-size", str(layout.data), "--enable-dp-attention"]
     if layout.expert > 1:
         flags += ["--ep-size", str(layout.expert)]
     return tuple(flags)

@@ -1,8 +1,11 @@
 """vLLM (``vllm serve``) with its NixlConnector.
 
 The connector learns its peers over a ZMQ side channel that listens in every prefill and
-decode pod on VLLM_NIXL_SIDE_CHANNEL_PORT (plus the data-parallel rank) and must bind the pod
-IP, so VLLM_NIXL_SIDE_CHANNEL_HOST comes from the downward API. K and V of one block are one
+decode pod from VLLM_NIXL_SIDE_CHANNEL_PORT on and must bind the pod IP, so
+VLLM_NIXL_SIDE_CHANNEL_HOST comes from the downward API. Which ports, per release: up to 0.11.0
+one listener per GPU worker (base + dp_rank x tp + tp_rank, nixl_connector.py L267-270 and
+L622), from 0.11.1 one per data-parallel engine serving all its TP ranks (base + DP index;
+0.33.0 nixl/base_scheduler.py L77-80). K and V of one block are one
 NIXL descriptor (one region per layer, K and V in the content dimension: the connector's
 nixl/base_worker.py); blocks are 16 tokens unless ``--block-size`` says otherwise.
 
@@ -39,8 +42,15 @@ from pdd_operator.engines.base import (
     pd_router_args,
     role_spec,
 )
+from pdd_operator.engines.version import SupportedVersions, Version
 
 SIDE_CHANNEL_PORT_NAME = "side-channel"
+# The first release with one side-channel listener per data-parallel engine.
+ONE_LISTENER_PER_ENGINE = Version(0, 11, 1)
+# NixlConnector reads the role from kv_role (kv_both is deprecated from 0.23.0,
+# nixl/connector.py L97-103 in 0.33.0; 0.11.0's connector reads no role, so these are taken
+# and change nothing there).
+KV_ROLE = {"prefill": "kv_producer", "decode": "kv_consumer"}
 # vllm-router's --kv-connector value for each spec.kvTransfer.connector.
 ROUTER_KV_CONNECTOR = {"NixlConnector": "nixl"}
 # smg reads a vLLM pod's connector from this annotation in discovery mode (with it, smg sends
@@ -51,6 +61,8 @@ SMG_KV_CONNECTOR_ANNOTATION = "smg.ai/kv-connector"
 
 class VllmAdapter(EngineAdapter):
     type = "vllm"
+    display_name = "vLLM"
+    versions = SupportedVersions(Version(0, 11, 0), Version(0, 33, 0))
     kv_layout = KvLayout(default_block_tokens=16, packed=True)
     # The base health check (/health, the kubelet's 1 s timeout) serves: vLLM's /health
     # answers from a flag (vllm/entrypoints/openai/api_server.py, `health`: the engine
@@ -60,12 +72,7 @@ class VllmAdapter(EngineAdapter):
     kv_operation = "READ"
 
     def launch(self, spec: PDDeploymentSpec, role: str) -> EngineLaunch:
-        kv_config = {
-            "kv_connector": spec.kvTransfer.connector,
-            # NixlConnector moves KV both ways on demand; the role lives in extra config.
-            "kv_role": "kv_both",
-            "kv_connector_extra_config": {"pdd_role": role},
-        }
+        kv_config = {"kv_connector": spec.kvTransfer.connector, "kv_role": KV_ROLE[role]}
         args = [
             model_location(spec, self.model_dir),
             *model_flags(spec),
@@ -112,14 +119,27 @@ class VllmAdapter(EngineAdapter):
         )
 
     def ports(self, spec: PDDeploymentSpec) -> tuple[EnginePort, ...]:
-        return (EnginePort(SIDE_CHANNEL_PORT_NAME, spec.kvTransfer.sideChannelPort),)
+        return tuple(
+            EnginePort(_port_name(i), port) for i, port in enumerate(self._side_ports(spec))
+        )
 
     def side_channel(self, spec: PDDeploymentSpec) -> SideChannel:
         return SideChannel(
-            VLLM_SIDE_CHANNEL,
-            (spec.kvTransfer.sideChannelPort,),
-            SIDE_CHANNEL_SERVED_BY[VLLM_SIDE_CHANNEL],
+            VLLM_SIDE_CHANNEL, self._side_ports(spec), SIDE_CHANNEL_SERVED_BY[VLLM_SIDE_CHANNEL]
         )
+
+    def _side_ports(self, spec: PDDeploymentSpec) -> tuple[int, ...]:
+        """The side-channel ports a role's first (rank 0) pod listens on, for both roles."""
+        per_pod = max(self._listeners_per_pod(spec, role) for role in ("prefill", "decode"))
+        base = spec.kvTransfer.sideChannelPort
+        return tuple(range(base, base + per_pod))
+
+    def _listeners_per_pod(self, spec: PDDeploymentSpec, role: str) -> int:
+        layout = self.layout(spec, role)
+        local_engines = max(1, layout.data // role_spec(spec, role).nodesPerInstance)
+        if self.wiring(spec) >= ONE_LISTENER_PER_ENGINE:
+            return local_engines
+        return local_engines * layout.tensor  # one per GPU worker
 
     def router(self, spec: PDDeploymentSpec, discovery: RouterDiscovery) -> RouterLaunch:
         connector = ROUTER_KV_CONNECTOR[spec.kvTransfer.connector]
@@ -130,6 +150,11 @@ class VllmAdapter(EngineAdapter):
     def pod_annotations(self, spec: PDDeploymentSpec, role: str) -> dict[str, str]:
         del role
         return {SMG_KV_CONNECTOR_ANNOTATION: spec.kvTransfer.connector}
+
+
+def _port_name(index: int) -> str:
+    """`side-channel`, `side-channel-1`, ...: container port names (15 characters at most)."""
+    return SIDE_CHANNEL_PORT_NAME if index == 0 else f"{SIDE_CHANNEL_PORT_NAME}-{index}"
 
 
 def _layout_flags(layout: Layout) -> tuple[str, ...]:

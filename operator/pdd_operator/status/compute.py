@@ -20,6 +20,7 @@ from pdd_operator.api.v1alpha1 import (
 )
 from pdd_operator.planning.placement import PlacementResult
 from pdd_operator.status.conditions import find, set_condition
+from pdd_operator.status.engine_version import engine_version_condition
 from pdd_operator.status.gang import GangReadiness
 from pdd_operator.status.model import (
     ModelReadiness,
@@ -186,6 +187,7 @@ def compute_status(pdd: PDDeployment, observed: Observed, now: str) -> PDDeploym
         *_transfer_condition(previous, observed, gen, now),
         *_scaled_to_zero_condition(previous, observed, gen, now),
         *_scaling_held_condition(previous, observed, gen, now),
+        *engine_version_condition(previous, pdd.spec, gen, now),
     ]
     return PDDeploymentStatus(
         observedGeneration=gen,

@@ -3,7 +3,8 @@ timeout longer than a healthy engine takes to answer there (the adapter's Health
 
 What the endpoints take (docs/engines.md, "Probes"): vLLM's /health answers from a flag;
 SGLang's /health (0.5.4 and 0.5.23) runs a one-token generation and sleeps 1 s before it first
-looks for the answer, so a healthy SGLang answers after 1.0 s at the earliest.
+looks for the answer, so a healthy SGLang answers after 1.0 s at the earliest; from 0.5.20 the
+probes use its /ready, a flag.
 """
 
 from __future__ import annotations
@@ -23,14 +24,15 @@ PROBES = ("readinessProbe", "startupProbe")
 # Where a probe sets no timeoutSeconds, the kubelet waits this long.
 KUBELET_DEFAULT_TIMEOUT_S = 1
 ENGINE_SPECS: dict[str, dict[str, Any]] = {
-    "vllm": {"type": "vllm"},
-    "sglang": {"type": "sglang"},
-    "custom": {"type": "custom", "command": ["my-engine"]},
+    "vllm": {"type": "vllm", "image": "vllm/vllm-openai:v0.33.0"},
+    "sglang": {"type": "sglang", "image": "lmsysorg/sglang:v0.5.23"},
+    "sglang-0.5.4": {"type": "sglang", "image": "lmsysorg/sglang:v0.5.4"},
+    "custom": {"type": "custom", "image": "x/y:1", "command": ["my-engine"]},
 }
 
 
 def engine_container(engine: str, **patch: Any) -> dict[str, Any]:
-    pdd = make_pdd({"engine": {"image": "x/y:1", **ENGINE_SPECS[engine]}, **patch})
+    pdd = make_pdd({"engine": ENGINE_SPECS[engine], **patch})
     # The role's StatefulSet, or its first instance's where instances span nodes.
     prefill = ("llama-prefill", "llama-prefill-0")
     statefulset = next(
@@ -49,16 +51,17 @@ def waited_s(probe: dict[str, Any]) -> int:
 def leaders_answer_s(probe: dict[str, Any]) -> int:
     """How long the rank-0 check's own request waits for the engine's answer."""
     script = probe["exec"]["command"][2]
-    found = re.search(r"urllib\.request\.urlopen\(.*/health.*, timeout=(\d+)\)", script)
+    found = re.search(r"urllib\.request\.urlopen\(.*/(health|ready).*, timeout=(\d+)\)", script)
     assert found, probe
-    return int(found[1])
+    return int(found[2])
 
 
 @pytest.mark.parametrize(
     ("engine", "path", "earliest_healthy_answer_s"),
     [
         ("vllm", "/health", 0.0),  # api_server.py `health`: check_health, a flag
-        ("sglang", "/health", 1.0),  # http_server.py `health_generate`: asyncio.sleep(1) first
+        ("sglang-0.5.4", "/health", 1.0),  # http_server.py `health_generate`: sleep(1) first
+        ("sglang", "/ready", 0.0),  # 0.5.23 http_server.py `ready`: is_ready(), a flag
         ("custom", "/health", 0.0),
     ],
 )
@@ -77,6 +80,7 @@ def test_the_probes_wait_longer_than_a_healthy_engine_takes_to_answer(
     [
         ("vllm", 1),  # the kubelet's default, as before, now said
         ("sglang", 5),  # smg's own --health-check-timeout-secs for the same endpoint
+        ("sglang-0.5.4", 5),
         ("custom", 1),
     ],
 )
@@ -87,7 +91,7 @@ def test_each_engine_renders_its_adapters_probe_timeout(engine: str, timeout_s: 
 
 @pytest.mark.parametrize(
     ("engine", "answer_s", "deadline_s"),
-    [("vllm", 5, 10), ("sglang", 5, 10)],
+    [("vllm", 5, 10), ("sglang", 5, 10), ("sglang-0.5.4", 5, 10)],
 )
 def test_the_leaders_check_of_a_multi_node_instance_gives_the_engine_as_long(
     engine: str, answer_s: int, deadline_s: int
