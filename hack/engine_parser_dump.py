@@ -64,8 +64,52 @@ def vllm_extras() -> dict[str, Any]:
             "kv_roles": roles,
             "connectors": sorted(KVConnectorFactory._registry),
         },
+        "nixl_kv_transfer_params": nixl_kv_transfer_params(),
         "env": sorted(vllm.envs.environment_variables),
     }
+
+
+NIXL_PULL_SCHEDULERS = (
+    "vllm.distributed.kv_transfer.kv_connector.v1.nixl.pull_scheduler",  # 0.24 and later
+    "vllm.distributed.kv_transfer.kv_connector.v1.nixl_connector",  # 0.11
+)
+
+
+def _importable(module: str) -> bool:
+    import importlib.util
+
+    try:
+        return importlib.util.find_spec(module) is not None
+    except ModuleNotFoundError:  # a parent package the release does not have
+        return False
+
+
+def nixl_kv_transfer_params() -> dict[str, Any]:
+    """The keys NixlConnector's pulling scheduler puts in a prefill's kv_transfer_params
+    (``request_finished``'s ``dict(...)``) and those a decode checks for before it pulls
+    (every ``all(p in params for p in (...))``), read from the release's source."""
+    import ast
+    import importlib
+    import inspect
+
+    name = next(n for n in NIXL_PULL_SCHEDULERS if _importable(n))
+    tree = ast.parse(inspect.getsource(importlib.import_module(name)))
+    answer: set[str] = set()
+    required: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.FunctionDef) and node.name == "request_finished":
+            for call in ast.walk(node):
+                if isinstance(call, ast.Call) and getattr(call.func, "id", "") == "dict":
+                    answer |= {k.arg for k in call.keywords if k.arg}
+        if isinstance(node, ast.Call) and getattr(node.func, "id", "") == "all":
+            for gen in node.args:
+                if isinstance(gen, ast.GeneratorExp) and isinstance(
+                    gen.generators[0].iter, ast.Tuple
+                ):
+                    required |= {
+                        e.value for e in gen.generators[0].iter.elts if isinstance(e, ast.Constant)
+                    }
+    return {"module": name, "prefill_answer": sorted(answer), "decode_requires": sorted(required)}
 
 
 def sglang_extras() -> dict[str, Any]:

@@ -22,6 +22,10 @@ import os
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+from pdd_refengine.kv_params import Generation, protocol_generation
+
+# The image's tag (the local runtime sets it, as a build per tag would bake it in).
+IMAGE_TAG_ENV = "PDD_REFENGINE_IMAGE_TAG"
 REGION_BYTES_ENV = "PDD_REFENGINE_KV_REGION_BYTES"
 MEMORY_ENV = "PDD_REFENGINE_KV_MEMORY"  # dram (default) | vram
 DEFAULT_REGION_BYTES = 64 << 20
@@ -49,6 +53,9 @@ class EngineConfig:
     region_bytes: int = DEFAULT_REGION_BYTES
     memory: str = "DRAM"  # DRAM | VRAM
     ignored: tuple[str, ...] = field(default=())
+    # Which vLLM release's kv_transfer_params it speaks, from the image's tag (one image per
+    # release, as vLLM's own): kv_params.protocol_generation.
+    protocol: Generation = "0.11"
 
 
 def parse_args(argv: Sequence[str], environ: dict[str, str] | None = None) -> EngineConfig:
@@ -156,4 +163,5 @@ def _with_environment(config: EngineConfig, env: dict[str, str]) -> EngineConfig
         raise UsageError(f"{MEMORY_ENV} must be dram or vram, not {memory.lower()!r}")
     if config.block_tokens <= 0:
         raise UsageError("the block (page) size must be a positive number of tokens")
-    return replace(config, region_bytes=region, memory=memory)
+    protocol = protocol_generation(env.get(IMAGE_TAG_ENV, ""))
+    return replace(config, region_bytes=region, memory=memory, protocol=protocol)

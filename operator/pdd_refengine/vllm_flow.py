@@ -77,13 +77,19 @@ async def prefill(engine: Engine, held: HeldBlocks, req: Completion) -> dict[str
     side_host = os.environ.get("VLLM_NIXL_SIDE_CHANNEL_HOST") or engine.config.host
     side_port = int(os.environ.get("VLLM_NIXL_SIDE_CHANNEL_PORT") or 5600)
     params = RemotePrefill(
-        tuple(blocks), engine.engine_id, side_host, side_port, engine.config.tp_size
-    ).to_params()
+        tuple(blocks),
+        engine.engine_id,
+        side_host,
+        side_port,
+        engine.config.tp_size,
+        request_id=req.request_id,
+        tokens=tokens,
+    ).to_params(engine.config.protocol)
     return {"kv_transfer_params": params}
 
 
 async def decode(engine: Engine, req: Completion, params: Any) -> KvOutcome:
-    remote = parse_remote_prefill(params)
+    remote = parse_remote_prefill(params, engine.config.protocol)
     return await off_loop(_pull_and_verify, engine, req, remote)
 
 

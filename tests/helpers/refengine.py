@@ -30,12 +30,17 @@ TOKEN = "refengine-test-token"
 MODEL = "test-org/tiny-model"  # not in the layout table: the default 256 B/token
 
 
-def rendered_engine_argv(engine: str, role: str, host: str, port: int, bootstrap: int) -> list[str]:
-    """The engine command line the operator renders for ``role``, bound where the test says
-    (a pod's IP and ports are its own; here pods share loopback, so each gets its own)."""
+def rendered_engine_argv(
+    engine: str, role: str, host: str, port: int, bootstrap: int, release: str | None = None
+) -> list[str]:
+    """The engine command line the operator renders for ``role`` (of ``release``, default
+    the newest supported), bound where the test says (a pod's IP and ports are its own; here
+    pods share loopback, so each gets its own)."""
+    versions = ENGINES[engine].versions
+    assert versions is not None
     spec = make_pdd(
         {
-            "engine": {"type": engine},
+            "engine": {"type": engine, "version": release or str(versions.newest)},
             "model": {"name": MODEL, "servedName": "tiny"},
             "kvTransfer": {"bootstrapPort": bootstrap},
         }

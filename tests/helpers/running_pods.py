@@ -69,6 +69,16 @@ def running_nodes(
         sim.stop()
 
 
+def refengine_image(engine: str, release: str | None = None, build: str = "") -> str:
+    """The reference engine image that plays ``release`` of ``engine`` (default: the newest
+    supported): its tag names the release, whose KV protocol it then speaks (like an engine
+    image of that release). ``build`` tells two builds of one release apart (a roll)."""
+    versions = ENGINES[engine].versions
+    assert versions is not None
+    tag = f"{engine}-{release or versions.newest}"
+    return f"{REFENGINE_IMAGE}:{tag}-{build}" if build else f"{REFENGINE_IMAGE}:{tag}"
+
+
 def refengine_pdd(
     name: str,
     engine: str,
@@ -92,7 +102,11 @@ def refengine_pdd(
         "metadata": {"name": name},
         "spec": {
             "model": {"name": "test-org/tiny-model", "servedName": "tiny"},
-            "engine": {"type": engine, "image": f"{REFENGINE_IMAGE}:0.1.0", "version": release},
+            "engine": {
+                "type": engine,
+                "image": refengine_image(engine, release),
+                "version": release,
+            },
             "prefill": {"replicas": replicas, "gpusPerInstance": 1, **place},
             "decode": {"replicas": replicas, "gpusPerInstance": 1, **place},
             "router": {"replicas": 1, "podTemplate": {"spec": place}},

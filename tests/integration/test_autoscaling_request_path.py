@@ -24,9 +24,9 @@ from kubernetes import client
 
 from helpers.operator_proc import OperatorProcess
 from helpers.running_pods import (
-    REFENGINE_IMAGE,
     OwnNodes,
     ready_router_url,
+    refengine_image,
     refengine_pdd,
     running_nodes,
 )
@@ -228,7 +228,7 @@ def test_an_autoscaled_deployment_rolls_its_engine_and_the_router_never_runs_dry
             ns,
             PLURAL,
             name,
-            {"spec": {"engine": {"image": f"{REFENGINE_IMAGE}:0.1.1"}}},
+            {"spec": {"engine": {"image": refengine_image(engine, build="b2")}}},
         )
         new = wait_for(
             lambda: (r := pdd(api_client, ns, name)["status"]["decode"]["revision"]) != old and r,

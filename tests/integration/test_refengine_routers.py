@@ -27,6 +27,7 @@ from helpers.refengine import (
     rendered_engine_argv,
     wait_until,
 )
+from pdd_refengine.kv_params import RemotePrefill, protocol_generation
 
 # 127.92: a block no other module uses (the docs tier takes 127.91), for parallel workers.
 PREFILL_IP, DECODE_IP, ROUTER_IP = "127.92.0.1", "127.92.0.2", "127.92.0.3"
@@ -41,6 +42,7 @@ class Deployment:
     decode: str
     router: str
     procs: Procs
+    release: str = ""
 
 
 def _tokens(prompt: str) -> int:
@@ -51,7 +53,7 @@ def _router_version(distribution: str) -> str:
     return f"{distribution} {importlib.metadata.version(distribution)}"
 
 
-def _start_pair(procs: Procs, engine: str) -> tuple[str, str, int]:
+def _start_pair(procs: Procs, engine: str, release: str) -> tuple[str, str, int]:
     sc_p, sc_d = free_port(PREFILL_IP), free_port(DECODE_IP)
     p_side = procs.sidecar("prefill", PREFILL_IP, sc_p, f"decode={DECODE_IP}:{sc_d}")
     d_side = procs.sidecar("decode", DECODE_IP, sc_d, f"prefill={PREFILL_IP}:{sc_p}")
@@ -59,11 +61,13 @@ def _start_pair(procs: Procs, engine: str) -> tuple[str, str, int]:
     urls = []
     for role, ip, sidecar in (("prefill", PREFILL_IP, p_side), ("decode", DECODE_IP, d_side)):
         port = free_port(ip)
-        argv = rendered_engine_argv(engine, role, ip, port, bootstrap)
+        argv = rendered_engine_argv(engine, role, ip, port, bootstrap, release)
         env = {
             "VLLM_NIXL_SIDE_CHANNEL_HOST": ip,
             "VLLM_NIXL_SIDE_CHANNEL_PORT": str(free_port(ip)),
             "PDD_REFENGINE_KV_TIMEOUT_S": "10",
+            # The reference image of that release (its tag picks the KV protocol it speaks).
+            "PDD_REFENGINE_IMAGE_TAG": f"{engine}-{release}",
         }
         proc = procs.engine(f"{engine}-{role}-0", argv, sidecar, **env)
         url = f"http://{ip}:{port}"
@@ -128,13 +132,20 @@ def _start_router(procs: Procs, engine: str, prefill: str, decode: str, bootstra
     return url
 
 
-@pytest.fixture(params=["vllm", "sglang"])
+# Each engine at both ends of its supported range: the wiring the operator renders for that
+# release, and (vLLM) the kv_transfer_params generation the release speaks (pdd_refengine
+# kv_params: 0.33's per-group block ids and remote_request_id), through the real router.
+RELEASES = ["vllm-0.33.0", "vllm-0.11.0", "sglang-0.5.23", "sglang-0.5.4"]
+
+
+@pytest.fixture(params=RELEASES)
 def deployment(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Deployment]:
     procs = Procs(tmp_path)
+    engine, release = request.param.split("-", 1)
     try:
-        prefill, decode, bootstrap = _start_pair(procs, request.param)
-        router = _start_router(procs, request.param, prefill, decode, bootstrap)
-        yield Deployment(request.param, prefill, decode, router, procs)
+        prefill, decode, bootstrap = _start_pair(procs, engine, release)
+        router = _start_router(procs, engine, prefill, decode, bootstrap)
+        yield Deployment(engine, prefill, decode, router, procs, release)
     except BaseException:
         for proc in procs.started:
             print(f"--- {proc.name}\n{proc.log()}")
@@ -236,15 +247,9 @@ def test_an_unreachable_prefill_is_an_error_not_a_hang(deployment: Deployment) -
     dead_port = free_port(PREFILL_IP)
     start = time.monotonic()
     if d.engine == "vllm":
-        params = {
-            "do_remote_prefill": True,
-            "do_remote_decode": False,
-            "remote_block_ids": [0],
-            "remote_engine_id": "gone",
-            "remote_host": PREFILL_IP,
-            "remote_port": dead_port,
-            "tp_size": 1,
-        }
+        # A prefill's answer in the release's own shape, naming a side channel nothing serves.
+        gone = RemotePrefill((0,), "gone", PREFILL_IP, dead_port, 1, request_id="req-gone")
+        params = gone.to_params(protocol_generation(f"vllm-{d.release}"))
         body: dict[str, object] = {"prompt": "hi", "max_tokens": 2, "kv_transfer_params": params}
     else:
         body = {

@@ -33,9 +33,9 @@ from kubernetes import client
 
 from helpers.operator_proc import OperatorProcess
 from helpers.running_pods import (
-    REFENGINE_IMAGE,
     OwnNodes,
     ready_router_url,
+    refengine_image,
     refengine_pdd,
     running_nodes,
 )
@@ -198,7 +198,7 @@ def test_requests_through_the_router_return_tokens_with_verified_kv(
     revisions = Revisions()
     revisions.follow(core, namespace)
     try:
-        disruptions = run_disruptions(api_client, namespace, name, runtime)
+        disruptions = run_disruptions(api_client, namespace, name, runtime, engine)
     finally:
         revisions.stop.set()
     for outcomes in disruptions.values():
@@ -241,7 +241,7 @@ def test_requests_through_the_router_return_tokens_with_verified_kv(
 
 
 def run_disruptions(
-    api: client.ApiClient, ns: str, name: str, runtime: PodRuntime
+    api: client.ApiClient, ns: str, name: str, runtime: PodRuntime, engine: str
 ) -> dict[str, list[Outcome]]:
     core = client.CoreV1Api(api)
     results: dict[str, list[Outcome]] = {}
@@ -259,7 +259,7 @@ def run_disruptions(
 
     with steady_traffic(url, "tiny", workers=2, timeout=TIMEOUT_S) as traffic:
         settle(2)
-        patch_spec(api, ns, name, {"engine": {"image": f"{REFENGINE_IMAGE}:0.1.1"}})
+        patch_spec(api, ns, name, {"engine": {"image": refengine_image(engine, build="b2")}})
         wait_serving(api, ns, name, runtime)
         settle(5)
     results["roll the engine image"] = traffic.outcomes

@@ -6,11 +6,14 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from helpers.engine_parsers import parser_dump
+from pdd_operator.engines.version import Version
 from pdd_refengine import pattern
 from pdd_refengine.kv_params import (
     KvParamsError,
     RemotePrefill,
     parse_remote_prefill,
+    protocol_generation,
     wants_remote_decode,
     wants_remote_prefill,
 )
@@ -137,3 +140,49 @@ def test_bad_decode_params_are_refused(params: object, message: str) -> None:
 def test_the_router_request_asks_for_a_remote_decode() -> None:
     assert wants_remote_decode({"do_remote_decode": True, "do_remote_prefill": False})
     assert not wants_remote_decode(None) and not wants_remote_prefill("x")
+
+
+# The vLLM release each protocol generation is pinned to: its parser fixture carries the keys
+# its NixlConnector's pulling scheduler writes and checks, read from that release's source.
+GENERATIONS = {"0.11": Version(0, 11, 0), "0.33": Version(0, 33, 0)}
+
+
+@pytest.mark.parametrize("generation", sorted(GENERATIONS))
+def test_the_prefill_answer_has_every_key_of_that_releases_connector(generation: str) -> None:
+    upstream = parser_dump("vllm", GENERATIONS[generation])["nixl_kv_transfer_params"]
+    remote = RemotePrefill((3, 1, 2), "engine-a", "10.0.0.7", 5600, 2, "req-1", 40)
+    params = remote.to_params(generation)  # type: ignore[arg-type]
+    assert sorted(params) == upstream["prefill_answer"]
+    parsed = parse_remote_prefill(params, generation)  # type: ignore[arg-type]
+    if generation == "0.11":  # it carries neither the request id nor the token count
+        remote = RemotePrefill((3, 1, 2), "engine-a", "10.0.0.7", 5600, 2)
+    assert parsed == remote
+
+
+@pytest.mark.parametrize("generation", sorted(GENERATIONS))
+def test_the_decode_refuses_an_answer_without_a_key_that_releases_decode_checks(
+    generation: str,
+) -> None:
+    upstream = parser_dump("vllm", GENERATIONS[generation])["nixl_kv_transfer_params"]
+    params = RemotePrefill((3,), "engine-a", "10.0.0.7", 5600, 1, "req-1").to_params(
+        generation  # type: ignore[arg-type]
+    )
+    for key in upstream["decode_requires"]:
+        without = {k: v for k, v in params.items() if k != key}
+        with pytest.raises(KvParamsError, match=key):
+            parse_remote_prefill(without, generation)  # type: ignore[arg-type]
+
+
+def test_a_0_33_decode_refuses_a_0_11_answer() -> None:
+    """Flat block ids and no remote_request_id: what a 0.33 decode cannot pull from."""
+    old = RemotePrefill((3, 1), "engine-a", "10.0.0.7", 5600, 1).to_params("0.11")
+    with pytest.raises(KvParamsError, match="one list per KV cache group"):
+        parse_remote_prefill(old, "0.33")
+
+
+@pytest.mark.parametrize(
+    ("tag", "generation"),
+    [("vllm-0.33.0", "0.33"), ("vllm-0.34.1", "0.33"), ("vllm-0.11.0", "0.11"), ("0.1.0", "0.11")],
+)
+def test_the_image_tag_names_the_generation(tag: str, generation: str) -> None:
+    assert protocol_generation(tag) == generation

@@ -38,16 +38,22 @@ class ImageFs:
     # The Dockerfile target's ENTRYPOINT and CMD (a pod that sets only `args` relies on them).
     entrypoint: Sequence[str] = ()
     cmd: Sequence[str] = ()
+    # Where the image's tag is told to its programs: one build per tag would bake what the
+    # tag names into the image's ENV (the reference engine's tag names the engine release
+    # whose protocol it speaks).
+    tag_env: str = ""
 
-    def env(self) -> dict[str, str]:
+    def env(self, image: str = "") -> dict[str, str]:
         """The image's ENV, as a Dockerfile's ENV lines would set it."""
         path = [*map(str, self.bin_dirs), str(VENV_BIN), SYSTEM_PATH]
         python = [*map(str, self.python_dirs), str(SOURCE_ROOT)]
+        tagged = {self.tag_env: tag(image)} if self.tag_env else {}
         return {
             "PATH": ":".join(path),
             "PYTHONPATH": ":".join(python),
             "PYTHONUNBUFFERED": "1",
             **self.extra_env,
+            **tagged,
         }
 
 
@@ -68,6 +74,7 @@ KNOWN_IMAGES: dict[str, ImageFs] = {
         "pdd-refengine",
         bin_dirs=(REFENGINE_IMAGE_DIR / "bin",),
         python_dirs=(REFENGINE_IMAGE_DIR / "python",),
+        tag_env="PDD_REFENGINE_IMAGE_TAG",
     ),
 }
 
@@ -78,6 +85,11 @@ def repository(image: str) -> str:
     last_slash = name.rfind("/")
     colon = name.rfind(":")
     return name[:colon] if colon > last_slash else name
+
+
+def tag(image: str) -> str:
+    """`ghcr.io/pdd-dev/pdd-refengine:vllm-0.33.0@sha256:...` -> `vllm-0.33.0` ("": none)."""
+    return image.split("@", 1)[0][len(repository(image)) :].lstrip(":")
 
 
 def lookup(image: str, table: Mapping[str, ImageFs] = KNOWN_IMAGES) -> ImageFs | None:

@@ -215,7 +215,7 @@ class PodRunner:
             env = container_env(
                 container,
                 self.pod,
-                image_env=fs.env(),
+                image_env=fs.env(container.get("image", "")),
                 service_env=self._svc.service_env,
                 lookup_data=self._lookup_text,
             )

@@ -67,6 +67,21 @@ def test_image_repositories(image: str, repo: str, known: bool) -> None:
     assert (lookup(image) is not None) == known
 
 
+@pytest.mark.parametrize(
+    ("image", "tag"),
+    [
+        ("ghcr.io/pdd-dev/pdd-refengine:vllm-0.33.0", "vllm-0.33.0"),
+        ("ghcr.io/pdd-dev/pdd-refengine:sglang-0.5.4@sha256:" + "a" * 64, "sglang-0.5.4"),
+        ("ghcr.io/pdd-dev/pdd-refengine", ""),
+    ],
+)
+def test_the_reference_engine_image_tells_its_programs_its_tag(image: str, tag: str) -> None:
+    fs = lookup(image)
+    assert fs is not None
+    assert fs.env(image)["PDD_REFENGINE_IMAGE_TAG"] == tag
+    assert "PDD_REFENGINE_IMAGE_TAG" not in lookup("ghcr.io/pdd-dev/pdd-sidecar:1").env(image)  # type: ignore[union-attr]
+
+
 POD: dict[str, Any] = {
     "metadata": {"uid": "u"},
     "spec": {
