@@ -42,25 +42,32 @@ MATRIX_SIZES = [2 * KIB, 8 * KIB, 64 * KIB, 512 * KIB, 16 * MIB]
 # The env the check reads from the rendered preflight container.
 CHECK_ENV = ("UCX_TLS", "NIXL_UCX_SGL_ENABLE", "PDD_KV_OPERATION", "PDD_KV_PEER_BOUNDARY",
              "PDD_KV_DESCRIPTOR_BYTES", "UCX_IB_GPU_DIRECT_RDMA",
-             "UCX_CUDA_IPC_ENABLE_GET_ZCOPY")  # fmt: skip
+             "UCX_CUDA_IPC_ENABLE_GET_ZCOPY", "PDD_KV_NIXL_THREADS",
+             "PDD_KV_NIXL_SPLIT_BATCH")  # fmt: skip
 
 
-# The rendered cases: each engine with the operator's defaults, and with both roles in the
-# host's PID and IPC namespaces (the same-node lane an admin may opt into).
+# The rendered cases: each engine at its current release with the operator's defaults, as
+# separate pods and with both roles in the host's PID namespace (and IPC namespace: the
+# same-node lane an admin may opt into), 70B at TP 1 and TP 8 (one rank pair measured: each
+# rank of a TP 8 instance moves its own share to its peer, on its own GPU).
 RENDERED = {
-    "vllm": ("vllm", ()),
-    "sglang": ("sglang", ()),
-    "vllm-hostpid": ("vllm", ("hostPID",)),
-    "vllm-hostpid-hostipc": ("vllm", ("hostPID", "hostIPC")),
-    "sglang-hostpid-hostipc": ("sglang", ("hostPID", "hostIPC")),
+    f"{engine}-tp{tp}{'-' + lane if lane else ''}": (engine, host, tp)
+    for engine in ("vllm", "sglang")
+    for tp in (1, 8)
+    for lane, host in (
+        ("", ()),
+        ("hostpid", ("hostPID",)),
+        ("hostpid-hostipc", ("hostPID", "hostIPC")),
+    )
 }
+IMAGES = {"vllm": "vllm/vllm-openai:v0.33.0", "sglang": "lmsysorg/sglang:v0.5.23"}
 
 
-def deployment(engine: str, host: tuple[str, ...] = ()) -> dict[str, Any]:
-    """A 70B deployment on one node without RDMA, one GPU per instance: the README's
+def deployment(engine: str, host: tuple[str, ...] = (), tp: int = 1) -> dict[str, Any]:
+    """A 70B deployment on one node without RDMA, ``tp`` GPUs per instance: the README's
     same-node shape, with the operator's defaults for everything else; ``host``: the host
     namespaces both roles' podTemplates join."""
-    image = {"vllm": "vllm/vllm-openai:v0.11.0", "sglang": "lmsysorg/sglang:v0.5.4"}[engine]
+    image = IMAGES[engine]
     template = {"podTemplate": {"spec": dict.fromkeys(host, True)}} if host else {}
     return {
         "apiVersion": "pdd.dev/v1alpha1",
@@ -69,8 +76,8 @@ def deployment(engine: str, host: tuple[str, ...] = ()) -> dict[str, Any]:
         "spec": {
             "model": {"name": "meta-llama/Llama-3.1-70B-Instruct", "servedName": "llama-70b"},
             "engine": {"type": engine, "image": image},
-            "prefill": {"replicas": 1, "gpusPerInstance": 1, **template},
-            "decode": {"replicas": 1, "gpusPerInstance": 1, **template},
+            "prefill": {"replicas": 1, "gpusPerInstance": tp, **template},
+            "decode": {"replicas": 1, "gpusPerInstance": tp, **template},
         },
     }
 
@@ -79,8 +86,8 @@ def render(out: Path) -> None:
     from pdd_operator.offline import render_documents
 
     cases = []
-    for name, (engine, host) in RENDERED.items():
-        (rendered,) = render_documents([deployment(engine, host)])
+    for name, (engine, host, tp) in RENDERED.items():
+        (rendered,) = render_documents([deployment(engine, host, tp)])
         sts = next(
             c
             for c in rendered.children
@@ -92,7 +99,7 @@ def render(out: Path) -> None:
             {
                 "case": name,
                 "engine": engine,
-                "deployment": deployment(engine, host),
+                "deployment": deployment(engine, host, tp),
                 "env": {k: v for k, v in env.items() if k in CHECK_ENV},
             }
         )
@@ -100,7 +107,10 @@ def render(out: Path) -> None:
     print(json.dumps(cases, indent=1))
 
 
-def run(rendered: Path, out: Path, only: set[str], sizes: list[int] = MATRIX_SIZES) -> None:
+def run(
+    rendered: Path, out: Path, only: set[str], sizes: list[int] = MATRIX_SIZES,
+    matrix: str = "lanes",
+) -> None:  # fmt: skip
     from pdd_node.kv_path import KvPathRequest, check_kv_path
     from pdd_probe.probe import ProbeSpec, run_local_probe
 
@@ -119,13 +129,15 @@ def run(rendered: Path, out: Path, only: set[str], sizes: list[int] = MATRIX_SIZ
             descriptor_bytes=int(case["env"].get("PDD_KV_DESCRIPTOR_BYTES", "0")),
             operation=case["env"]["PDD_KV_OPERATION"],
             peer_boundary=case["env"]["PDD_KV_PEER_BOUNDARY"],
+            nixl_threads=int(case["env"].get("PDD_KV_NIXL_THREADS", "0")),
+            nixl_split_batch=int(case["env"].get("PDD_KV_NIXL_SPLIT_BATCH", "0")),
         )
         result = check_kv_path(request, env, out / f"check-{name}.json")
         report["rendered"].append({**case, "result": result.to_dict()})
         _line(f"rendered {name}", result.to_dict())
     base_env = dict(cases[0]["env"])
     report["matrix"] = []
-    for row in _matrix():
+    for row in _matrix() if matrix == "lanes" else _engine_matrix():
         name = row["name"]
         if only and name not in only:
             continue
@@ -134,7 +146,8 @@ def run(rendered: Path, out: Path, only: set[str], sizes: list[int] = MATRIX_SIZ
         spec = ProbeSpec(
             src_mem="VRAM", dst_mem="VRAM", block_sizes=sizes, bytes_per_size=64 * MIB,
             iterations=3, concurrency=row["concurrency"], nixl_threads=row["threads"],
-            timeout_s=300, operation=row["operation"], peer_boundary=row["boundary"],
+            nixl_split_batch=row["split"], timeout_s=300, operation=row["operation"],
+            peer_boundary=row["boundary"],
         )  # fmt: skip
         t0 = time.perf_counter()
         result = run_local_probe(spec, env=env).to_dict()
@@ -179,12 +192,47 @@ def _matrix() -> list[dict[str, Any]]:
     return rows
 
 
+def _engine_matrix() -> list[dict[str, Any]]:
+    """Each engine's own NIXL pattern between two pods that share the host's PID and IPC
+    namespaces (hostPID and hostIPC on both roles; what two containers of one pod with
+    shareProcessNamespace share too): one request in flight as one prompt's transfer is, and
+    with four (several prompts at once), NIXL's thread pool as each engine configures it and
+    NIXL's own split of a request between the threads (neither engine sets it).
+
+    vLLM 0.33's NixlConnector READs with ``num_threads`` 4 (``kv_connector_extra_config``,
+    ``nixl/base_worker.py``); its NixlPushConnector WRITEs with the same agent. SGLang 0.5.23's
+    prefill WRITEs with 8 threads (``disaggregation/nixl/conn.py``), with NIXL's
+    scatter-gather offload as the operator renders it and without."""
+    get_zcopy = {"UCX_CUDA_IPC_ENABLE_GET_ZCOPY": "y"}
+    no_sgl = {"NIXL_UCX_SGL_ENABLE": "n"}
+    boundary = "host-pid-ipc"
+    rows = [_row("vllm-READ-t4-c1", boundary, "READ", concurrency=1, threads=4, split=0,
+                 env=get_zcopy),
+            _row("vllm-READ-t4-c4", boundary, "READ", concurrency=4, threads=4, split=0,
+                 env=get_zcopy),
+            _row("vllm-READ-t4-c1-split1", boundary, "READ", concurrency=1, threads=4,
+                 env=get_zcopy),
+            _row("vllm-push-WRITE-t4-c1", boundary, "WRITE", concurrency=1, threads=4, split=0),
+            _row("sglang-WRITE-t8-c1", boundary, "WRITE", concurrency=1, threads=8, split=0),
+            _row("sglang-WRITE-t8-c4", boundary, "WRITE", concurrency=4, threads=8, split=0),
+            _row("sglang-WRITE-t8-c1-sgl-off", boundary, "WRITE", concurrency=1, threads=8,
+                 split=0, env=no_sgl),
+            # What SGLANG_DISAGGREGATION_NIXL_BACKEND_PARAMS could change: NIXL's split.
+            _row("sglang-WRITE-t8-c1-split1", boundary, "WRITE", concurrency=1, threads=8),
+            _row("vllm-push-WRITE-t4-c1-hostpid", "host-pid", "WRITE", concurrency=1, threads=4,
+                 split=0),
+            _row("vllm-READ-t4-c1-pod", "pod", "READ", concurrency=1, threads=4, split=0,
+                 env=get_zcopy)]  # fmt: skip
+    return rows
+
+
 def _row(
     name: str, boundary: str, operation: str, *, concurrency: int = 8, threads: int = 0,
-    env: dict[str, str] | None = None,
+    split: int = 1, env: dict[str, str] | None = None,
 ) -> dict[str, Any]:  # fmt: skip
     return {"name": name, "boundary": boundary, "operation": operation,
-            "concurrency": concurrency, "threads": threads, "env": env or {}}  # fmt: skip
+            "concurrency": concurrency, "threads": threads, "split": split,
+            "env": env or {}}  # fmt: skip
 
 
 def _line(name: str, r: dict[str, Any]) -> None:
@@ -225,9 +273,9 @@ def status(results: Path) -> None:
 def summary(results: Path) -> None:
     """The results as a Markdown table: one row per case, GB/s per descriptor size."""
     report = _load(results)
+    cases = [*report["rendered"], *report["matrix"]]
     sizes = sorted(
-        {b["block_size"] for m in report["matrix"] for b in m["result"].get("per_block_size") or []}
-        | set(MATRIX_SIZES if report["rendered"] else [])
+        {b["block_size"] for c in cases for b in c["result"].get("per_block_size") or []}
     )
     head = "| case | direction | peer | lane (UCX) | emulated | " + " | ".join(
         _size(n) for n in sizes
@@ -267,6 +315,10 @@ def main() -> None:
     run_args.add_argument(
         "--sizes", default="", help="the matrix's descriptor sizes in KiB, comma-separated"
     )
+    run_args.add_argument(
+        "--matrix", choices=("lanes", "engines"), default="lanes",
+        help="lanes: each lane and direction; engines: each engine's own NIXL pattern",
+    )  # fmt: skip
     sub.add_parser("status").add_argument("--results", type=Path, required=True)
     sub.add_parser("summary").add_argument("--results", type=Path, required=True)
     args = parser.parse_args()
@@ -274,7 +326,8 @@ def main() -> None:
         render(args.out)
     elif args.command == "run":
         sizes = [int(k) * KIB for k in args.sizes.split(",") if k] or MATRIX_SIZES
-        run(args.rendered, args.out, set(filter(None, args.only.split(","))), sizes)
+        only = set(filter(None, args.only.split(",")))
+        run(args.rendered, args.out, only, sizes, args.matrix)
     elif args.command == "status":
         status(args.results)
     else:

@@ -43,6 +43,10 @@ PDD_KV_DESCRIPTOR_BYTES = "PDD_KV_DESCRIPTOR_BYTES"
 # ... in the engine's direction (WRITE: prefill pushes, READ: decode pulls) ...
 PDD_KV_OPERATION = "PDD_KV_OPERATION"
 KvOperation = Literal["WRITE", "READ"]
+# ... with the engine's NIXL thread pool (NIXL's UCX ``num_threads``; 0: none) and its share of
+# a request per thread (``split_batch_size``; 0: NIXL's default), one request in flight ...
+PDD_KV_NIXL_THREADS = "PDD_KV_NIXL_THREADS"
+PDD_KV_NIXL_SPLIT_BATCH = "PDD_KV_NIXL_SPLIT_BATCH"
 # ... and across the boundary between the prefill and decode engines: "pod" (separate pods,
 # each in its own PID, IPC and mount namespaces: the check's peer runs beyond one),
 # "host-pid" (separate pods that both run in the host's PID namespace: still each its own IPC

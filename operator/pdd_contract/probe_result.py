@@ -95,6 +95,10 @@ class ProbeResult:
     link: str = ""
     engine_descriptor_bytes: int = 0
     concurrency: int = 1
+    # The engine descriptor's figure is measured in the engine's own pattern: one request in
+    # flight with the engine's NIXL threads (0: none) and NIXL's split of it (0: its default).
+    engine_nixl_threads: int = 0
+    engine_split_batch: int = 0
     # The engine's direction ("WRITE": pushed into the peer; "READ": pulled from it) and
     # whether the peer was beyond a pod boundary ("pod") or in the same namespaces ("none").
     operation: str = "WRITE"

@@ -25,13 +25,16 @@ from pdd_probe.device_check import plan_device_check, run_device_check
 @dataclass(frozen=True)
 class KvPathRequest:
     """What to check: a pod with ``gpus`` GPUs pinned to ``net_devices``, the engine's
-    descriptor size (0: unknown), its direction, and the boundary to the peer pod."""
+    descriptor size (0: unknown), its pattern (direction, NIXL threads and their split of a
+    request), and the boundary to the peer pod."""
 
     gpus: int
     net_devices: str = ""
     descriptor_bytes: int = 0
     operation: KvOperation = "WRITE"
     peer_boundary: KvPeerBoundary = "pod"
+    nixl_threads: int = 0
+    nixl_split_batch: int = 0
 
 
 def check_kv_path(request: KvPathRequest, env: Mapping[str, str], out: Path) -> ProbeResult:
@@ -43,6 +46,8 @@ def check_kv_path(request: KvPathRequest, env: Mapping[str, str], out: Path) -> 
         request.descriptor_bytes or None,
         operation=request.operation,
         peer_boundary=request.peer_boundary,
+        nixl_threads=request.nixl_threads,
+        nixl_split_batch=request.nixl_split_batch,
     )
     probe_env = dict(env)
     if request.net_devices:
@@ -76,5 +81,8 @@ def summary(result: ProbeResult) -> str:
         f"{' (UCX software emulation)' if result.emulated else ''}, bytes verified"
     )
     if engine is not None:
-        line += f"; {engine.gbps:.1f} GB/s at the engine's {engine.block_size}-byte descriptors"
+        line += (
+            f"; {engine.gbps:.1f} GB/s at the engine's {engine.block_size}-byte descriptors "
+            f"(one request, {result.engine_nixl_threads} NIXL threads)"
+        )
     return line

@@ -37,6 +37,8 @@ from pdd_contract.env import (
     PDD_GPUDIRECT,
     PDD_GPUDIRECT_MODE,
     PDD_KV_DESCRIPTOR_BYTES,
+    PDD_KV_NIXL_SPLIT_BATCH,
+    PDD_KV_NIXL_THREADS,
     PDD_KV_OPERATION,
     PDD_KV_PEER_BOUNDARY,
     PDD_NIC_MAP,
@@ -114,6 +116,8 @@ class PreflightConfig:
     # Without the operator's word: WRITE, and a pod boundary, which every P/D pair crosses.
     kv_operation: KvOperation = "WRITE"
     kv_peer_boundary: KvPeerBoundary = "pod"
+    kv_nixl_threads: int = 0
+    kv_nixl_split_batch: int = 0
 
     @classmethod
     def from_env(cls, env: Mapping[str, str]) -> PreflightConfig:
@@ -143,6 +147,10 @@ class PreflightConfig:
             kv_operation=_choice(PDD_KV_OPERATION, env.get(PDD_KV_OPERATION, "WRITE"), _OPERATIONS),
             kv_peer_boundary=_choice(
                 PDD_KV_PEER_BOUNDARY, env.get(PDD_KV_PEER_BOUNDARY, "pod"), _BOUNDARIES
+            ),
+            kv_nixl_threads=_parse_count(PDD_KV_NIXL_THREADS, env.get(PDD_KV_NIXL_THREADS, "")),
+            kv_nixl_split_batch=_parse_count(
+                PDD_KV_NIXL_SPLIT_BATCH, env.get(PDD_KV_NIXL_SPLIT_BATCH, "")
             ),
         )
 
@@ -662,6 +670,8 @@ def _check_kv_path(report: PreflightReport, config: PreflightConfig, out: Path) 
             descriptor_bytes=config.kv_descriptor_bytes,
             operation=config.kv_operation,
             peer_boundary=config.kv_peer_boundary,
+            nixl_threads=config.kv_nixl_threads,
+            nixl_split_batch=config.kv_nixl_split_batch,
         ),
         os.environ,
         out,
@@ -728,7 +738,7 @@ def _parse_count(name: str, value: str) -> int:
     if not value.strip():
         return 0
     if not value.strip().isdigit():
-        raise PreflightError(f"{name}={value!r} is not a whole number of bytes")
+        raise PreflightError(f"{name}={value!r} is not a whole number")
     return int(value)
 
 

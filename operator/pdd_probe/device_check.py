@@ -13,7 +13,7 @@ reach each other.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from pdd_contract.env import UCX_NET_DEVICES, UCX_TLS
 from pdd_contract.probe_result import ProbeResult
@@ -36,11 +36,14 @@ _NO_NIC = frozenset({"", "none", "void", "all"})
 @dataclass(frozen=True)
 class DeviceCheck:
     """What to measure: ``path`` names the link ("nvlink", "rdma", "gpu" for a pod with one
-    GPU and no NIC, where no link can be measured, "host" without a GPU)."""
+    GPU and no NIC, where no link can be measured, "host" without a GPU). ``spec`` measures
+    the link with several requests in flight; ``engine`` the engine's descriptor size in the
+    engine's own pattern (one request, its NIXL threads), where that size is known."""
 
     path: str
     spec: ProbeSpec
     ucx_tls: str
+    engine: ProbeSpec | None = None
 
 
 def plan_device_check(
@@ -50,14 +53,16 @@ def plan_device_check(
     engine_descriptor_bytes: int | None,
     operation: str = "WRITE",
     peer_boundary: str = "pod",
+    nixl_threads: int = 0,
+    nixl_split_batch: int = 0,
 ) -> DeviceCheck:
     """The probe for a pod with ``gpus`` GPUs whose engine gets ``UCX_NET_DEVICES=net_devices``
     and ``UCX_TLS=ucx_tls``, moving the KV in the engine's direction (``operation``) to a peer
     beyond ``peer_boundary``. With a NIC the check must go through it, so the GPU-to-GPU
-    shortcut (cuda_ipc) is taken out of the transports."""
-    sizes = sorted(
-        {*LINK_BLOCK_SIZES, *([engine_descriptor_bytes] if engine_descriptor_bytes else [])}
-    )
+    shortcut (cuda_ipc) is taken out of the transports. The engine's descriptors move as
+    the engine moves them: one request at a time through ``nixl_threads`` NIXL threads, each
+    taking NIXL's share of it (``nixl_split_batch``, 0: NIXL's default)."""
+    sizes = list(LINK_BLOCK_SIZES)
     has_nic = net_devices.strip().lower() not in _NO_NIC
     if gpus == 0:
         path, mem, last = "host", "DRAM", 0
@@ -71,7 +76,13 @@ def plan_device_check(
         concurrency=LINK_CONCURRENCY if gpus else 1, timeout_s=120.0,
         operation=operation, peer_boundary=peer_boundary,
     )  # fmt: skip
-    return DeviceCheck(path, spec, tls)
+    engine = None
+    if engine_descriptor_bytes:
+        engine = replace(
+            spec, block_sizes=[engine_descriptor_bytes], concurrency=1,
+            nixl_threads=nixl_threads, nixl_split_batch=nixl_split_batch,
+        )  # fmt: skip
+    return DeviceCheck(path, spec, tls, engine)
 
 
 def without_cuda_ipc(ucx_tls: str) -> str:
@@ -95,6 +106,10 @@ def run_device_check(
     if check.ucx_tls:
         probe_env[UCX_TLS] = check.ucx_tls
     result = run_local_probe(check.spec, extra_paths=extra_paths, env=probe_env)
+    if check.engine is not None and not result.error:
+        _add_engine_pattern(result, run_local_probe(check.engine, extra_paths, env=probe_env))
+        result.engine_nixl_threads = check.engine.nixl_threads
+        result.engine_split_batch = check.engine.nixl_split_batch
     # The verdict is about the link: its figure is the best of the large-block sizes, not an
     # average that the engine's small descriptors would pull down (they are reported apart).
     link_rates = [b.gbps for b in result.per_block_size if b.block_size in LINK_BLOCK_SIZES]
@@ -103,6 +118,19 @@ def run_device_check(
     result.link = check.path
     result.engine_descriptor_bytes = engine_descriptor_bytes or 0
     return result
+
+
+def _add_engine_pattern(result: ProbeResult, engine: ProbeResult) -> None:
+    """The engine-pattern pass's figure beside the link's sizes; a failed pass is named in
+    the result's error, as a failed link pass is, since the engine's KV would fail the same."""
+    if engine.error:
+        result.error = f"at the engine's descriptor size: {engine.error}"
+        return
+    result.per_block_size += engine.per_block_size
+    result.verified = result.verified and engine.verified
+    for lane in engine.lanes:
+        if lane not in result.lanes:
+            result.lanes.append(lane)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -117,10 +145,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--descriptor-bytes", type=int, default=0, help="the engine's size")
     parser.add_argument("--operation", choices=OPERATIONS, default="WRITE")
     parser.add_argument("--peer-boundary", choices=BOUNDARIES, default="pod")
+    parser.add_argument("--nixl-threads", type=int, default=0, help="the engine's NIXL threads")
+    parser.add_argument("--nixl-split-batch", type=int, default=0, help="0: NIXL's default")
     args = parser.parse_args(argv)
     check = plan_device_check(
         args.gpus, args.net_devices, os.environ.get(UCX_TLS, ""), args.descriptor_bytes,
-        args.operation, args.peer_boundary,
+        args.operation, args.peer_boundary, args.nixl_threads, args.nixl_split_batch,
     )  # fmt: skip
     result = run_device_check(check, args.descriptor_bytes, dict(os.environ))
     print(json.dumps(result.to_dict(), indent=1))

@@ -80,6 +80,10 @@ class ProbeSpec:
     # NIXL's UCX thread pool (``num_threads``): splits one request over that many threads,
     # each with its own worker. 0 keeps NIXL's default single progress thread.
     nixl_threads: int = 0
+    # Descriptors per thread's share of a request (NIXL ``split_batch_size``) with
+    # ``nixl_threads``; 0 keeps NIXL's default, which is what the engines run with (neither
+    # vLLM nor SGLang sets it), 1 spreads every descriptor.
+    nixl_split_batch: int = 1
     # The engine's direction: "WRITE" (the initiator pushes into the target: SGLang, vLLM's
     # push connector) or "READ" (the initiator pulls from the target: vLLM's NixlConnector,
     # where decode reads prefill's KV). The bytes always go from the KV's owner to its user.
@@ -104,6 +108,8 @@ class ProbeSpec:
             raise ValueError(f"concurrency must be in [1, {MAX_CONCURRENCY}]")
         if not 0 <= self.nixl_threads <= MAX_CONCURRENCY:
             raise ValueError(f"nixl_threads must be in [0, {MAX_CONCURRENCY}]")
+        if self.nixl_split_batch < 0:
+            raise ValueError("nixl_split_batch must be 0 (NIXL's default) or positive")
         if self.operation not in OPERATIONS:
             raise ValueError(f"operation must be one of {OPERATIONS}, not {self.operation!r}")
         if self.peer_boundary not in BOUNDARIES:
@@ -148,6 +154,7 @@ class ProbeSpec:
             "timeout_s": self.timeout_s,
             "concurrency": self.concurrency,
             "nixl_threads": self.nixl_threads,
+            "nixl_split_batch": self.nixl_split_batch,
             "operation": self.operation,
             "peer_boundary": self.peer_boundary,
             "target": dict(target),

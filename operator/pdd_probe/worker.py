@@ -135,14 +135,17 @@ def nixl_api() -> Any:
         raise
 
 
-def make_agent(name: str, workers: int = 1, threads: int = 0) -> Any:
+def make_agent(name: str, workers: int = 1, threads: int = 0, split_batch: int = 1) -> Any:
     """A NIXL agent with a UCX backend of ``workers`` UCX workers (one per request in flight)
-    and, with ``threads``, NIXL's UCX thread pool splitting every request over them."""
+    and, with ``threads``, NIXL's UCX thread pool splitting every request over them in shares
+    of ``split_batch`` descriptors (0: NIXL's default share, as the engines run it)."""
     api = nixl_api()
     agent = api.nixl_agent(name, api.nixl_agent_config(enable_prog_thread=True, backends=[]))
     params = {"num_workers": str(max(1, workers))}
     if threads:
-        params |= {"num_threads": str(threads), "split_batch_size": "1"}
+        params["num_threads"] = str(threads)
+    if threads and split_batch:
+        params["split_batch_size"] = str(split_batch)
     agent.create_backend("UCX", params)
     return agent
 
@@ -255,7 +258,8 @@ def _initiate(spec: dict[str, Any]) -> dict[str, Any]:
         src.write(data)
     read_intact = True
     concurrency = int(spec.get("concurrency", 1))
-    agent = make_agent(spec["agent_name"], concurrency, int(spec.get("nixl_threads", 0)))
+    threads, split_batch = int(spec.get("nixl_threads", 0)), int(spec.get("nixl_split_batch", 1))
+    agent = make_agent(spec["agent_name"], concurrency, threads, split_batch)
     register(agent, src)
     remote = agent.add_remote_agent(base64.b64decode(target["metadata_b64"]))
     agent.make_connection(remote)
@@ -305,6 +309,7 @@ def _initiate(spec: dict[str, Any]) -> dict[str, Any]:
         "iterations": iterations,
         "concurrency": concurrency,
         "nixl_threads": int(spec.get("nixl_threads", 0)),
+        "nixl_split_batch": int(spec.get("nixl_split_batch", 1)),
         "per_block_size": timings,
         "ucx_tls": os.environ.get(UCX_TLS, ""),
         "ucx_net_devices": os.environ.get(UCX_NET_DEVICES, ""),

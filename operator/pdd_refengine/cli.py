@@ -34,6 +34,10 @@ SGLANG_PAGE_TOKENS = 1  # SGLang's default --page-size
 SGLANG_BOOTSTRAP_PORT = 8998
 
 
+# vLLM's NIXL connectors and which way each moves the KV.
+CONNECTORS = {"NixlConnector": "pull", "NixlPushConnector": "push"}
+
+
 class UsageError(ValueError):
     pass
 
@@ -56,6 +60,9 @@ class EngineConfig:
     # Which vLLM release's kv_transfer_params it speaks, from the image's tag (one image per
     # release, as vLLM's own): kv_params.protocol_generation.
     protocol: Generation = "0.11"
+    # vLLM's connector: NixlConnector (the decode pulls: "pull") or NixlPushConnector (the
+    # prefill pushes: "push", vllm_push).
+    kv_mode: str = "pull"
 
 
 def parse_args(argv: Sequence[str], environ: dict[str, str] | None = None) -> EngineConfig:
@@ -93,6 +100,7 @@ def _parse_vllm(argv: Sequence[str]) -> EngineConfig:
         port=known.port,
         tp_size=known.tensor_parallel_size,
         role=_vllm_role(known.kv_transfer_config),
+        kv_mode=_vllm_kv_mode(known.kv_transfer_config),
         block_tokens=known.block_size,
         max_model_len=known.max_model_len,
         ignored=tuple(unknown),
@@ -106,10 +114,19 @@ def _vllm_role(kv_transfer_config: str | None) -> str:
         config = json.loads(kv_transfer_config)
     except json.JSONDecodeError as exc:
         raise UsageError(f"--kv-transfer-config is not JSON: {exc}") from None
-    if config.get("kv_connector") != "NixlConnector":
-        raise UsageError("--kv-transfer-config: the reference engine speaks NixlConnector only")
+    if config.get("kv_connector") not in CONNECTORS:
+        raise UsageError(
+            "--kv-transfer-config: the reference engine speaks NixlConnector and "
+            "NixlPushConnector only"
+        )
     # vLLM's kv_role (vllm/config/kv_transfer.py): what the operator renders per role.
     return {"kv_producer": "prefill", "kv_consumer": "decode"}.get(config.get("kv_role"), "both")
+
+
+def _vllm_kv_mode(kv_transfer_config: str | None) -> str:
+    if kv_transfer_config is None:
+        return "pull"
+    return CONNECTORS[json.loads(kv_transfer_config)["kv_connector"]]
 
 
 def _parse_sglang(argv: Sequence[str]) -> EngineConfig:
@@ -164,4 +181,10 @@ def _with_environment(config: EngineConfig, env: dict[str, str]) -> EngineConfig
     if config.block_tokens <= 0:
         raise UsageError("the block (page) size must be a positive number of tokens")
     protocol = protocol_generation(env.get(IMAGE_TAG_ENV, ""))
+    if config.kv_mode == "push" and protocol != "0.33":
+        # As vLLM itself: no NixlPushConnector before 0.24 (the reference engine plays 0.33).
+        raise UsageError(
+            "--kv-transfer-config: NixlPushConnector needs vLLM 0.24 or later; this image "
+            f"plays vLLM {protocol}"
+        )
     return replace(config, region_bytes=region, memory=memory, protocol=protocol)

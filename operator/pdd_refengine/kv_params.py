@@ -115,6 +115,31 @@ def parse_remote_prefill(params: Any, generation: Generation = "0.11") -> Remote
     return RemotePrefill(block_ids, engine_id, host, port, tp_size, request_id, tokens)
 
 
+def parse_push_prefill(params: Any) -> RemotePrefill:
+    """A push decode's params: which prefill engine holds the request (``remote_engine_id``,
+    its side channel) and its id there (``remote_request_id``). No block ids: the prefill
+    WRITEs into the decode's own blocks. vllm-router 0.1.17 sends exactly these once it knows
+    a prefill pushes, on the decode leg it starts beside the prefill's (measured against the
+    router: tests/integration/test_refengine_routers.py)."""
+    if not isinstance(params, dict):
+        raise KvParamsError("kv_transfer_params must be a JSON object")
+    try:
+        engine_id = str(params["remote_engine_id"])
+        host = str(params["remote_host"])
+        port = int(params["remote_port"])
+        request_id = str(params["remote_request_id"])
+        tp_size = int(params.get("tp_size") or 1)
+    except KeyError as missing:
+        raise KvParamsError(f"kv_transfer_params lacks {missing.args[0]}") from None
+    except (TypeError, ValueError) as exc:
+        raise KvParamsError(f"kv_transfer_params: {exc}") from None
+    if not engine_id or not host or not 0 < port < 65536 or not request_id:
+        raise KvParamsError(
+            "kv_transfer_params: remote_engine_id, remote_host, remote_port, remote_request_id"
+        )
+    return RemotePrefill((), engine_id, host, port, tp_size, request_id)
+
+
 def _block_ids(value: Any, generation: Generation) -> tuple[int, ...]:
     """0.11: a flat list; 0.33: one list per KV cache group (the reference engine has one)."""
     if generation == "0.11":

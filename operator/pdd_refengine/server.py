@@ -15,7 +15,7 @@ from typing import Any
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
-from pdd_refengine import openai_api, sglang_flow, vllm_flow
+from pdd_refengine import openai_api, sglang_flow, vllm_flow, vllm_push
 from pdd_refengine.cli import EngineConfig, UsageError, parse_args
 from pdd_refengine.engine import Engine, KvOutcome, log
 from pdd_refengine.kv_params import KvParamsError, wants_remote_decode, wants_remote_prefill
@@ -35,11 +35,13 @@ class App:
         self.config: EngineConfig = engine.config
         self.held = vllm_flow.HeldBlocks(engine)
         self.rooms = sglang_flow.Rooms(engine, loop)
+        self.pushes = vllm_push.Pushes(engine, loop)
         self.in_flight = 0  # requests being served, for the routers' load polls
 
     def on_notif(self, agent: str, message: bytes) -> None:
         self.held.on_notif(agent, message)
         self.rooms.on_notif(agent, message)
+        self.pushes.on_notif(agent, message)
 
     def build(self) -> web.Application:
         app = web.Application(client_max_size=64 << 20)
@@ -177,8 +179,14 @@ class App:
         engine = self.engine
         if self.config.engine == "vllm":
             params = req.body.get("kv_transfer_params")
+            push = self.config.kv_mode == "push"
+            if wants_remote_decode(params) and push:
+                return 1, await vllm_push.prefill(engine, self.pushes, req)
             if wants_remote_decode(params):
                 return 1, await vllm_flow.prefill(engine, self.held, req)
+            if wants_remote_prefill(params) and push:
+                outcome = await vllm_push.decode(engine, self.pushes, req, params)
+                return req.max_tokens, outcome.field()
             if wants_remote_prefill(params):
                 outcome = await vllm_flow.decode(engine, req, params)
                 return req.max_tokens, outcome.field()

@@ -132,9 +132,10 @@ def test_default_render(helm: Helm) -> None:
             "Service",
             "DaemonSet",
             "Deployment",
-            # The podTemplate policy, the operator's pods, the name guard, the agent's Node.
-            *["ValidatingAdmissionPolicy"] * 4,
-            *["ValidatingAdmissionPolicyBinding"] * 4,
+            # The podTemplate policy, the KV-lane warning, the operator's pods, the name
+            # guard, the agent's Node.
+            *["ValidatingAdmissionPolicy"] * 5,
+            *["ValidatingAdmissionPolicyBinding"] * 5,
         ]
     )
     assert all(d["metadata"].get("namespace") in (None, "pdd-system") for d in docs)
@@ -299,12 +300,22 @@ def test_pod_template_policy_toggles(helm: Helm) -> None:
     assert warn_binding["spec"]["validationActions"] == ["Warn", "Audit"]
 
 
+def test_the_kv_lane_policy_only_warns_and_toggles(helm: Helm) -> None:
+    [binding] = named(helm.template(), "ValidatingAdmissionPolicyBinding", "-kv-lane")
+    assert binding["spec"]["validationActions"] == ["Warn"]
+    [policy] = named(helm.template(), "ValidatingAdmissionPolicy", "-kv-lane")
+    assert policy["spec"]["failurePolicy"] == "Ignore"
+    off = helm.template("--set", "kvLaneWarning.enabled=false")
+    for kind in ("ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"):
+        assert named(off, kind, "-kv-lane") == []
+
+
 def access_policies(docs: list[dict[str, Any]]) -> dict[str, str]:
     """The access policies by name, each with the user its match condition names."""
     return {
         d["metadata"]["name"]: d["spec"]["matchConditions"][0]["expression"]
         for d in by_kind(docs, "ValidatingAdmissionPolicy")
-        if not d["metadata"]["name"].endswith(("-podtemplate", "-child-names"))
+        if not d["metadata"]["name"].endswith(("-podtemplate", "-child-names", "-kv-lane"))
     }
 
 

@@ -30,19 +30,32 @@ TOKEN = "refengine-test-token"
 MODEL = "test-org/tiny-model"  # not in the layout table: the default 256 B/token
 
 
+# Both roles in the host's PID namespace: where the operator renders vLLM's push connector.
+HOST_PID = {"podTemplate": {"spec": {"hostPID": True}}}
+
+
 def rendered_engine_argv(
-    engine: str, role: str, host: str, port: int, bootstrap: int, release: str | None = None
+    engine: str,
+    role: str,
+    host: str,
+    port: int,
+    bootstrap: int,
+    release: str | None = None,
+    host_pid: bool = False,
 ) -> list[str]:
     """The engine command line the operator renders for ``role`` (of ``release``, default
-    the newest supported), bound where the test says (a pod's IP and ports are its own; here
-    pods share loopback, so each gets its own)."""
+    the newest supported; with ``host_pid``, for roles that share the host's PID namespace),
+    bound where the test says (a pod's IP and ports are its own; here pods share loopback,
+    so each gets its own)."""
     versions = ENGINES[engine].versions
     assert versions is not None
+    roles = {"prefill": HOST_PID, "decode": HOST_PID} if host_pid else {}
     spec = make_pdd(
         {
             "engine": {"type": engine, "version": release or str(versions.newest)},
             "model": {"name": MODEL, "servedName": "tiny"},
             "kvTransfer": {"bootstrapPort": bootstrap},
+            **roles,
         }
     ).spec
     launch = ENGINES[engine].launch(spec, role)

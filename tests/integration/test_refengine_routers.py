@@ -43,6 +43,7 @@ class Deployment:
     router: str
     procs: Procs
     release: str = ""
+    push: bool = False  # vLLM's push connector (both roles in the host's PID namespace)
 
 
 def _tokens(prompt: str) -> int:
@@ -53,7 +54,9 @@ def _router_version(distribution: str) -> str:
     return f"{distribution} {importlib.metadata.version(distribution)}"
 
 
-def _start_pair(procs: Procs, engine: str, release: str) -> tuple[str, str, int]:
+def _start_pair(
+    procs: Procs, engine: str, release: str, host_pid: bool = False
+) -> tuple[str, str, int]:
     sc_p, sc_d = free_port(PREFILL_IP), free_port(DECODE_IP)
     p_side = procs.sidecar("prefill", PREFILL_IP, sc_p, f"decode={DECODE_IP}:{sc_d}")
     d_side = procs.sidecar("decode", DECODE_IP, sc_d, f"prefill={PREFILL_IP}:{sc_p}")
@@ -61,7 +64,7 @@ def _start_pair(procs: Procs, engine: str, release: str) -> tuple[str, str, int]
     urls = []
     for role, ip, sidecar in (("prefill", PREFILL_IP, p_side), ("decode", DECODE_IP, d_side)):
         port = free_port(ip)
-        argv = rendered_engine_argv(engine, role, ip, port, bootstrap, release)
+        argv = rendered_engine_argv(engine, role, ip, port, bootstrap, release, host_pid)
         env = {
             "VLLM_NIXL_SIDE_CHANNEL_HOST": ip,
             "VLLM_NIXL_SIDE_CHANNEL_PORT": str(free_port(ip)),
@@ -134,18 +137,20 @@ def _start_router(procs: Procs, engine: str, prefill: str, decode: str, bootstra
 
 # Each engine at both ends of its supported range: the wiring the operator renders for that
 # release, and (vLLM) the kv_transfer_params generation the release speaks (pdd_refengine
-# kv_params: 0.33's per-group block ids and remote_request_id), through the real router.
-RELEASES = ["vllm-0.33.0", "vllm-0.11.0", "sglang-0.5.23", "sglang-0.5.4"]
+# kv_params: 0.33's per-group block ids and remote_request_id), through the real router;
+# `-hostpid`: both roles in the host's PID namespace, where vLLM gets the push connector.
+RELEASES = ["vllm-0.33.0", "vllm-0.33.0-hostpid", "vllm-0.11.0", "sglang-0.5.23", "sglang-0.5.4"]
 
 
 @pytest.fixture(params=RELEASES)
 def deployment(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Deployment]:
     procs = Procs(tmp_path)
-    engine, release = request.param.split("-", 1)
+    engine, release, *variant = request.param.split("-")
     try:
-        prefill, decode, bootstrap = _start_pair(procs, engine, release)
+        prefill, decode, bootstrap = _start_pair(procs, engine, release, variant == ["hostpid"])
         router = _start_router(procs, engine, prefill, decode, bootstrap)
-        yield Deployment(engine, prefill, decode, router, procs, release)
+        push = variant == ["hostpid"] and engine == "vllm"
+        yield Deployment(engine, prefill, decode, router, procs, release, push)
     except BaseException:
         for proc in procs.started:
             print(f"--- {proc.name}\n{proc.log()}")
@@ -250,6 +255,8 @@ def test_an_unreachable_prefill_is_an_error_not_a_hang(deployment: Deployment) -
         # A prefill's answer in the release's own shape, naming a side channel nothing serves.
         gone = RemotePrefill((0,), "gone", PREFILL_IP, dead_port, 1, request_id="req-gone")
         params = gone.to_params(protocol_generation(f"vllm-{d.release}"))
+        if d.push:
+            params["transfer_mode"] = "push"
         body: dict[str, object] = {"prompt": "hi", "max_tokens": 2, "kv_transfer_params": params}
     else:
         body = {

@@ -32,8 +32,21 @@ def test_the_check_takes_the_path_the_kv_will_take(
     assert check.path == path
     assert check.ucx_tls == probe_tls
     assert check.spec.dst_device == last
-    assert check.spec.block_sizes == sorted({64 * 1024, *LINK_BLOCK_SIZES})
+    assert check.spec.block_sizes == list(LINK_BLOCK_SIZES)
+    assert check.engine is not None and check.engine.block_sizes == [64 * 1024]
     check.spec.validate()
+    check.engine.validate()
+
+
+def test_the_engines_descriptors_move_in_the_engines_own_pattern() -> None:
+    """The link with several requests in flight; the engine's size as the engine moves it:
+    one request, its NIXL threads, NIXL's split of the request between them."""
+    check = plan_device_check(1, "", "", 512 * 1024, "READ", "host-pid", 4, 0)
+    assert check.spec.concurrency > 1 and check.spec.nixl_threads == 0
+    assert check.engine is not None
+    assert (check.engine.concurrency, check.engine.nixl_threads) == (1, 4)
+    assert check.engine.nixl_split_batch == 0
+    assert (check.engine.operation, check.engine.peer_boundary) == ("READ", "host-pid")
 
 
 @pytest.mark.parametrize(
@@ -51,15 +64,18 @@ def test_without_cuda_ipc(tls: str, expected: str) -> None:
 
 
 def test_unknown_descriptor_size_measures_the_link_sizes_only() -> None:
-    assert plan_device_check(2, "", "", None).spec.block_sizes == list(LINK_BLOCK_SIZES)
+    check = plan_device_check(2, "", "", None)
+    assert check.spec.block_sizes == list(LINK_BLOCK_SIZES) and check.engine is None
 
 
 def test_a_real_check_on_this_machine_moves_and_verifies_bytes() -> None:
-    """No GPU here: the same code path between two processes over host memory, real NIXL."""
-    check = plan_device_check(0, "", "", 256 * 1024)
+    """No GPU here: the same code path between two processes over host memory, real NIXL,
+    the engine's size with NIXL's thread pool as vLLM 0.33 runs it."""
+    check = plan_device_check(0, "", "", 256 * 1024, nixl_threads=4)
     result = run_device_check(check, 256 * 1024, dict(os.environ))
     assert result.error is None, result.error
     assert result.verified
+    assert (result.engine_nixl_threads, result.engine_split_batch) == (4, 0)
     assert result.measured_by == "preflight" and result.link == "host"
     assert {b.block_size for b in result.per_block_size} == {256 * 1024, *LINK_BLOCK_SIZES}
     assert all(b.gbps > 0 for b in result.per_block_size)

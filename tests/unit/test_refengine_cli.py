@@ -120,3 +120,13 @@ def test_unusable_command_lines_are_refused(argv: list[str], message: str) -> No
 def test_region_from_the_environment(environ: dict[str, str], region: int, memory: str) -> None:
     config = parse_args(["vllm", "serve", "m"], environ=environ)
     assert (config.region_bytes, config.memory, config.role) == (region, memory, "both")
+
+
+def test_the_push_connector_plays_from_vllm_0_33_only() -> None:
+    """As vLLM: NixlPushConnector from 0.24, so the 0.11 image refuses it."""
+    push = {"kvTransfer": {"connector": "NixlPushConnector"}}
+    argv = rendered("vllm", "decode", **push)
+    assert parse_args(argv, {"PDD_REFENGINE_IMAGE_TAG": "vllm-0.33.0"}).kv_mode == "push"
+    with pytest.raises(UsageError, match=r"NixlPushConnector needs vLLM 0\.24 or later"):
+        parse_args(argv, {"PDD_REFENGINE_IMAGE_TAG": "vllm-0.11.0"})
+    assert parse_args(rendered("vllm", "decode"), {}).kv_mode == "pull"

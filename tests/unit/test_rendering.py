@@ -78,9 +78,34 @@ def test_kv_block_size_becomes_the_engines_flag(engine: str, flag: str) -> None:
         sts = find(render_children(pdd, RenderContext()), "StatefulSet", f"llama-{role}")
         args = container(sts, "engine")["args"]
         assert args[args.index(flag) + 1] == "128"
-    default = find(render_children(make_pdd({"engine": {"type": engine}}), RenderContext()),
-                   "StatefulSet", "llama-decode")  # fmt: skip
+    unknown = make_pdd({"engine": {"type": engine}, "model": {"name": "my-org/finetune"}})
+    default = find(render_children(unknown, RenderContext()), "StatefulSet", "llama-decode")
     assert flag not in container(default, "engine")["args"]
+
+
+@pytest.mark.parametrize(
+    ("engine", "flags"),
+    [
+        # Llama-3.1-8B at TP 2: 2 KiB a token; 0.33 takes 256-token blocks and keeps prefix
+        # hits at 16 tokens, 0.11.0's parser stops at 128
+        (
+            {"image": "vllm/vllm-openai:v0.33.0"},
+            ["--block-size", "256", "--prefix-match-unit", "16"],
+        ),
+        ({"image": "vllm/vllm-openai:v0.11.0"}, ["--block-size", "128"]),
+        # SGLang: K and V apart, 1 KiB each a token at TP 2
+        ({"type": "sglang", "image": "lmsysorg/sglang:v0.5.23"}, ["--page-size", "256"]),
+    ],
+)
+def test_the_chosen_block_is_rendered_before_the_users_args(
+    engine: dict[str, str], flags: list[str]
+) -> None:
+    pdd = make_pdd({"engine": {**engine, "args": ["--seed", "1"]}})
+    args = container(find(render_children(pdd, RenderContext()), "StatefulSet", "llama-decode"),
+                     "engine")["args"]  # fmt: skip
+    start = args.index(flags[0])
+    assert args[start : start + len(flags)] == flags
+    assert start < args.index("--seed")
 
 
 RDMA = {"resourceName": "rdma/rdma_shared_device_a"}
@@ -105,9 +130,13 @@ def test_preflight_checks_the_kv_path_at_the_engines_descriptor_size(pdd: PDDepl
         find(render_children(pdd, RenderContext()), "StatefulSet", "llama-prefill"), "preflight"
     )
     env = env_of(preflight)
-    # Llama-3.1-8B at TP 2: 16 tokens x 4 KV heads x 128 x 2 bytes x (K and V) per descriptor
+    # Llama-3.1-8B at TP 2 on vLLM 0.11.0: 128-token blocks (the operator's choice, that
+    # release's largest) x 4 KV heads x 128 x 2 bytes x (K and V) per descriptor, READ with
+    # that connector's 8 NIXL threads at NIXL's own split
     assert env["PDD_VERIFY_TRANSFER"] == "true"
-    assert env["PDD_KV_DESCRIPTOR_BYTES"] == str(16 * 4 * 128 * 2 * 2)
+    assert env["PDD_KV_DESCRIPTOR_BYTES"] == str(128 * 4 * 128 * 2 * 2)
+    assert (env["PDD_KV_OPERATION"], env["PDD_KV_NIXL_THREADS"]) == ("READ", "8")
+    assert env["PDD_KV_NIXL_SPLIT_BATCH"] == "0"
     assert {"name": "preflight-tmp", "mountPath": "/tmp"} in preflight["volumeMounts"]
     off = make_pdd({"kvTransfer": {"verification": {"enabled": False}}})
     preflight = container(

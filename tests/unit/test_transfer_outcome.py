@@ -29,14 +29,14 @@ def result(**fields: Any) -> dict[str, Any]:
     return {**base, **fields}
 
 
-def outcome(probe: dict[str, Any]):  # type: ignore[no-untyped-def]
-    out = transfer_outcome(make_pdd(), replace(PROBER, probe_result=probe))
+def outcome(probe: dict[str, Any], patch: dict[str, Any] | None = None):  # type: ignore[no-untyped-def]
+    out = transfer_outcome(make_pdd(patch), replace(PROBER, probe_result=probe))
     assert out is not None
     return out
 
 
 def test_a_preflight_result_reports_the_link_and_the_engines_descriptor_figure() -> None:
-    out = outcome(result())
+    out = outcome(result(), {"engine": {"kvBlockSize": 16}})
     assert out.ok is True
     status = out.status
     assert (status.measuredBy, status.link) == ("preflight", "nvlink")
@@ -46,6 +46,12 @@ def test_a_preflight_result_reports_the_link_and_the_engines_descriptor_figure()
         status.message
     )
     assert "spec.engine.kvBlockSize" in status.message
+
+
+def test_no_block_hint_where_the_operator_chose_the_block() -> None:
+    status = outcome(result()).status
+    assert "(3% of the link's 352.8)" in status.message
+    assert "kvBlockSize" not in status.message
 
 
 def test_no_hint_when_the_engines_descriptors_reach_the_link() -> None:

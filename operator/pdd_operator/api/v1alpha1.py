@@ -648,9 +648,11 @@ class EngineSpec(Model):
         json_schema_extra=cel(
             "self >= 1 && self <= 1024", "spec.engine.kvBlockSize must be between 1 and 1024"
         ),
-        description="Tokens per KV-cache block (vLLM `--block-size`, SGLang `--page-size`); "
-        "unset keeps the engine's default (16, SGLang 1). One NIXL descriptor moves one "
-        "block of one layer, so larger blocks move KV faster (docs/benchmarks.md).",
+        description="Tokens per KV-cache block (vLLM `--block-size`, SGLang `--page-size`). One "
+        "NIXL descriptor moves one block of one layer, so larger blocks move KV faster "
+        "(docs/benchmarks.md). Unset: where the model's shape is known the operator picks the "
+        "block whose descriptors reach vLLM 1 MiB, SGLang 512 KiB, at most 256 tokens "
+        '(docs/engines.md, "KV blocks"), else the engine\'s default (16, SGLang 1).',
     )
     startupTimeoutSeconds: int | None = Field(
         default=None,
@@ -1103,7 +1105,14 @@ class KVTransferSpec(Model):
     """How KV-cache blocks travel from prefill to decode."""
 
     backend: Literal["nixl"] = "nixl"
-    connector: Literal["NixlConnector"] = "NixlConnector"
+    connector: Literal["auto", "NixlConnector", "NixlPushConnector"] = Field(
+        default="auto",
+        description="vLLM's NIXL connector: `NixlConnector` (decode pulls the KV: READ), "
+        "`NixlPushConnector` (prefill pushes it: WRITE; vLLM 0.24 and later) or `auto`: the "
+        "push connector where prefill and decode share a PID namespace and the release has "
+        "it (WRITE moved 2.5x the bytes of READ there at the engine's descriptors, "
+        "docs/benchmarks.md), else NixlConnector. SGLang always pushes; it ignores the field.",
+    )
     gpuDirect: GpuDirectRequest = Field(
         default="auto",
         description="GPUDirect RDMA: `auto` = dma-buf where the node is eligible (kernel >= "

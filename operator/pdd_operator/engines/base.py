@@ -114,6 +114,31 @@ class KvLayout:
     packed: bool
 
 
+# The largest KV block the operator picks by itself (planning.kv_layout): a request's last
+# block is on average half empty, and without vLLM 0.33's --prefix-match-unit (SGLang, vLLM
+# 0.11) prefix-cache hits land on block boundaries, so a model whose TP share of the heads is
+# small (TP 8) keeps smaller descriptors rather than ever larger blocks.
+MAX_CHOSEN_BLOCK_TOKENS = 256
+# The descriptor the block choice aims at unless the adapter says otherwise: where SGLang
+# 0.5.23's WRITE, as the operator configures it, moved 225-248 GB/s between two pods that
+# share a PID namespace (one H200, one request in flight, docs/benchmarks.md "Each engine's
+# own pattern"), against 126-135 at 256 KiB. SGLang 0.5.4's WRITE (no NIXL threads) is not
+# measured in its own pattern.
+TRANSFER_DESCRIPTOR_BYTES = 512 << 10
+
+
+@dataclass(frozen=True)
+class KvPattern:
+    """How the engine's connector moves one request's KV with NIXL, which the KV-path check
+    repeats: the direction, NIXL's UCX thread pool (``num_threads``; 0: none) and each
+    thread's share of a request (``split_batch_size``; 0: NIXL's default, which neither engine
+    changes)."""
+
+    operation: KvOperation
+    nixl_threads: int = 0
+    split_batch: int = 0
+
+
 @dataclass(frozen=True)
 class Layout:
     """A role's parallelism with the engine's defaults filled in (spec.<role>.parallelism
@@ -180,6 +205,29 @@ class EngineAdapter(ABC):
     @abstractmethod
     def launch(self, spec: PDDeploymentSpec, role: str) -> EngineLaunch:
         """Command, arguments and environment that tell the engine its role and KV wiring."""
+
+    def kv_pattern(self, spec: PDDeploymentSpec) -> KvPattern:
+        """How this deployment's connector moves the KV (the default: ``kv_operation``, NIXL's
+        own threading)."""
+        del spec
+        return KvPattern(self.kv_operation)
+
+    def block_flags(self, spec: PDDeploymentSpec, tokens: int) -> tuple[str, ...]:
+        """The flags that give the engine KV blocks of ``tokens`` tokens (planning.kv_layout
+        chooses them; the default engine takes none)."""
+        del spec, tokens
+        return ()
+
+    def max_block_tokens(self, spec: PDDeploymentSpec) -> int:
+        """The largest block the operator may choose for this release (0: it chooses none,
+        the engine keeps its own)."""
+        del spec
+        return 0
+
+    def transfer_descriptor_bytes(self, spec: PDDeploymentSpec) -> int:
+        """The descriptor size the operator's block choice aims at (planning.kv_layout)."""
+        del spec
+        return TRANSFER_DESCRIPTOR_BYTES
 
     def version(self, spec: PDDeploymentSpec) -> ResolvedVersion | None:
         """The release the deployment runs and the one whose wiring is rendered."""

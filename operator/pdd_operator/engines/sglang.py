@@ -3,8 +3,8 @@ disaggregation mode with NIXL.
 
 The role is ``--disaggregation-mode``; the decode side fetches the prefill side's NIXL
 metadata from the bootstrap server that only prefill pods run (``--disaggregation-bootstrap-
-port``). K and V move as separate descriptors; a page is one token unless ``--page-size``
-says otherwise.
+port``). K and V move as separate descriptors; ``--page-size`` is planning.kv_layout's
+choice (``block_flags``).
 
 The router is smg 1.13.0 (PyPI ``smg``, the current name of sglang-router) as ``smg launch``
 in PD mode: it gives both legs of a request the prefill pod's address, bootstrap port and a
@@ -19,11 +19,13 @@ from __future__ import annotations
 from pdd_contract.ports import SGLANG_SIDE_CHANNEL, SIDE_CHANNEL_SERVED_BY
 from pdd_operator.api.v1alpha1 import PDDeploymentSpec
 from pdd_operator.engines.base import (
+    MAX_CHOSEN_BLOCK_TOKENS,
     EngineAdapter,
     EngineLaunch,
     EnginePort,
     HealthCheck,
     KvLayout,
+    KvPattern,
     Layout,
     MultiNodeLaunch,
     RankFlag,
@@ -31,9 +33,11 @@ from pdd_operator.engines.base import (
     RouterDiscovery,
     RouterLaunch,
     SideChannel,
+    env_value,
     model_flags,
     model_location,
     pd_router_args,
+    role_spec,
 )
 from pdd_operator.engines.version import SupportedVersions, Version
 
@@ -71,6 +75,17 @@ ROUND_ROBIN_ASSERTED = (Version(0, 5, 2), Version(0, 5, 8))
 # (srt/arg_groups/fields/parallel.py), where --dp-size came to mean full model replicas and
 # --enable-dp-attention is deprecated for removal after 2026-12-31.
 ATTN_DP_SIZE = Version(0, 5, 22)
+# NIXL's UCX thread pool on the WRITEing (prefill) side: 0.5.4 creates its agent with NIXL's
+# defaults (disaggregation/nixl/conn.py L135, no threads), 0.5.23 with num_threads 8 on the
+# prefill (conn.py L552), passed to the UCX backend; neither sets split_batch_size.
+NIXL_THREADS = {Version(0, 5, 4): 0, Version(0, 5, 23): 8}
+# 0.5.23 hands SGLANG_DISAGGREGATION_NIXL_BACKEND_PARAMS to NIXL's UCX backend (conn.py
+# L553-615; 0.5.4 has no such variable). With each descriptor its own share of a request
+# (split_batch_size 1) its 8-thread WRITE moved 225-248 GB/s at 512 KiB, against 85-125 at
+# NIXL's default split (docs/benchmarks.md), so the operator sets it unless the user's env does.
+NIXL_BACKEND_PARAMS = "SGLANG_DISAGGREGATION_NIXL_BACKEND_PARAMS"
+BACKEND_PARAMS_SINCE = Version(0, 5, 23)
+SPLIT_EACH_DESCRIPTOR = '{"split_batch_size":"1"}'
 
 
 class SglangAdapter(EngineAdapter):
@@ -106,12 +121,33 @@ class SglangAdapter(EngineAdapter):
             "--disaggregation-bootstrap-port",
             str(spec.kvTransfer.bootstrapPort),
         ]
-        if spec.engine.kvBlockSize:
-            args += ["--page-size", str(spec.engine.kvBlockSize)]
         oldest, fixed = ROUND_ROBIN_ASSERTED
         if role == "decode" and layout.data > 1 and oldest <= release < fixed:
             args.append("--prefill-round-robin-balance")
-        return EngineLaunch(command, tuple(args))
+        split = self._splits(spec, role)
+        env = (env_value(NIXL_BACKEND_PARAMS, SPLIT_EACH_DESCRIPTOR),) if split else ()
+        return EngineLaunch(command, tuple(args), env)
+
+    def kv_pattern(self, spec: PDDeploymentSpec) -> KvPattern:
+        """The prefill WRITEs, with its release's threads and the split the operator sets."""
+        split = 1 if self._splits(spec, "prefill") else 0
+        return KvPattern("WRITE", NIXL_THREADS.get(self.wiring(spec), 0), split)
+
+    def _splits(self, spec: PDDeploymentSpec, role: str) -> bool:
+        """Whether the operator sets NIXL's split for this role: the release reads the
+        variable and neither spec.engine.env nor the role's env sets it."""
+        if self.wiring(spec) < BACKEND_PARAMS_SINCE:
+            return False
+        users = (*spec.engine.env, *role_spec(spec, role).env)
+        return all(var.name != NIXL_BACKEND_PARAMS for var in users)
+
+    def block_flags(self, spec: PDDeploymentSpec, tokens: int) -> tuple[str, ...]:
+        del spec
+        return ("--page-size", str(tokens))
+
+    def max_block_tokens(self, spec: PDDeploymentSpec) -> int:
+        del spec
+        return MAX_CHOSEN_BLOCK_TOKENS
 
     def multinode(self, spec: PDDeploymentSpec, role: str, meet: Rendezvous) -> MultiNodeLaunch:
         """SGLang's own multi-node launch: the same command on every node with --nnodes,

@@ -7,7 +7,7 @@ one listener per GPU worker (base + dp_rank x tp + tp_rank, nixl_connector.py L2
 L622), from 0.11.1 one per data-parallel engine serving all its TP ranks (base + DP index;
 0.33.0 nixl/base_scheduler.py L77-80). K and V of one block are one
 NIXL descriptor (one region per layer, K and V in the content dimension: the connector's
-nixl/base_worker.py); blocks are 16 tokens unless ``--block-size`` says otherwise.
+nixl/base_worker.py); ``--block-size`` is planning.kv_layout's choice (``block_flags``).
 
 The router is vllm-router 0.1.17 (PyPI ``vllm-router``) in its vLLM PD mode with the NIXL
 connector: it sends each request to a prefill pod with ``kv_transfer_params`` asking for a
@@ -19,14 +19,21 @@ from __future__ import annotations
 
 import json
 
-from pdd_contract.env import VLLM_NIXL_SIDE_CHANNEL_HOST, VLLM_NIXL_SIDE_CHANNEL_PORT
+from pdd_contract.env import (
+    VLLM_NIXL_SIDE_CHANNEL_HOST,
+    VLLM_NIXL_SIDE_CHANNEL_PORT,
+    KvOperation,
+)
 from pdd_contract.ports import SIDE_CHANNEL_SERVED_BY, VLLM_SIDE_CHANNEL
+from pdd_operator.api.pod_namespaces import shares_pid_namespace
 from pdd_operator.api.v1alpha1 import PDDeploymentSpec
 from pdd_operator.engines.base import (
+    MAX_CHOSEN_BLOCK_TOKENS,
     EngineAdapter,
     EngineLaunch,
     EnginePort,
     KvLayout,
+    KvPattern,
     Layout,
     MultiNodeLaunch,
     RankFlag,
@@ -51,8 +58,25 @@ ONE_LISTENER_PER_ENGINE = Version(0, 11, 1)
 # nixl/connector.py L97-103 in 0.33.0; 0.11.0's connector reads no role, so these are taken
 # and change nothing there).
 KV_ROLE = {"prefill": "kv_producer", "decode": "kv_consumer"}
-# vllm-router's --kv-connector value for each spec.kvTransfer.connector.
-ROUTER_KV_CONNECTOR = {"NixlConnector": "nixl"}
+PULL_CONNECTOR, PUSH_CONNECTOR = "NixlConnector", "NixlPushConnector"
+# The first release with NixlPushConnector (prefill WRITEs into the decode's blocks).
+PUSH_CONNECTOR_SINCE = Version(0, 24, 0)
+# NIXL's UCX thread pool each release's connector asks for: 0.11.0 nixl_agent_config(
+# num_threads=8) (nixl_connector.py L481), 0.33.0 kv_connector_extra_config "num_threads",
+# default 4 (nixl/base_worker.py L730); neither sets split_batch_size.
+NIXL_THREADS = {Version(0, 11, 0): 8, Version(0, 33, 0): 4}
+# The first release with --prefix-match-unit (prefix-cache hits finer than a KV block).
+PREFIX_MATCH_UNIT_SINCE = Version(0, 33, 0)
+# The largest --block-size the operator picks: 0.11.0's parser offers 1 to 128
+# (tests/fixtures/engines/vllm-0.11.0.json); 0.33.0 takes any size, 256 is the planner's cap.
+MAX_BLOCK_TOKENS = {Version(0, 11, 0): 128}
+# The descriptor the block choice aims at: vLLM cannot set NIXL's split_batch_size, and at
+# NIXL's default split its 4-thread pattern (one request) moved 87-135 GB/s at 512 KiB and
+# 195-271 at 1 MiB pushing, 94-110 at 1 MiB pulling (docs/benchmarks.md).
+TRANSFER_DESCRIPTOR_BYTES = 1 << 20
+# vllm-router's --kv-connector value for each connector: its `nixl` mode reads the prefill's
+# transfer_mode (pull or push) from the answer.
+ROUTER_KV_CONNECTOR = {PULL_CONNECTOR: "nixl", PUSH_CONNECTOR: "nixl"}
 # smg reads a vLLM pod's connector from this annotation in discovery mode (with it, smg sends
 # the prefill leg `kv_transfer_params` as vllm-router does), so smg as a custom router
 # (spec.router.command) pairs these pods too. vllm-router needs no annotation for NIXL.
@@ -68,11 +92,11 @@ class VllmAdapter(EngineAdapter):
     # answers from a flag (vllm/entrypoints/openai/api_server.py, `health`: the engine
     # client's check_health raises once the engine core is dead).
     # NixlConnector: the decode worker READs the prefill's blocks (nixl_connector.py,
-    # _read_blocks), in v0.11.0 and 0.33.0 alike.
+    # _read_blocks), in v0.11.0 and 0.33.0 alike; NixlPushConnector WRITEs (kv_pattern).
     kv_operation = "READ"
 
     def launch(self, spec: PDDeploymentSpec, role: str) -> EngineLaunch:
-        kv_config = {"kv_connector": spec.kvTransfer.connector, "kv_role": KV_ROLE[role]}
+        kv_config = {"kv_connector": self.connector(spec), "kv_role": KV_ROLE[role]}
         args = [
             model_location(spec, self.model_dir),
             *model_flags(spec),
@@ -84,13 +108,47 @@ class VllmAdapter(EngineAdapter):
             "--kv-transfer-config",
             json.dumps(kv_config, separators=(",", ":")),
         ]
-        if spec.engine.kvBlockSize:
-            args += ["--block-size", str(spec.engine.kvBlockSize)]
         env = (
             env_pod_ip(VLLM_NIXL_SIDE_CHANNEL_HOST),
             env_value(VLLM_NIXL_SIDE_CHANNEL_PORT, str(spec.kvTransfer.sideChannelPort)),
         )
         return EngineLaunch(("vllm", "serve"), tuple(args), env)
+
+    def connector(self, spec: PDDeploymentSpec) -> str:
+        """spec.kvTransfer.connector, or for `auto` the push connector where prefill and
+        decode share a PID namespace (UCX's cuda_ipc lane) and the release has it: there a
+        WRITE in vLLM's pattern (4 NIXL threads, one request) moved 127 GB/s at 512 KiB
+        descriptors against READ's 50 (docs/benchmarks.md, "Each engine's own pattern").
+        Elsewhere the KV goes over RDMA or TCP, where the pull connector is the measured
+        and long-standing default."""
+        chosen = spec.kvTransfer.connector
+        if chosen != "auto":
+            return chosen
+        push = shares_pid_namespace(spec) and self.wiring(spec) >= PUSH_CONNECTOR_SINCE
+        return PUSH_CONNECTOR if push else PULL_CONNECTOR
+
+    def kv_pattern(self, spec: PDDeploymentSpec) -> KvPattern:
+        """The pull connector's decode READs, the push connector's prefill WRITEs; both with
+        the thread pool the release's connector asks NIXL for."""
+        operation: KvOperation = "WRITE" if self.connector(spec) == PUSH_CONNECTOR else "READ"
+        return KvPattern(operation, NIXL_THREADS.get(self.wiring(spec), 4))
+
+    def block_flags(self, spec: PDDeploymentSpec, tokens: int) -> tuple[str, ...]:
+        """``--block-size``, and from 0.33 prefix-cache hits kept at vLLM's default 16-token
+        granularity (``--prefix-match-unit``) however large the block."""
+        flags: tuple[str, ...] = ("--block-size", str(tokens))
+        default = self.kv_layout.default_block_tokens
+        finer = tokens > default and tokens % default == 0
+        if finer and self.wiring(spec) >= PREFIX_MATCH_UNIT_SINCE:
+            flags += ("--prefix-match-unit", str(default))
+        return flags
+
+    def max_block_tokens(self, spec: PDDeploymentSpec) -> int:
+        return MAX_BLOCK_TOKENS.get(self.wiring(spec), MAX_CHOSEN_BLOCK_TOKENS)
+
+    def transfer_descriptor_bytes(self, spec: PDDeploymentSpec) -> int:
+        del spec
+        return TRANSFER_DESCRIPTOR_BYTES
 
     def layout(self, spec: PDDeploymentSpec, role: str) -> Layout:
         """Unset: TP over one node's GPUs and one data-parallel rank per node (vLLM's
@@ -142,14 +200,14 @@ class VllmAdapter(EngineAdapter):
         return local_engines * layout.tensor  # one per GPU worker
 
     def router(self, spec: PDDeploymentSpec, discovery: RouterDiscovery) -> RouterLaunch:
-        connector = ROUTER_KV_CONNECTOR[spec.kvTransfer.connector]
+        connector = ROUTER_KV_CONNECTOR[self.connector(spec)]
         mode = ("--vllm-pd-disaggregation", "--kv-connector", connector)
         args = pd_router_args(spec.router, discovery, mode)
         return RouterLaunch(("vllm-router",), args)
 
     def pod_annotations(self, spec: PDDeploymentSpec, role: str) -> dict[str, str]:
         del role
-        return {SMG_KV_CONNECTOR_ANNOTATION: spec.kvTransfer.connector}
+        return {SMG_KV_CONNECTOR_ANNOTATION: self.connector(spec)}
 
 
 def _port_name(index: int) -> str:

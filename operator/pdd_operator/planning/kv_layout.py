@@ -20,7 +20,7 @@ import re
 from dataclasses import dataclass
 
 from pdd_operator.api.v1alpha1 import ModelSpec, PDDeploymentSpec
-from pdd_operator.engines.base import KvLayout
+from pdd_operator.engines.base import EngineAdapter
 from pdd_operator.engines.registry import adapter_for
 
 DTYPE_BYTES = {"bfloat16": 2, "float16": 2, "float8": 1}
@@ -123,26 +123,56 @@ def model_shape(model: ModelSpec) -> KvCacheShape | None:
 PRICED_PROMPT_TOKENS = 4096
 
 
+def block_tokens(spec: PDDeploymentSpec, adapter: EngineAdapter | None = None) -> int:
+    """The KV block (page) size the deployment's engines run with (``adapter``: the
+    engine's, unless given)."""
+    adapter = adapter or adapter_for(spec.engine.type)
+    chosen = spec.engine.kvBlockSize or chosen_block_tokens(spec, adapter)
+    return chosen or adapter.kv_layout.default_block_tokens
+
+
+def chosen_block_tokens(spec: PDDeploymentSpec, adapter: EngineAdapter) -> int | None:
+    """The block size the operator renders when spec.engine.kvBlockSize is unset: the
+    smallest power-of-two multiple of the engine's default whose descriptor reaches the
+    adapter's ``transfer_descriptor_bytes`` (where the engine's own NIXL pattern moves 100 GB/s
+    or more over a same-node lane, docs/benchmarks.md; the engine's default 16-token block of
+    a 70B model at TP 1 is 64 KiB, 15-17 GB/s), at most the release's ceiling (engines.base
+    MAX_CHOSEN_BLOCK_TOKENS or lower). None (the engine's own default) for an engine whose
+    blocks the operator does not set, where the model's shape is unknown, or for multi-head
+    latent attention, whose kernels fix the block (vLLM's FlashMLA takes 64 tokens only)."""
+    shape = model_shape(spec.model)
+    layout, ceiling = adapter.kv_layout, adapter.max_block_tokens(spec)
+    target = adapter.transfer_descriptor_bytes(spec)
+    if spec.engine.kvBlockSize or shape is None or shape.latent or not ceiling:
+        return None
+    tp = max(spec.prefill.gpusPerInstance, spec.decode.gpusPerInstance)
+    tokens = layout.default_block_tokens
+    while descriptor_bytes(shape, tokens, tp, layout.packed) < target and tokens * 2 <= ceiling:
+        tokens *= 2
+    return tokens if tokens != layout.default_block_tokens else None
+
+
 def prompt_kv_bytes(spec: PDDeploymentSpec, tokens: int = PRICED_PROMPT_TOKENS) -> int | None:
     """What one engine rank moves for a prompt of ``tokens`` tokens (None: shape unknown)."""
     shape = model_shape(spec.model)
     if shape is None:
         return None
-    layout = adapter_for(spec.engine.type).kv_layout
-    block = spec.engine.kvBlockSize or layout.default_block_tokens
+    adapter = adapter_for(spec.engine.type)
     tp = max(spec.prefill.gpusPerInstance, spec.decode.gpusPerInstance)
-    return prompt_plan(shape, block, tp, tokens, layout.packed).total_bytes
+    plan = prompt_plan(shape, block_tokens(spec, adapter), tp, tokens, adapter.kv_layout.packed)
+    return plan.total_bytes
 
 
-def engine_descriptor_bytes(spec: PDDeploymentSpec, layout: KvLayout | None = None) -> int | None:
+def engine_descriptor_bytes(
+    spec: PDDeploymentSpec, adapter: EngineAdapter | None = None
+) -> int | None:
     """The descriptor size the deployment's engines move KV in, or None when the model's
-    shape is unknown. ``layout`` is the engine's (its adapter's, unless given). With different
+    shape is unknown. ``adapter`` is the engine's (spec.engine.type's, unless given). With different
     TP degrees per role the larger one sets the (smaller) descriptor: that is the side that
     limits the transfer."""
     shape = model_shape(spec.model)
     if shape is None:
         return None
-    layout = layout or adapter_for(spec.engine.type).kv_layout
-    block = spec.engine.kvBlockSize or layout.default_block_tokens
+    adapter = adapter or adapter_for(spec.engine.type)
     tp = max(spec.prefill.gpusPerInstance, spec.decode.gpusPerInstance)
-    return descriptor_bytes(shape, block, tp, layout.packed)
+    return descriptor_bytes(shape, block_tokens(spec, adapter), tp, adapter.kv_layout.packed)

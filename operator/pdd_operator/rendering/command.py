@@ -6,6 +6,7 @@ from __future__ import annotations
 from pdd_contract.paths import ENV_FILE
 from pdd_operator.api.v1alpha1 import PDDeploymentSpec
 from pdd_operator.engines.base import EngineAdapter, EngineLaunch, role_spec
+from pdd_operator.planning.kv_layout import chosen_block_tokens
 
 # Sources the env file the preflight container wrote (UCX_NET_DEVICES for the GPUs this pod
 # really got), then execs the engine with its arguments untouched ("$0" "$@").
@@ -13,10 +14,13 @@ SOURCE_ENV_AND_EXEC = f'set -a; if [ -f {ENV_FILE} ]; then . {ENV_FILE}; fi; set
 
 
 def engine_launch(adapter: EngineAdapter, spec: PDDeploymentSpec, role: str) -> EngineLaunch:
-    """The adapter's launch with spec.engine.args and the role's args after its own, and
-    spec.engine.command in place of its command when set."""
+    """The adapter's launch, then its KV block flags (spec.engine.kvBlockSize or the size
+    planning.kv_layout chooses), then spec.engine.args and the role's args; spec.engine.command
+    in place of its command when set."""
     base = adapter.launch(spec, role)
-    args = (*base.args, *spec.engine.args, *role_spec(spec, role).args)
+    blocks = spec.engine.kvBlockSize or chosen_block_tokens(spec, adapter)
+    block_flags = adapter.block_flags(spec, blocks) if blocks else ()
+    args = (*base.args, *block_flags, *spec.engine.args, *role_spec(spec, role).args)
     command = base.command if spec.engine.command is None else tuple(spec.engine.command)
     return EngineLaunch(command, args, base.env)
 

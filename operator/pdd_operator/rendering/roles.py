@@ -416,9 +416,7 @@ def _preflight_container(pdd: PDDeployment, role: str, ctx: RenderContext) -> di
         "env": [
             {"name": PDD_ROLE, "value": role},
             *transfer.transfer_env(spec),
-            *transfer.kv_path_check_env(
-                spec, ctx.engine(spec).kv_layout, ctx.engine(spec).kv_operation
-            ),
+            *transfer.kv_path_check_env(spec, ctx.engine(spec)),
         ],
         "resources": gpu_resources(spec, role),
         "volumeMounts": [

@@ -12,6 +12,8 @@ from pdd_contract.env import (
     NIXL_UCX_SGL_ENABLE,
     PDD_GPUDIRECT,
     PDD_KV_DESCRIPTOR_BYTES,
+    PDD_KV_NIXL_SPLIT_BATCH,
+    PDD_KV_NIXL_THREADS,
     PDD_KV_OPERATION,
     PDD_KV_PEER_BOUNDARY,
     PDD_NIC_MAP,
@@ -21,11 +23,10 @@ from pdd_contract.env import (
     UCX_CUDA_IPC_ENABLE_GET_ZCOPY,
     UCX_IB_GPU_DIRECT_RDMA,
     UCX_TLS,
-    KvOperation,
-    KvPeerBoundary,
 )
+from pdd_operator.api.pod_namespaces import peer_boundary
 from pdd_operator.api.v1alpha1 import KVTransferSpec, PDDeploymentSpec
-from pdd_operator.engines.base import KvLayout
+from pdd_operator.engines.base import EngineAdapter
 from pdd_operator.planning.kv_layout import engine_descriptor_bytes
 
 # RC for the bulk data, UD for RC's connection wire-up, shared memory and self for the local
@@ -95,42 +96,24 @@ def scatter_gather(spec: PDDeploymentSpec) -> bool:
     return spec.kvTransfer.ucx.scatterGather and lane
 
 
-def kv_path_check_env(
-    spec: PDDeploymentSpec, layout: KvLayout, operation: KvOperation
-) -> list[dict[str, Any]]:
+def kv_path_check_env(spec: PDDeploymentSpec, adapter: EngineAdapter) -> list[dict[str, Any]]:
     """Whether the preflight measures the KV path with the pod's devices, at which engine
-    descriptor size besides the link's (pdd_node.kv_path), in the engine's direction
-    (``operation``) and across the boundary between the prefill and decode pods."""
+    descriptor size besides the link's (pdd_node.kv_path), in the engine's own pattern
+    (direction and NIXL threads) and across the boundary between the prefill and decode pods."""
     if not spec.kvTransfer.verification.enabled:
         return [{"name": PDD_VERIFY_TRANSFER, "value": "false"}]
+    pattern = adapter.kv_pattern(spec)
     env = [
         {"name": PDD_VERIFY_TRANSFER, "value": "true"},
-        {"name": PDD_KV_OPERATION, "value": operation},
+        {"name": PDD_KV_OPERATION, "value": pattern.operation},
+        {"name": PDD_KV_NIXL_THREADS, "value": str(pattern.nixl_threads)},
+        {"name": PDD_KV_NIXL_SPLIT_BATCH, "value": str(pattern.split_batch)},
         {"name": PDD_KV_PEER_BOUNDARY, "value": peer_boundary(spec)},
     ]
-    descriptor = engine_descriptor_bytes(spec, layout)
+    descriptor = engine_descriptor_bytes(spec, adapter)
     if descriptor:
         env.append({"name": PDD_KV_DESCRIPTOR_BYTES, "value": str(descriptor)})
     return env
-
-
-def peer_boundary(spec: PDDeploymentSpec) -> KvPeerBoundary:
-    """Prefill and decode are always separate pods. When both run in the host's PID namespace
-    (hostPID through their podTemplates) UCX's cuda_ipc and cma lanes are not stopped by the
-    PID namespace, but each pod keeps its own IPC and mount namespaces and /dev/shm, and the
-    check's peer gets the same ("host-pid"); with hostIPC in both as well, only the mount
-    namespace ("host-pid-ipc")."""
-    if not _both_roles_set(spec, "hostPID"):
-        return "pod"
-    return "host-pid-ipc" if _both_roles_set(spec, "hostIPC") else "host-pid"
-
-
-def _both_roles_set(spec: PDDeploymentSpec, field: str) -> bool:
-    """Whether both roles' podTemplates set this pod field (hostPID, hostIPC) to true."""
-    return all(
-        bool(((role.podTemplate or {}).get("spec") or {}).get(field))
-        for role in (spec.prefill, spec.decode)
-    )
 
 
 def rdma_resources(spec: PDDeploymentSpec) -> dict[str, str]:

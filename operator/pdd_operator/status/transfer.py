@@ -20,8 +20,10 @@ from typing import Any
 from pdd_contract.probe_result import REASON_VERIFIED, classify_probe
 from pdd_operator.api import names
 from pdd_operator.api.v1alpha1 import PDDeployment, RankTransferStatus, TransferStatus
+from pdd_operator.engines.registry import adapter_for
 from pdd_operator.planning.kv_layout import PRICED_PROMPT_TOKENS, prompt_kv_bytes
 from pdd_operator.planning.probe_pairs import ProbePair, probe_pairs
+from pdd_operator.status.costly_settings import costly_settings
 from pdd_operator.status.observe import PodSummary
 
 # What the KV path should reach when the result does not say (GB/s, DESIGN.md's table):
@@ -90,8 +92,11 @@ def transfer_outcome(pdd: PDDeployment, prober: PodSummary | None) -> TransferOu
         verified=ok,
         message=message
         + _where(result)
-        + _engine_note(descriptor, at_descriptor, measured)
-        + _prompt_note(prompt_bytes, prompt_s),
+        + _engine_note(descriptor, at_descriptor, measured, bool(pdd.spec.engine.kvBlockSize))
+        + _prompt_note(prompt_bytes, prompt_s)
+        + "".join(
+            f"; {hint}" for hint in costly_settings(pdd.spec, adapter_for(pdd.spec.engine.type))
+        ),
         lastProbeTime=str(result.get("started_at", "")),
         requestedAt=requested,
         measuredBy=str(result.get("measured_by") or "sidecar"),
@@ -258,16 +263,17 @@ def _where(result: Mapping[str, Any]) -> str:
     return where + ")"
 
 
-def _engine_note(descriptor: int, at_descriptor: float, link: float) -> str:
+def _engine_note(descriptor: int, at_descriptor: float, link: float, user_block: bool) -> str:
     """Where the engine's KV layout keeps a transfer far below the link, say so with the
-    numbers and the setting that moves it."""
+    numbers, and with the setting that moves it where the user chose the block size (the
+    operator's own choice is already the measured one: docs/engines.md, "KV blocks")."""
     if not descriptor or not at_descriptor or not link:
         return ""
     note = (
         f"; at the engine's {_size(descriptor)} KV descriptors {at_descriptor:.1f} GB/s "
         f"({at_descriptor / link:.0%} of the link's {link:.1f})"
     )
-    if at_descriptor < ENGINE_FRACTION_HINT * link:
+    if user_block and at_descriptor < ENGINE_FRACTION_HINT * link:
         note += ": a larger spec.engine.kvBlockSize makes larger descriptors (docs/benchmarks.md)"
     return note
 

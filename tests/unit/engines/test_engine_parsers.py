@@ -73,6 +73,13 @@ MATRIX: dict[str, dict[str, Any]] = {
         }
     },
     "sidecar-metadata": {"kvTransfer": {"metadataExchange": {"mode": "sidecar"}}},
+    # 70B at TP 1 with both roles in the host's PID namespace: the operator's own block size
+    # (and on 0.33 --prefix-match-unit and the push connector)
+    "70b-host-pid": {
+        "model": {"name": "meta-llama/Llama-3.1-70B-Instruct"},
+        "prefill": {"gpusPerInstance": 1, "podTemplate": {"spec": {"hostPID": True}}},
+        "decode": {"gpusPerInstance": 1, "podTemplate": {"spec": {"hostPID": True}}},
+    },
 }
 # Data-parallel attention inside the TP group: SGLang's DeepSeek-style layout.
 SGLANG_MATRIX = {

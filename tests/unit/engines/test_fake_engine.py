@@ -157,7 +157,7 @@ def test_the_preflight_measures_at_the_adapters_kv_descriptor_size(
     # Llama-3.1-8B at TP 2 (4 KV heads per rank, head dim 128, bfloat16) in the adapter's
     # 32-token blocks with K and V in one descriptor.
     assert env_of(preflight)["PDD_KV_DESCRIPTOR_BYTES"] == str(32 * 4 * 128 * 2 * 2)
-    assert engine_descriptor_bytes(fake_pdd().spec, ADAPTER.kv_layout) == 32 * 4 * 128 * 2 * 2
+    assert engine_descriptor_bytes(fake_pdd().spec, ADAPTER) == 32 * 4 * 128 * 2 * 2
 
 
 @pytest.mark.parametrize(("role", "targets"), [("prefill", {"decode"}), ("decode", set())])

@@ -90,6 +90,15 @@ def test_config_reads_the_engines_direction_and_boundary() -> None:
     env = {"PDD_KV_OPERATION": "READ", "PDD_KV_PEER_BOUNDARY": "none"}
     config = PreflightConfig.from_env(env)
     assert (config.kv_operation, config.kv_peer_boundary) == ("READ", "none")
+    assert (config.kv_nixl_threads, config.kv_nixl_split_batch) == (0, 0)
+
+
+def test_config_reads_the_engines_nixl_threads() -> None:
+    env = {"PDD_KV_NIXL_THREADS": "8", "PDD_KV_NIXL_SPLIT_BATCH": "0"}
+    config = PreflightConfig.from_env(env)
+    assert (config.kv_nixl_threads, config.kv_nixl_split_batch) == (8, 0)
+    with pytest.raises(PreflightError, match="PDD_KV_NIXL_THREADS='four' is not a whole number"):
+        PreflightConfig.from_env({"PDD_KV_NIXL_THREADS": "four"})
 
 
 def test_config_from_env() -> None:

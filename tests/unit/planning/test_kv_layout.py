@@ -2,11 +2,16 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 from helpers.factories import make_pdd
+from pdd_operator.engines.registry import adapter_for
 from pdd_operator.planning.kv_layout import (
     KvCacheShape,
+    block_tokens,
+    chosen_block_tokens,
     descriptor_bytes,
     engine_descriptor_bytes,
     known_shape,
@@ -76,11 +81,65 @@ def test_prompt_plan_rounds_up_to_whole_blocks() -> None:
 
 
 def test_engine_descriptor_from_the_known_model_and_the_larger_tp() -> None:
-    # Llama-3.1-8B: 8 KV heads; TP 2 on both roles, vLLM's 16-token blocks, K+V packed
+    # Llama-3.1-8B: 8 KV heads; TP 2 on both roles, K+V packed; vLLM 0.11.0's largest block
+    # (128 tokens) is the operator's choice: 2 KiB a token would want 256 for 512 KiB
     spec = make_pdd().spec
-    assert engine_descriptor_bytes(spec) == 16 * 4 * 128 * 2 * 2
+    assert engine_descriptor_bytes(spec) == 128 * 4 * 128 * 2 * 2
     spec = make_pdd({"decode": {"gpusPerInstance": 8}}).spec
-    assert engine_descriptor_bytes(spec) == 16 * 1 * 128 * 2 * 2
+    assert engine_descriptor_bytes(spec) == 128 * 1 * 128 * 2 * 2
+
+
+V033 = {"image": "vllm/vllm-openai:v0.33.0"}
+LLAMA_70B_NAME = "meta-llama/Llama-3.1-70B-Instruct"
+
+
+SGLANG = "lmsysorg/sglang:v0.5"
+
+
+@pytest.mark.parametrize(
+    ("engine", "tp", "tokens", "descriptor"),
+    [
+        # vLLM aims at 1 MiB. 70B, TP 1: 4 KiB a token (K and V of 8 heads) -> 256 tokens
+        (V033, 1, 256, 1 << 20),
+        # TP 8: 512 B a token; 2,048 tokens would reach 1 MiB, the cap is 256
+        (V033, 8, 256, 128 << 10),
+        # vLLM 0.11.0 offers blocks up to 128 tokens
+        ({"image": "vllm/vllm-openai:v0.11.0"}, 1, 128, 512 << 10),
+        ({"image": "vllm/vllm-openai:v0.11.0"}, 8, 128, 64 << 10),
+        # SGLang moves K and V apart (2 KiB a token at TP 1) from one-token pages: 512 KiB
+        ({"type": "sglang", "image": SGLANG + ".23"}, 1, 256, 512 << 10),
+        ({"type": "sglang", "image": SGLANG + ".23"}, 8, 256, 64 << 10),
+        ({"type": "sglang", "image": SGLANG + ".4"}, 1, 256, 512 << 10),
+    ],
+)
+def test_the_operator_chooses_blocks_whose_descriptors_reach_the_engines_target(
+    engine: dict[str, str], tp: int, tokens: int, descriptor: int
+) -> None:
+    spec = make_pdd(
+        {
+            "model": {"name": LLAMA_70B_NAME},
+            "engine": engine,
+            "prefill": {"gpusPerInstance": tp},
+            "decode": {"gpusPerInstance": tp},
+        }
+    ).spec
+    assert chosen_block_tokens(spec, adapter_for(spec.engine.type)) == tokens
+    assert block_tokens(spec) == tokens
+    assert engine_descriptor_bytes(spec) == descriptor
+
+
+@pytest.mark.parametrize(
+    "patch",
+    [
+        {"engine": {"kvBlockSize": 32}},  # the user's block wins
+        {"model": {"name": "my-org/finetune"}},  # shape unknown: the engine's default
+        {"model": {"name": "deepseek-ai/DeepSeek-V3"}},  # MLA: its kernels fix the block
+        {"engine": {"type": "custom", "image": "example.com/engine:1"}},  # not our flags
+    ],
+)
+def test_the_operator_chooses_no_block_where_it_should_not(patch: dict[str, Any]) -> None:
+    spec = make_pdd(patch).spec
+    assert chosen_block_tokens(spec, adapter_for(spec.engine.type)) is None
 
 
 def test_engine_descriptor_follows_block_size_and_given_shape() -> None:
@@ -100,6 +159,8 @@ def test_engine_descriptor_unknown_model() -> None:
     assert engine_descriptor_bytes(make_pdd({"model": {"name": "my-org/finetune"}}).spec) is None
 
 
-def test_sglang_default_page_is_one_token() -> None:
-    spec = make_pdd({"engine": {"type": "sglang"}}).spec
+def test_sglang_pages_without_a_choice_are_one_token() -> None:
+    spec = make_pdd({"engine": {"type": "sglang"}, "model": {"name": "my-org/finetune"}}).spec
+    assert block_tokens(spec) == 1
+    spec = make_pdd({"engine": {"type": "sglang", "kvBlockSize": 1}}).spec
     assert engine_descriptor_bytes(spec) == 1 * 4 * 128 * 2
