@@ -1584,7 +1584,7 @@ class TransferStatus(Model):
     direction: str = Field(
         default="",
         description="The engine's direction the check moved the KV in: READ (decode pulls, "
-        "vLLM's NixlConnector) or WRITE (prefill pushes, SGLang).",
+        "vLLM's NixlConnector) or WRITE (prefill pushes: vLLM's NixlPushConnector, SGLang).",
     )
     peerBoundary: str = Field(
         default="",
