@@ -23,12 +23,15 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from pdd_refengine.kv_params import Generation, protocol_generation
+from pdd_refengine.layout import layout_for
 
 # The image's tag (the local runtime sets it, as a build per tag would bake it in).
 IMAGE_TAG_ENV = "PDD_REFENGINE_IMAGE_TAG"
 REGION_BYTES_ENV = "PDD_REFENGINE_KV_REGION_BYTES"
 MEMORY_ENV = "PDD_REFENGINE_KV_MEMORY"  # dram (default) | vram
 DEFAULT_REGION_BYTES = 64 << 20
+# Without PDD_REFENGINE_KV_REGION_BYTES the region holds at least this many blocks.
+MIN_BLOCKS = 4
 VLLM_BLOCK_TOKENS = 16  # vLLM's default --block-size
 SGLANG_PAGE_TOKENS = 1  # SGLang's default --page-size
 SGLANG_BOOTSTRAP_PORT = 8998
@@ -171,10 +174,17 @@ def _served_name(names: list[str] | None, model: str) -> str:
     return names[0] if names else model
 
 
+def default_region_bytes(config: EngineConfig) -> int:
+    """64 MiB, or room for ``MIN_BLOCKS`` blocks where the model's blocks are larger (70B
+    with the operator's 256-token blocks: 80 MiB each, whole-model KV)."""
+    block = layout_for(config.model).bytes_per_token * max(1, config.block_tokens)
+    return max(DEFAULT_REGION_BYTES, MIN_BLOCKS * block)
+
+
 def _with_environment(config: EngineConfig, env: dict[str, str]) -> EngineConfig:
     from dataclasses import replace
 
-    region = int(env.get(REGION_BYTES_ENV) or DEFAULT_REGION_BYTES)
+    region = int(env.get(REGION_BYTES_ENV) or default_region_bytes(config))
     memory = (env.get(MEMORY_ENV) or "dram").upper()
     if memory not in ("DRAM", "VRAM"):
         raise UsageError(f"{MEMORY_ENV} must be dram or vram, not {memory.lower()!r}")

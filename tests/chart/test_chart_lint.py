@@ -308,6 +308,9 @@ def test_the_kv_lane_policy_only_warns_and_toggles(helm: Helm) -> None:
     off = helm.template("--set", "kvLaneWarning.enabled=false")
     for kind in ("ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"):
         assert named(off, kind, "-kv-lane") == []
+    # A release upgraded with --reuse-values from a chart without the key keeps it on.
+    reused = helm.template("--set", "kvLaneWarning=null")
+    assert len(named(reused, "ValidatingAdmissionPolicyBinding", "-kv-lane")) == 1
 
 
 def access_policies(docs: list[dict[str, Any]]) -> dict[str, str]:

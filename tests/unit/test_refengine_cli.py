@@ -7,7 +7,7 @@ import pytest
 
 from helpers.factories import make_pdd
 from pdd_operator.engines.registry import ENGINES
-from pdd_refengine.cli import DEFAULT_REGION_BYTES, UsageError, parse_args
+from pdd_refengine.cli import DEFAULT_REGION_BYTES, MIN_BLOCKS, UsageError, parse_args
 
 IMAGES = {
     "vllm": "vllm/vllm-openai:v0.33.0",
@@ -130,3 +130,23 @@ def test_the_push_connector_plays_from_vllm_0_33_only() -> None:
     with pytest.raises(UsageError, match=r"NixlPushConnector needs vLLM 0\.24 or later"):
         parse_args(argv, {"PDD_REFENGINE_IMAGE_TAG": "vllm-0.11.0"})
     assert parse_args(rendered("vllm", "decode"), {}).kv_mode == "pull"
+
+
+@pytest.mark.parametrize(("engine", "flag"), [("vllm", "--block-size"), ("sglang", "--page-size")])
+def test_the_operators_own_block_size_fits_the_default_region(engine: str, flag: str) -> None:
+    """70B at TP 1 gets 256-token blocks from the operator: 80 MiB of whole-model KV each,
+    more than the 64 MiB default, so the region grows to hold MIN_BLOCKS of them."""
+    from pdd_operator.rendering.command import engine_launch
+
+    spec = make_pdd({
+        "engine": {"type": engine, "image": IMAGES[engine]},
+        "model": {"name": "meta-llama/Llama-3.1-70B-Instruct", "servedName": "llama"},
+        "prefill": {"gpusPerInstance": 1}, "decode": {"gpusPerInstance": 1},
+    }).spec  # fmt: skip
+    launch = engine_launch(ENGINES[engine], spec, "decode")
+    argv = [*launch.command, *launch.args]
+    argv = argv if engine == "vllm" else ["sglang", *argv[2:]]
+    assert argv[argv.index(flag) + 1] == "256"
+    config = parse_args(argv, {"PDD_REFENGINE_IMAGE_TAG": f"{engine}-0.33.0"})
+    assert config.block_tokens == 256
+    assert config.region_bytes == MIN_BLOCKS * 256 * 80 * 8 * 128 * 2 * 2
