@@ -239,8 +239,7 @@ async def serve(config: EngineConfig) -> None:
     engine.publish_forever()
     runners = [await _start(app.build(), config.host, config.port)]
     if config.engine == "vllm":
-        side_host = os.environ.get("VLLM_NIXL_SIDE_CHANNEL_HOST") or config.host
-        side_port = int(os.environ.get("VLLM_NIXL_SIDE_CHANNEL_PORT") or 5600)
+        side_host, side_port = vllm_flow.side_channel(config)
         runners.append(await _start(vllm_flow.side_channel_app(engine), side_host, side_port))
     elif config.role == "prefill" and config.bootstrap_port:
         bootstrap = sglang_flow.bootstrap_app(engine, app.rooms)

@@ -24,6 +24,7 @@ from typing import Any
 
 from aiohttp import web
 
+from pdd_refengine.cli import EngineConfig
 from pdd_refengine.engine import (
     Engine,
     KvOutcome,
@@ -74,13 +75,10 @@ async def prefill(engine: Engine, held: HeldBlocks, req: Completion) -> dict[str
     tokens = len(req.prompt_tokens)
     blocks = await compute_prompt_kv(engine, req)
     held.hold(blocks, tokens * engine.cache.bytes_per_token, asyncio.get_running_loop())
-    side_host = os.environ.get("VLLM_NIXL_SIDE_CHANNEL_HOST") or engine.config.host
-    side_port = int(os.environ.get("VLLM_NIXL_SIDE_CHANNEL_PORT") or 5600)
     params = RemotePrefill(
         tuple(blocks),
         engine.engine_id,
-        side_host,
-        side_port,
+        *side_channel(engine.config),
         engine.config.tp_size,
         request_id=req.request_id,
         tokens=tokens,
@@ -147,6 +145,13 @@ def raise_mismatch(remote: RemotePrefill, serving: str) -> None:
         f"{remote.host}:{remote.port} serves engine {serving}, not {remote.engine_id} "
         "(the prefill restarted since it answered?)"
     )
+
+
+def side_channel(config: EngineConfig) -> tuple[str, int]:
+    """Where this engine's side channel listens (VLLM_NIXL_SIDE_CHANNEL_HOST/PORT, as vLLM's):
+    the pull and push flows name it in their answers, the server binds it."""
+    host = os.environ.get("VLLM_NIXL_SIDE_CHANNEL_HOST") or config.host
+    return host, int(os.environ.get("VLLM_NIXL_SIDE_CHANNEL_PORT") or 5600)
 
 
 def side_channel_app(engine: Engine) -> web.Application:

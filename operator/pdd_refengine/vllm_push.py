@@ -40,10 +40,10 @@ from pdd_refengine.engine import (
 from pdd_refengine.kv_params import KvParamsError, RemotePrefill, parse_push_prefill
 from pdd_refengine.kvcache import TransferError
 from pdd_refengine.openai_api import Completion
+from pdd_refengine.vllm_flow import HANDSHAKE_PATH, side_channel
 
 REGISTER_TAG = b"pdd-push-reg:"
 PUSHED_TAG = b"pdd-pushed:"
-HANDSHAKE_PATH = "/pdd/handshake"  # the side channel's, as the pull flow's (vllm_flow)
 TRANSFER_MODE = "push"
 
 
@@ -202,7 +202,7 @@ async def prefill(engine: Engine, pushes: Pushes, req: Completion) -> dict[str, 
     params = RemotePrefill(
         tuple(blocks),
         engine.engine_id,
-        *side_channel(engine),
+        *side_channel(engine.config),
         engine.config.tp_size,
         request_id=req.request_id,
         tokens=tokens,
@@ -260,14 +260,8 @@ def _register(engine: Engine, remote: RemotePrefill, blocks: list[int], tokens: 
     if serving != remote.engine_id:
         raise TransferError(f"{url} serves engine {serving}, not {remote.engine_id}")
     engine.load_peer(remote.engine_id, time.monotonic() + engine.kv_timeout_s)
-    host, port = side_channel(engine)
+    host, port = side_channel(engine.config)
     registration = Registration(
         remote.request_id, engine.engine_id, host, port, tuple(blocks), tokens
     )
     engine.cache.send_notif(remote.engine_id, registration.encode())
-
-
-def side_channel(engine: Engine) -> tuple[str, int]:
-    """This engine's side channel (VLLM_NIXL_SIDE_CHANNEL_HOST/PORT), as vllm_flow's."""
-    host = os.environ.get("VLLM_NIXL_SIDE_CHANNEL_HOST") or engine.config.host
-    return host, int(os.environ.get("VLLM_NIXL_SIDE_CHANNEL_PORT") or 5600)
