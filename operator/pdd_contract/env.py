@@ -22,6 +22,9 @@ PDD_SIDECAR_TOKEN_FILE = "PDD_SIDECAR_TOKEN_FILE"
 PDD_SIDE_CHANNEL = "PDD_SIDE_CHANNEL"
 PDD_SIDE_CHANNEL_PORTS = "PDD_SIDE_CHANNEL_PORTS"
 PDD_SIDE_CHANNEL_ROLES = "PDD_SIDE_CHANNEL_ROLES"
+# Only where a role's pods differ from PDD_SIDE_CHANNEL_PORTS: that role's ports per rank of
+# an instance over several nodes (ports.format_rank_ports).
+PDD_SIDE_CHANNEL_RANK_PORTS = "PDD_SIDE_CHANNEL_RANK_PORTS"
 
 # The router's and a custom engine's view of the deployment.
 PDD_PREFILL_SERVICE = "PDD_PREFILL_SERVICE"

@@ -6,11 +6,15 @@ data-parallel rank, in prefill and decode pods alike; SGLang's prefill side serv
 disaggregation bootstrap port and the decode side connects. The operator sets the channel's
 name (env.PDD_SIDE_CHANNEL) and ports (env.PDD_SIDE_CHANNEL_PORTS); the roles that serve a
 channel named here are known to both sides, any other channel names them in
-env.PDD_SIDE_CHANNEL_ROLES.
+env.PDD_SIDE_CHANNEL_ROLES. Where a role's pods do not all listen on those ports (an instance
+over several nodes: vLLM's rank-r pod serves the ports of its own data-parallel ranks, SGLang's
+bootstrap server runs on rank 0 alone), env.PDD_SIDE_CHANNEL_RANK_PORTS gives that role's
+ports per rank (``format_rank_ports``): the peer's pod index is its rank.
 """
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
 from types import MappingProxyType
 
@@ -48,6 +52,48 @@ def default_side_channel_ports(channel: str, dp_size: int = 1) -> tuple[int, ...
     if channel == SGLANG_SIDE_CHANNEL:
         return (SGLANG_BOOTSTRAP_PORT,)
     return ()
+
+
+# A role's side-channel ports by rank: entry r is what the instance's rank-r pod listens on.
+RankPorts = tuple[tuple[int, ...], ...]
+
+
+def format_rank_ports(by_role: Mapping[str, RankPorts]) -> str:
+    """PDD_SIDE_CHANNEL_RANK_PORTS's value: ``{"prefill": [[5600], [5601]]}`` (JSON, roles
+    sorted, so an unchanged deployment renders the same text)."""
+    document = {role: [list(ports) for ports in by_role[role]] for role in sorted(by_role)}
+    return json.dumps(document, separators=(",", ":"))
+
+
+def parse_rank_ports(value: str) -> dict[str, RankPorts]:
+    """The inverse of ``format_rank_ports``; ValueError, saying what is wrong, for anything
+    else."""
+    try:
+        document = json.loads(value)
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"not JSON ({exc.msg})") from None
+    if not isinstance(document, dict):
+        raise ValueError('expected an object of roles, e.g. {"prefill": [[5600], [5601]]}')
+    return {str(role): _rank_list(role, ranks) for role, ranks in document.items()}
+
+
+def _rank_list(role: object, ranks: object) -> RankPorts:
+    if not isinstance(ranks, list) or not all(isinstance(r, list) for r in ranks):
+        raise ValueError(f"{role}: expected a list of port lists, one per rank")
+    if not all(isinstance(p, int) and 0 < p < 65536 for rank in ranks for p in rank):
+        raise ValueError(f"{role}: ports are whole numbers from 1 to 65535")
+    return tuple(tuple(rank) for rank in ranks)
+
+
+def ports_of_rank(rank_ports: RankPorts, pod_index: int | None) -> tuple[int, ...]:
+    """What a pod listens on. One entry: every pod of the role (its instances are one pod
+    each, so the pod index counts replicas, not ranks). Several: the pod index is the rank,
+    and a rank beyond the list serves nothing; a pod whose index is not known (a static peer
+    list) is taken for rank 0."""
+    if len(rank_ports) == 1:
+        return rank_ports[0]
+    index = pod_index or 0
+    return rank_ports[index] if 0 <= index < len(rank_ports) else ()
 
 
 # Where the ranks of an instance over several nodes meet on its leader: vLLM's

@@ -26,6 +26,7 @@ from pdd_contract.env import (
     PDD_ROLE,
     PDD_SIDE_CHANNEL,
     PDD_SIDE_CHANNEL_PORTS,
+    PDD_SIDE_CHANNEL_RANK_PORTS,
     PDD_SIDE_CHANNEL_ROLES,
     PDD_SIDECAR_TOKEN_FILE,
     PDD_SIDECAR_URL,
@@ -39,6 +40,7 @@ from pdd_contract.ports import (
     SGLANG_BOOTSTRAP_PORT,
     VLLM_SIDE_CHANNEL_BASE_PORT,
     default_side_channel_ports,
+    parse_rank_ports,
 )
 from pdd_probe.probe import (
     DEFAULT_BLOCK_SIZES,
@@ -147,6 +149,12 @@ def _add_serve(p: argparse.ArgumentParser) -> None:
         help="comma-separated roles whose pods serve the side channel; default: prefill,decode "
         "(vllm) or prefill (sglang)",
     )
+    p.add_argument(
+        "--side-channel-rank-ports",
+        default=_env(PDD_SIDE_CHANNEL_RANK_PORTS, ""),
+        help="the ports per rank of the roles whose pods do not all listen on "
+        '--side-channel-ports (instances over several nodes), e.g. {"prefill": [[5600], [5601]]}',
+    )
     p.add_argument("--vllm-dp-size", type=int, default=int(_env_num("PDD_VLLM_DP_SIZE", 1)))
     p.add_argument(
         "--peer-grace-seconds",
@@ -249,7 +257,11 @@ def build_config(args: argparse.Namespace) -> SidecarConfig:
     if unknown := [r for r in side_roles if r not in ROLES]:
         raise SystemExit(f"--side-channel-roles: {', '.join(unknown)} is not prefill or decode")
     try:
-        side_channel_for(args.side_channel, args.role, ports, side_roles)
+        rank_ports = parse_rank_ports(args.side_channel_rank_ports or "{}")
+    except ValueError as exc:
+        raise SystemExit(f"--side-channel-rank-ports: {exc}") from exc
+    try:
+        side_channel_for(args.side_channel, args.role, ports, side_roles, rank_ports)
     except ValueError as exc:
         raise SystemExit(f"--side-channel: {exc}") from exc
     return SidecarConfig(
@@ -263,6 +275,7 @@ def build_config(args: argparse.Namespace) -> SidecarConfig:
         side_channel=args.side_channel,
         side_channel_ports=ports,
         side_channel_roles=side_roles,
+        side_channel_rank_ports=rank_ports,
         peer_grace_s=args.peer_grace_seconds,
         drain_s=args.drain_seconds,
         resync_s=args.resync_seconds,

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from pdd_contract.paths import KV_PATH_FILE
+from pdd_contract.ports import RankPorts
 
 ROLES = ("prefill", "decode")
 DEFAULT_PORT = 8790
@@ -65,6 +67,8 @@ class SidecarConfig:
     side_channel: str = "none"  # a channel name (pdd_contract.ports) or "none"
     side_channel_ports: tuple[int, ...] = ()
     side_channel_roles: tuple[str, ...] = ()  # empty: what pdd_contract.ports knows
+    # The roles whose pods do not all listen on side_channel_ports: their ports per rank.
+    side_channel_rank_ports: Mapping[str, RankPorts] = field(default_factory=dict)
     # A peer sidecar that has not answered for this long stops being served (its engine's
     # writes would fail anyway); the K8s source drops a deleted pod at once.
     peer_grace_s: float = 15.0

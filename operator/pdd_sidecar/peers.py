@@ -25,7 +25,7 @@ from typing import Any, Protocol
 
 import aiohttp
 
-from pdd_contract.labels import LABEL_DEPLOYMENT
+from pdd_contract.labels import LABEL_DEPLOYMENT, LABEL_POD_INDEX
 from pdd_sidecar.config import ROLES, Identity, url_host
 from pdd_sidecar.metrics import SidecarMetrics
 from pdd_sidecar.peer_view import (
@@ -52,6 +52,8 @@ class PeerEndpoint:
     pod: str | None = None
     uid: str | None = None
     terminating: bool = False
+    # The StatefulSet's pod index: the rank, in a role whose instances span nodes.
+    pod_index: int | None = None
 
     @property
     def key(self) -> tuple[str, int]:
@@ -305,8 +307,17 @@ def endpoints_from_pods(
         if role is None or not ip or pod.status.phase in ("Succeeded", "Failed"):
             continue
         terminating = pod.metadata.deletion_timestamp is not None
-        found.append(PeerEndpoint(role, ip, port, pod.metadata.name, pod.metadata.uid, terminating))
+        found.append(
+            PeerEndpoint(
+                role, ip, port, pod.metadata.name, pod.metadata.uid, terminating, _pod_index(pod)
+            )
+        )
     return found
+
+
+def _pod_index(pod: Any) -> int | None:
+    index = (pod.metadata.labels or {}).get(LABEL_POD_INDEX, "")
+    return int(index) if index.isdigit() else None
 
 
 def role_of_statefulset(name: str, workloads: Mapping[str, str]) -> str | None:

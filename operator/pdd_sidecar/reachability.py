@@ -14,30 +14,41 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 
 from pdd_contract.env import PDD_SIDE_CHANNEL_PORTS, PDD_SIDE_CHANNEL_ROLES
-from pdd_contract.ports import NO_SIDE_CHANNEL, SIDE_CHANNEL_SERVED_BY
+from pdd_contract.ports import NO_SIDE_CHANNEL, SIDE_CHANNEL_SERVED_BY, RankPorts, ports_of_rank
 from pdd_sidecar.config import ROLES
 from pdd_sidecar.metrics import SidecarMetrics
-from pdd_sidecar.peers import PeerState
+from pdd_sidecar.peers import PeerEndpoint, PeerState
 
 
 @dataclass(frozen=True)
 class SideChannel:
-    """Which ports to check, on peers of which roles."""
+    """Which ports to check, on peers of which roles: ``ports`` on every pod, except for the
+    roles in ``rank_ports``, whose pods listen on their rank's."""
 
     ports: tuple[int, ...]
     target_roles: frozenset[str]
+    rank_ports: Mapping[str, RankPorts] = field(default_factory=dict)
+
+    def ports_of(self, endpoint: PeerEndpoint) -> tuple[int, ...]:
+        if endpoint.role in self.rank_ports:
+            return ports_of_rank(self.rank_ports[endpoint.role], endpoint.pod_index)
+        return self.ports
 
 
 def side_channel_for(
-    channel: str, own_role: str, ports: tuple[int, ...], served_by: tuple[str, ...] = ()
+    channel: str,
+    own_role: str,
+    ports: tuple[int, ...],
+    served_by: tuple[str, ...] = (),
+    rank_ports: Mapping[str, RankPorts] | None = None,
 ) -> SideChannel | None:
     """The side channel seen from a pod of ``own_role``: ``ports`` on the peers of the roles
-    that serve it other than its own. ``served_by`` defaults to what ports.py knows of the
-    channel."""
+    that serve it other than its own (their rank's where ``rank_ports`` names the role).
+    ``served_by`` defaults to what ports.py knows of the channel."""
     if channel == NO_SIDE_CHANNEL:
         return None
     roles = served_by or SIDE_CHANNEL_SERVED_BY.get(channel, ())
@@ -48,7 +59,9 @@ def side_channel_for(
         )
     if not ports:
         raise ValueError(f"side channel {channel!r}: give its ports ({PDD_SIDE_CHANNEL_PORTS})")
-    return SideChannel(ports, frozenset(roles) - {own_role})
+    if unserved := sorted(set(rank_ports or {}) - set(roles)):
+        raise ValueError(f"ports per rank for {', '.join(unserved)}, which does not serve it")
+    return SideChannel(ports, frozenset(roles) - {own_role}, dict(rank_ports or {}))
 
 
 @dataclass(frozen=True)
@@ -103,7 +116,7 @@ class ReachabilityChecker:
             (peer.pod_name, peer.endpoint.host, port)
             for peer in self._peers()
             if peer.endpoint.role in self.channel.target_roles and peer.endpoint.role in ROLES
-            for port in self.channel.ports
+            for port in self.channel.ports_of(peer.endpoint)
         ]
         checks = await asyncio.gather(
             *(check_port(host, port, self._timeout_s) for _, host, port in targets)

@@ -123,6 +123,7 @@ class Sidecar:
             self.identity.role,
             config.side_channel_ports,
             config.side_channel_roles,
+            config.side_channel_rank_ports,
         )
         self.reachability = (
             ReachabilityChecker(

@@ -19,6 +19,7 @@ def pod(
     kind: str = "StatefulSet",
     controller: bool = True,
     deleting: bool = False,
+    labels: dict[str, str] | None = None,
 ) -> client.V1Pod:
     refs = (
         [client.V1OwnerReference(api_version="apps/v1", kind=kind, name=owner, uid="u",
@@ -30,6 +31,7 @@ def pod(
         metadata=client.V1ObjectMeta(
             name=name,
             uid=f"uid-{name}",
+            labels=labels,
             owner_references=refs,
             deletion_timestamp="2026-11-30T00:00:00Z" if deleting else None,
         ),
@@ -102,3 +104,12 @@ def test_pods_that_only_copy_the_labels_or_cannot_serve_are_left_out() -> None:
         pod("failed", "kv-decode", phase="Failed"),
     ]
     assert endpoints_from_pods(pods, WORKLOADS, 8099) == []
+
+
+def test_a_peer_carries_its_pod_index_the_rank_where_instances_span_nodes() -> None:
+    index = {"apps.kubernetes.io/pod-index": "1"}
+    pods = [
+        pod("kv-prefill-1-1", "kv-prefill-1", labels=index),
+        pod("kv-decode-0", "kv-decode", ip="10.0.0.2"),  # no label (an older cluster)
+    ]
+    assert [e.pod_index for e in endpoints_from_pods(pods, WORKLOADS, 1)] == [1, None]

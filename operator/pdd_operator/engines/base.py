@@ -10,10 +10,12 @@ is declared once and opened everywhere it must be.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 from pdd_contract.env import KvOperation
+from pdd_contract.ports import RankPorts
 from pdd_operator.api.v1alpha1 import PDDeploymentSpec, RoleSpec, RouterSpec
 from pdd_operator.engines.version import (
     ResolvedVersion,
@@ -52,12 +54,14 @@ class SideChannel:
 
     ``name`` is what the sidecar reports the channel as (env PDD_SIDE_CHANNEL); ``served_by``
     are the roles whose pods listen on ``ports``, so a pod checks the peers of those roles
-    other than its own.
+    other than its own. ``rank_ports`` names the roles whose pods do not all listen on
+    ``ports``, with what each rank of an instance does (pdd_contract.ports.RankPorts).
     """
 
     name: str
     ports: tuple[int, ...]
     served_by: tuple[str, ...]
+    rank_ports: Mapping[str, RankPorts] = field(default_factory=dict)
 
 
 # The kubelet's probe timeout where a probe sets none: enough for an endpoint that answers

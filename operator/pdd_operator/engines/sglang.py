@@ -173,10 +173,15 @@ class SglangAdapter(EngineAdapter):
         return HealthCheck(path=path, timeout_s=HEALTH_TIMEOUT_S)
 
     def side_channel(self, spec: PDDeploymentSpec) -> SideChannel:
+        """The prefill's bootstrap server, which only an instance's rank-0 pod runs: the
+        tokenizer manager starts it (0.5.23 managers/tokenizer_manager.py L806), and nodes of
+        rank 1 and up run none (entrypoints/engine.py L1234: "Non-zero-rank nodes do not run
+        tokenizer processes")."""
+        port = (spec.kvTransfer.bootstrapPort,)
+        ranks = spec.prefill.nodesPerInstance
+        by_rank = {"prefill": (port, *((),) * (ranks - 1))} if ranks > 1 else {}
         return SideChannel(
-            SGLANG_SIDE_CHANNEL,
-            (spec.kvTransfer.bootstrapPort,),
-            SIDE_CHANNEL_SERVED_BY[SGLANG_SIDE_CHANNEL],
+            SGLANG_SIDE_CHANNEL, port, SIDE_CHANNEL_SERVED_BY[SGLANG_SIDE_CHANNEL], by_rank
         )
 
     def router(self, spec: PDDeploymentSpec, discovery: RouterDiscovery) -> RouterLaunch:

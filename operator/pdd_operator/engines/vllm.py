@@ -24,7 +24,7 @@ from pdd_contract.env import (
     VLLM_NIXL_SIDE_CHANNEL_PORT,
     KvOperation,
 )
-from pdd_contract.ports import SIDE_CHANNEL_SERVED_BY, VLLM_SIDE_CHANNEL
+from pdd_contract.ports import SIDE_CHANNEL_SERVED_BY, VLLM_SIDE_CHANNEL, RankPorts
 from pdd_operator.api.pod_namespaces import shares_pid_namespace
 from pdd_operator.api.v1alpha1 import PDDeploymentSpec
 from pdd_operator.engines.base import (
@@ -182,15 +182,25 @@ class VllmAdapter(EngineAdapter):
         )
 
     def side_channel(self, spec: PDDeploymentSpec) -> SideChannel:
-        return SideChannel(
-            VLLM_SIDE_CHANNEL, self._side_ports(spec), SIDE_CHANNEL_SERVED_BY[VLLM_SIDE_CHANNEL]
-        )
+        served_by = SIDE_CHANNEL_SERVED_BY[VLLM_SIDE_CHANNEL]
+        common = self._side_ports(spec)
+        by_rank = {role: self._rank_ports(spec, role) for role in served_by}
+        differing = {role: ports for role, ports in by_rank.items() if ports != (common,)}
+        return SideChannel(VLLM_SIDE_CHANNEL, common, served_by, differing)
 
     def _side_ports(self, spec: PDDeploymentSpec) -> tuple[int, ...]:
         """The side-channel ports a role's first (rank 0) pod listens on, for both roles."""
         per_pod = max(self._listeners_per_pod(spec, role) for role in ("prefill", "decode"))
         base = spec.kvTransfer.sideChannelPort
         return tuple(range(base, base + per_pod))
+
+    def _rank_ports(self, spec: PDDeploymentSpec, role: str) -> RankPorts:
+        """Each rank's own listeners: the ports count global data-parallel ranks (and, up to
+        0.11.0, TP workers within them), and rank r's pod runs the r-th share of them."""
+        per_pod = self._listeners_per_pod(spec, role)
+        first = spec.kvTransfer.sideChannelPort
+        ranks = range(role_spec(spec, role).nodesPerInstance)
+        return tuple(tuple(range(first + r * per_pod, first + (r + 1) * per_pod)) for r in ranks)
 
     def _listeners_per_pod(self, spec: PDDeploymentSpec, role: str) -> int:
         layout = self.layout(spec, role)

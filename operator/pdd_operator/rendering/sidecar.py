@@ -19,6 +19,7 @@ from pdd_contract.env import (
     PDD_REVISION,
     PDD_SIDE_CHANNEL,
     PDD_SIDE_CHANNEL_PORTS,
+    PDD_SIDE_CHANNEL_RANK_PORTS,
     PDD_SIDE_CHANNEL_ROLES,
     PDD_SIDECAR_TOKEN_FILE,
     PDD_SIDECAR_URL,
@@ -27,7 +28,7 @@ from pdd_contract.env import (
     POD_UID,
 )
 from pdd_contract.paths import ENV_DIR, TOKEN_DIR, TOKEN_FILE, TOKEN_KEY
-from pdd_contract.ports import NO_SIDE_CHANNEL, SIDE_CHANNEL_SERVED_BY
+from pdd_contract.ports import NO_SIDE_CHANNEL, SIDE_CHANNEL_SERVED_BY, format_rank_ports
 from pdd_operator.api import names
 from pdd_operator.api.v1alpha1 import SIDECAR_CONTAINER, PDDeployment, PDDeploymentSpec
 from pdd_operator.engines.base import EngineAdapter
@@ -169,6 +170,9 @@ def side_channel_env(adapter: EngineAdapter, spec: PDDeploymentSpec) -> list[dic
     ]
     if SIDE_CHANNEL_SERVED_BY.get(channel.name) != channel.served_by:
         env.append({"name": PDD_SIDE_CHANNEL_ROLES, "value": ",".join(channel.served_by)})
+    if channel.rank_ports:
+        value = format_rank_ports(channel.rank_ports)
+        env.append({"name": PDD_SIDE_CHANNEL_RANK_PORTS, "value": value})
     return env
 
 
