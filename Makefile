@@ -15,7 +15,9 @@ PYTEST := $(PY) -m pytest
 # control plane and fleet of its own (a session fixture per worker), a module's tests on one
 # worker. Off by default until three consecutive clean-clone runs pass with it (issue 39).
 TEST_WORKERS ?= 1
-XDIST := $(if $(filter-out 1,$(TEST_WORKERS)),-n $(TEST_WORKERS) --dist loadfile,)
+# --no-loadscope-reorder: xdist would otherwise hand out the modules with the most tests first,
+# which leaves the long modules of few tests (tests/conftest.py, LONG_MODULES) for last.
+XDIST := $(if $(filter-out 1,$(TEST_WORKERS)),-n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder,)
 ONCE ?=
 
 .PHONY: reliability help venv binaries generate check-generated lint unit integration nixl chart docs test demo cluster cluster-down bench e2e-kind clean
