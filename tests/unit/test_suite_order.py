@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from conftest import LONG_MODULES
+from helpers.suite_order import LONG_MODULES
 
 ROOT = Path(__file__).resolve().parents[2]
 
