@@ -12,6 +12,7 @@ import importlib.metadata
 import json
 import re
 import sys
+from pathlib import Path
 from typing import Any
 
 
@@ -113,15 +114,19 @@ def nixl_kv_transfer_params() -> dict[str, Any]:
 
 
 def sglang_extras() -> dict[str, Any]:
-    """The environment variables SGLang declares (sglang/srt/environ.py)."""
+    """The environment variables SGLang declares (sglang/srt/environ.py), and its P/D
+    bootstrap exchange over HTTP and ZMQ, read from the release's source
+    (hack/sglang_exchange_dump.py)."""
     from sglang.srt import environ
+    from sglang_exchange_dump import bootstrap_exchange
 
     names = {
         name
         for name, value in vars(environ.Envs).items()
         if name.isupper() and not name.startswith("_") and hasattr(value, "get")
     }
-    return {"env": sorted(names)}
+    site = Path(str(importlib.metadata.distribution("sglang").locate_file("")))
+    return {"env": sorted(names), "bootstrap_exchange": bootstrap_exchange(site)}
 
 
 def type_name(action: argparse.Action) -> str:

@@ -16,5 +16,7 @@ checks every byte before it answers with tokens derived from a hash of the promp
 Modules: ``cli`` (both engines' command lines), ``layout`` (bytes per token), ``pattern``
 (the fill and the check), ``kv_params`` (vLLM's ``kv_transfer_params``), ``kvcache`` (the
 registered region and NIXL), ``openai_api`` (request and response shapes), ``metrics``,
-``vllm_flow`` / ``sglang_flow`` (the two P/D protocols), ``server`` (the HTTP app).
+``vllm_flow`` / ``vllm_push`` / ``sglang_flow`` (the P/D protocols; SGLang's bootstrap exchange
+in ``sglang_exchange`` (HTTP fields), ``sglang_frames`` (ZMQ frames), ``sglang_bootstrap`` (the
+bootstrap server) and ``sglang_ranks`` (the ZMQ sockets)), ``server`` (the HTTP app).
 """

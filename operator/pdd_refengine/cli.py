@@ -8,7 +8,9 @@ vLLM: ``vllm serve MODEL --host H --port P --tensor-parallel-size N --kv-transfe
 SGLang: ``sglang serve`` or ``python3 -m sglang.launch_server`` (the releases before 0.5.5),
 then ``--model-path MODEL --host H --port P --tp N
 --disaggregation-mode prefill|decode --disaggregation-transfer-backend nixl
---disaggregation-bootstrap-port B [--served-model-name NAME] [--page-size N] [...]``.
+--disaggregation-bootstrap-port B [--served-model-name NAME] [--page-size N] [--kv-cache-dtype D]
+[...]``. The image tag picks the protocol generation each engine speaks (vLLM: ``kv_params``;
+SGLang: ``sglang_exchange``).
 
 Flags the reference engine does not know (the user's own ``args``) are ignored with one warning:
 a real engine would use them, a test double need not.
@@ -24,6 +26,8 @@ from dataclasses import dataclass, field
 
 from pdd_refengine.kv_params import Generation, protocol_generation
 from pdd_refengine.layout import layout_for
+from pdd_refengine.sglang_exchange import Generation as SglangGeneration
+from pdd_refengine.sglang_exchange import protocol_generation as bootstrap_generation
 
 # The image's tag (the local runtime sets it, as a build per tag would bake it in).
 IMAGE_TAG_ENV = "PDD_REFENGINE_IMAGE_TAG"
@@ -66,6 +70,10 @@ class EngineConfig:
     # vLLM's connector: NixlConnector (the decode pulls: "pull") or NixlPushConnector (the
     # prefill pushes: "push", vllm_push).
     kv_mode: str = "pull"
+    # Which SGLang release's bootstrap exchange it speaks, from the image's tag:
+    # sglang_exchange.protocol_generation.
+    bootstrap_protocol: SglangGeneration = "0.5.4"
+    kv_cache_dtype: str = "auto"  # SGLang's --kv-cache-dtype: its decode refuses a mismatch
 
 
 def parse_args(argv: Sequence[str], environ: dict[str, str] | None = None) -> EngineConfig:
@@ -140,6 +148,7 @@ def _parse_sglang(argv: Sequence[str]) -> EngineConfig:
     parser.add_argument("--disaggregation-transfer-backend", default="nixl")
     parser.add_argument("--disaggregation-bootstrap-port", type=int, default=SGLANG_BOOTSTRAP_PORT)
     parser.add_argument("--page-size", type=int, default=SGLANG_PAGE_TOKENS)
+    parser.add_argument("--kv-cache-dtype", default="auto")
     known, unknown = _parse(parser, argv)
     if known.disaggregation_mode not in ("prefill", "decode"):
         raise UsageError("--disaggregation-mode must be prefill or decode")
@@ -156,6 +165,7 @@ def _parse_sglang(argv: Sequence[str]) -> EngineConfig:
         block_tokens=known.page_size,
         max_model_len=known.max_model_len,
         bootstrap_port=known.disaggregation_bootstrap_port,
+        kv_cache_dtype=known.kv_cache_dtype,
         ignored=tuple(unknown),
     )
 
@@ -190,11 +200,18 @@ def _with_environment(config: EngineConfig, env: dict[str, str]) -> EngineConfig
         raise UsageError(f"{MEMORY_ENV} must be dram or vram, not {memory.lower()!r}")
     if config.block_tokens <= 0:
         raise UsageError("the block (page) size must be a positive number of tokens")
-    protocol = protocol_generation(env.get(IMAGE_TAG_ENV, ""))
+    tag = env.get(IMAGE_TAG_ENV, "")
+    protocol = protocol_generation(tag)
     if config.kv_mode == "push" and protocol != "0.33":
         # As vLLM itself: no NixlPushConnector before 0.24 (the reference engine plays 0.33).
         raise UsageError(
             "--kv-transfer-config: NixlPushConnector needs vLLM 0.24 or later; this image "
             f"plays vLLM {protocol}"
         )
-    return replace(config, region_bytes=region, memory=memory, protocol=protocol)
+    return replace(
+        config,
+        region_bytes=region,
+        memory=memory,
+        protocol=protocol,
+        bootstrap_protocol=bootstrap_generation(tag),
+    )

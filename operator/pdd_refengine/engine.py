@@ -16,6 +16,7 @@ import urllib.request
 import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from email.message import Message
 from typing import Any, TypeVar
 
 from pdd_refengine.cli import EngineConfig
@@ -209,19 +210,37 @@ async def compute_prompt_kv(engine: Engine, req: Completion) -> list[int]:
     return blocks
 
 
-def http_json(method: str, url: str, body: Any, timeout_s: float) -> Any:
-    """A small blocking JSON call to a peer engine (side channel, bootstrap server)."""
+class PeerHTTPError(TransferError):
+    """A peer engine answered, with an HTTP error status."""
+
+    def __init__(self, url: str, status: int, body: bytes) -> None:
+        super().__init__(f"{url} answered HTTP {status}: {body[:300]!r}")
+        self.status = status
+
+
+def http_call(method: str, url: str, body: Any, timeout_s: float) -> tuple[bytes, Message]:
+    """A small blocking call to a peer engine (side channel, bootstrap server): the answer's
+    body and headers; an error status raises ``PeerHTTPError``."""
     data = None if body is None else json.dumps(body).encode()
     request = urllib.request.Request(
         url, data=data, method=method, headers={"Content-Type": "application/json"}
     )
     try:
         with urllib.request.urlopen(request, timeout=max(timeout_s, 0.1)) as response:
-            return json.loads(response.read() or b"null")
+            return response.read(), response.headers
     except urllib.error.HTTPError as err:
-        raise TransferError(f"{url} answered HTTP {err.code}: {err.read()[:300]!r}") from None
-    except (OSError, ValueError) as exc:
+        raise PeerHTTPError(url, err.code, err.read()) from None
+    except OSError as exc:
         raise TransferError(f"cannot reach {url}: {exc}") from None
+
+
+def http_json(method: str, url: str, body: Any, timeout_s: float) -> Any:
+    """``http_call`` for a JSON answer."""
+    answer, _headers = http_call(method, url, body, timeout_s)
+    try:
+        return json.loads(answer or b"null")
+    except ValueError as exc:
+        raise TransferError(f"{url} answered no JSON: {exc}") from None
 
 
 def region_of(data: Any) -> RegionInfo:

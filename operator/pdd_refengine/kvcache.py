@@ -257,11 +257,12 @@ class KvCache:
         remote_blocks: Sequence[int],
         local_blocks: Sequence[int],
         tokens: int,
-        notif: bytes,
+        notif: bytes | None,
         timeout_s: float,
     ) -> float:
         """READ the remote blocks into local ones, or WRITE local ones into the remote; NIXL
-        delivers ``notif`` to the peer once done. Returns the seconds the transfer took."""
+        delivers ``notif`` to the peer once done (None: the protocol tells the peer its own
+        way). Returns the seconds the transfer took."""
         if remote.bytes_per_token != self.bytes_per_token:
             raise TransferError(
                 f"KV layouts differ: the peer has {remote.bytes_per_token} B/token, this engine "
@@ -274,7 +275,8 @@ class KvCache:
             try:
                 self._move(operation, local, remote, remote_ids, timeout_s)
                 # After every part landed: the peer may reuse the blocks once it reads this.
-                self._agent.send_notif(remote.agent_name, notif)
+                if notif is not None:
+                    self._agent.send_notif(remote.agent_name, notif)
             except (RuntimeError, TimeoutError) as exc:
                 raise TransferError(f"NIXL {operation} from {remote.agent_name}: {exc}") from exc
             except Exception as exc:  # NIXL raises its own exception types

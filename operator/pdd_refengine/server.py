@@ -21,6 +21,7 @@ from pdd_refengine.engine import Engine, KvOutcome, log
 from pdd_refengine.kv_params import KvParamsError, wants_remote_decode, wants_remote_prefill
 from pdd_refengine.kvcache import CacheFull, TransferError, run_notif_loop
 from pdd_refengine.openai_api import BadRequest, Completion
+from pdd_refengine.sglang_bootstrap import BootstrapServer
 
 VERSION = "0.1.0-pdd-refengine"
 # After SIGTERM: serve at most this long (env, seconds), ending early once idle this long.
@@ -237,13 +238,12 @@ async def serve(config: EngineConfig) -> None:
     app = App(engine, loop)
     run_notif_loop(engine.cache, app.on_notif, engine.stop)
     engine.publish_forever()
-    runners = [await _start(app.build(), config.host, config.port)]
+    # SGLang: the prefill's rank is registered before the engine takes a request.
+    runners = await _start_sglang(engine, app) if config.engine == "sglang" else []
+    runners.append(await _start(app.build(), config.host, config.port))
     if config.engine == "vllm":
         side_host, side_port = vllm_flow.side_channel(config)
         runners.append(await _start(vllm_flow.side_channel_app(engine), side_host, side_port))
-    elif config.role == "prefill" and config.bootstrap_port:
-        bootstrap = sglang_flow.bootstrap_app(engine, app.rooms)
-        runners.append(await _start(bootstrap, config.host, config.bootstrap_port))
     log.info(
         "reference engine (test double) %s serving %s as %s on %s:%d, agent %s, "
         "%d KV blocks of %d B (%d B/token, %s)",
@@ -266,7 +266,23 @@ async def serve(config: EngineConfig) -> None:
     engine.stop.set()
     for runner in runners:
         await runner.cleanup()
+    await app.rooms.sockets.close()
     await asyncio.to_thread(_unpublish, engine)
+
+
+async def _start_sglang(engine: Engine, app: App) -> list[web.AppRunner]:
+    """The rank's ZMQ socket, and on a prefill the bootstrap server with the rank in it."""
+    config, runners = engine.config, []
+    if config.role == "prefill" and config.bootstrap_port:
+        server = BootstrapServer(config.bootstrap_protocol, engine.identity)
+        runners.append(await _start(server.app(), config.host, config.bootstrap_port))
+    await sglang_flow.start_rank(engine, app.rooms)
+    log.info(
+        "SGLang %s bootstrap exchange, rank socket %s",
+        config.bootstrap_protocol,
+        app.rooms.sockets.endpoint,
+    )
+    return runners
 
 
 async def _drain(engine: Engine, app: App) -> None:

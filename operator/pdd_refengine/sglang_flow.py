@@ -1,63 +1,108 @@
-"""SGLang's disaggregation protocol with NIXL, prefill pushes (WRITE).
+"""SGLang's disaggregation protocol with NIXL, prefill pushes (WRITE), in the bootstrap
+exchange of the SGLang release the image plays (0.5.4 or 0.5.23, from its tag).
 
 smg sends one request to a prefill and the same to a decode, both with ``bootstrap_host``,
 ``bootstrap_port`` (the prefill's ``--disaggregation-bootstrap-port``) and ``bootstrap_room``.
-As in SGLang, the decode tells the prefill's bootstrap server where the room's KV is to land
-(its agent name and destination blocks), the prefill WRITEs it there and notifies, and the
-decode checks every byte before it generates.
+As SGLang does:
 
-Bootstrap server (prefill only), the reference engine's own paths:
-``PUT /pdd/rooms/{room}`` a decode's registration, answered with the prefill's identity;
-``GET /pdd/rooms/{room}`` the room's state (``waiting``, ``sent``, ``failed`` with an error),
-which a decode polls so that a prefill's failure reaches it at once rather than at its timeout.
-The decode's agent metadata comes from the prefill pod's sidecar, never from the room.
+- At start, each role binds its rank's ZMQ PULL socket (``sglang_ranks``); the prefill
+  serves the bootstrap server and registers its rank there (``PUT /route``,
+  ``sglang_bootstrap``).
+- The decode asks the bootstrap server for the prefill's layout and rank (``GET /route``,
+  ``sglang_exchange``), registers its KV with that rank once (ZMQ, room ``None``: its socket,
+  its NIXL agent's name and metadata, where its pages are), then sends the room's pages
+  (``sglang_frames``).
+- The prefill loads the decode's agent from that registration's metadata, WRITEs the room's
+  KV into those pages, and says it is done: 0.5.4 with NIXL notifications ``ROOM_kv_0_1`` and
+  ``ROOM_aux``, 0.5.23 with a ``KV_STATUS`` message to the decode's socket.
+- The decode checks every byte before it generates.
+
+A prefill's failure reaches the decode at once: as a ``KV_STATUS`` failure with its reason
+(0.5.23's message, sent in 0.5.4 mode too: the one thing added to 0.5.4's exchange), and a
+prefill that is gone through the heartbeat SGLang's decode keeps on the bootstrap server's
+``/health`` (polled more often here, so tests need not wait).
+
+The NIXL agent metadata travels in SGLang's own exchange, as above, not through the pdd
+sidecar (to which the engine still publishes its agent, as every engine pod does).
 """
 
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 from dataclasses import dataclass, field
-
-from aiohttp import web
 
 from pdd_refengine.engine import (
     Engine,
     KvOutcome,
     KvSteps,
     compute_prompt_kv,
-    http_json,
     off_loop,
-    region_of,
 )
 from pdd_refengine.kvcache import RegionInfo, TransferError
 from pdd_refengine.openai_api import BadRequest, Completion
+from pdd_refengine.sglang_bootstrap import PrefillPeer, alive, find_rank, register_rank
+from pdd_refengine.sglang_exchange import Endpoint, ExchangeError, PrefillRank
+from pdd_refengine.sglang_frames import (
+    DecodeKvArgs,
+    RoomPages,
+    completion_notifs,
+    is_kv_args,
+    kv_args_frames,
+    parse_kv_args,
+    parse_notif,
+    parse_room,
+    parse_status,
+    room_frames,
+    status_frames,
+)
+from pdd_refengine.sglang_ranks import RankSockets
 
-ROOM_TAG = b"pdd-room:"
-ROOMS_PATH = "/pdd/rooms/{room}"
+log = logging.getLogger(__name__)
+
+# SGLang's decode checks every SGLANG_DISAGGREGATION_HEARTBEAT_INTERVAL (at least 2 s) and
+# gives a prefill up after SGLANG_DISAGGREGATION_HEARTBEAT_MAX_FAILURE misses (default 2;
+# nixl/conn.py of 0.5.4 L150-158): the same rule, checked more often so that tests need not wait.
+HEARTBEAT_S = 0.5
+HEARTBEAT_MISSES = 2
+Bootstrap = tuple[str, int, int]  # bootstrap_host, bootstrap_port, bootstrap_room
 
 
 @dataclass
 class Room:
-    registered: asyncio.Event = field(default_factory=asyncio.Event)
-    region: RegionInfo | None = None
-    blocks: tuple[int, ...] = ()
-    tokens: int = 0
-    state: str = "waiting"  # waiting | sent | failed
-    error: str = ""
+    """A prefill's room: the decode's pages, once its message came."""
+
+    arrived: asyncio.Event = field(default_factory=asyncio.Event)
+    pages: RoomPages | None = None
     created: float = field(default_factory=time.monotonic)
 
 
+@dataclass
+class Arrival:
+    """A decode's wait for a room: ``None`` once the KV is all there, or why it failed."""
+
+    outcome: asyncio.Future[str | None]
+    notified: set[str] = field(default_factory=set)  # 0.5.4: the NIXL notifications seen
+
+
 class Rooms:
-    """The prefill's rooms, by ``bootstrap_room``; the decode's waits for notifications."""
+    """SGLang mode's state: the rank's sockets; a prefill's rooms and the decodes registered
+    with it; a decode's waits and the prefill ranks it registered with."""
 
     def __init__(self, engine: Engine, loop: asyncio.AbstractEventLoop) -> None:
         self._engine = engine
         self._loop = loop
-        self.rooms: dict[str, Room] = {}
-        self.arrivals: dict[str, asyncio.Future[str]] = {}
+        self.generation = engine.config.bootstrap_protocol
+        self.sockets = RankSockets(rank_ip(engine), self._on_message)
+        self.rooms: dict[int, Room] = {}
+        self.decodes: dict[str, DecodeKvArgs] = {}  # by NIXL agent name
+        self.arrivals: dict[int, Arrival] = {}
+        self.registered_with: set[Endpoint] = set()
 
-    def room(self, key: str) -> Room:
+    # -- prefill
+
+    def room(self, key: int) -> Room:
         self._expire_old()
         return self.rooms.setdefault(key, Room())
 
@@ -66,19 +111,113 @@ class Rooms:
         for key in [k for k, r in self.rooms.items() if r.created < horizon]:
             del self.rooms[key]
 
+    def target(self, room: Room) -> tuple[DecodeKvArgs, RoomPages]:
+        assert room.pages is not None
+        decode = self.decodes.get(room.pages.agent_name)
+        if decode is None:  # SGLang's prefill asserts the same
+            raise TransferError(f"decode agent {room.pages.agent_name} never registered its KV")
+        return decode, room.pages
+
+    async def report(self, key: int, failure: str | None) -> None:
+        """Tell the room's decode how it ended, where its message said where it is."""
+        room = self.rooms.get(key)
+        if room is None or room.pages is None:
+            return
+        try:
+            await self.sockets.send(room.pages.endpoint, status_frames(key, failure))
+        except (TimeoutError, OSError) as exc:
+            log.warning("room %d: the decode's socket took no status: %s", key, exc)
+
+    # -- decode
+
+    def expect(self, key: int) -> Arrival:
+        arrival = Arrival(self._loop.create_future())
+        self.arrivals[key] = arrival
+        return arrival
+
+    async def register_with(self, peer: PrefillPeer) -> None:
+        """The decode's KV registration, once per prefill rank (as SGLang's, whose
+        connection pool keeps it): its socket, agent, metadata and pages."""
+        if peer.endpoint in self.registered_with:
+            return
+        info = self._engine.cache.info
+        args = DecodeKvArgs(
+            self.sockets.endpoint,
+            info.agent_name,
+            await off_loop(self._engine.cache.metadata),
+            info.base_addr,
+            info.block_bytes,
+            info.device,
+            info.num_blocks,
+            info.mem,
+        )
+        await self.sockets.send(peer.endpoint, kv_args_frames(self.generation, args))
+        self.registered_with.add(peer.endpoint)
+
+    def forget(self, peer: Endpoint) -> None:
+        """After a failure with a rank: register afresh next time (it may be a new process)."""
+        self.registered_with.discard(peer)
+        self.sockets.forget(peer)
+
+    # -- what arrives
+
+    def _on_message(self, frames: list[bytes]) -> None:
+        """From the rank's socket, on the event loop."""
+        status = parse_status(frames)
+        if status is not None:
+            self._settle(*status)
+        elif is_kv_args(frames):
+            args = parse_kv_args(self.generation, frames)
+            self.decodes[args.agent_name] = args
+        else:
+            pages = parse_room(self.generation, frames)
+            room = self.room(pages.room)
+            room.pages = pages
+            room.arrived.set()
+
     def on_notif(self, _agent: str, message: bytes) -> None:
-        """From the notification thread: ``pdd-room:ROOM:ok`` or ``pdd-room:ROOM:failed:WHY``."""
-        if message.startswith(ROOM_TAG):
-            room, _, status = message[len(ROOM_TAG) :].decode().partition(":")
-            self._loop.call_soon_threadsafe(self._settle, room, status)
+        """From the notification thread: 0.5.4's ``ROOM_kv_CHUNK_LAST`` and ``ROOM_aux``."""
+        notif = parse_notif(message)
+        if notif is not None:
+            self._loop.call_soon_threadsafe(self._notified, *notif)
 
-    def _settle(self, room: str, status: str) -> None:
-        future = self.arrivals.get(room)
-        if future is not None and not future.done():
-            future.set_result(status)
+    def _notified(self, key: int, kind: str) -> None:
+        arrival = self.arrivals.get(key)
+        if arrival is not None:
+            arrival.notified.add(kind)
+            if {"kv_last", "aux"} <= arrival.notified:
+                self._settle(key, None)
+
+    def _settle(self, key: int, failure: str | None) -> None:
+        arrival = self.arrivals.get(key)
+        if arrival is not None and not arrival.outcome.done():
+            arrival.outcome.set_result(failure)
 
 
-def bootstrap_of(req: Completion) -> tuple[str, int, str] | None:
+def rank_ip(engine: Engine) -> str:
+    """Where the rank's socket listens, as peers reach it: the pod's IP (a wildcard means
+    this host, which peers on it reach as loopback)."""
+    return connectable(engine.address)
+
+
+async def start_rank(engine: Engine, rooms: Rooms) -> None:
+    """Bind the rank's socket; a prefill then registers it at its bootstrap server (which
+    must be serving)."""
+    endpoint = rooms.sockets.start()
+    config = engine.config
+    if config.role != "prefill":
+        return
+    rank = PrefillRank(endpoint, config.block_tokens, config.kv_cache_dtype, config.port)
+    server = f"{connectable(config.host)}:{config.bootstrap_port}"
+    await off_loop(register_rank, rooms.generation, server, rank)
+
+
+def connectable(host: str) -> str:
+    """A bind address as a client reaches it (0.5.23's prefill does the same)."""
+    return {"0.0.0.0": "127.0.0.1", "::": "::1"}.get(host, host)
+
+
+def bootstrap_of(req: Completion) -> Bootstrap | None:
     host, port, room = (
         req.body.get(k) for k in ("bootstrap_host", "bootstrap_port", "bootstrap_room")
     )
@@ -86,72 +225,108 @@ def bootstrap_of(req: Completion) -> tuple[str, int, str] | None:
         return None
     if host is None or port is None or room is None:
         raise BadRequest("bootstrap_host, bootstrap_port and bootstrap_room go together")
-    return str(host), int(port), str(room)
+    try:
+        return str(host), int(port), int(room)
+    except (TypeError, ValueError):
+        raise BadRequest("bootstrap_port and bootstrap_room are integers") from None
 
 
-async def prefill(engine: Engine, rooms: Rooms, req: Completion, room_key: str) -> KvOutcome:
-    room = rooms.room(room_key)
+# -- the prefill's side of a request
+
+
+async def prefill(engine: Engine, rooms: Rooms, req: Completion, key: int) -> KvOutcome:
+    room = rooms.room(key)
     tokens = len(req.prompt_tokens)
     blocks = await compute_prompt_kv(engine, req)
     try:
-        with engine.kv_steps(f"KV push for room {room_key}") as steps:
-            await asyncio.wait_for(room.registered.wait(), engine.kv_timeout_s)
+        with engine.kv_steps(f"KV push for room {key}") as steps:
+            await asyncio.wait_for(room.arrived.wait(), engine.kv_timeout_s)
             steps.done("decode registered")
-            assert room.region is not None
-            seconds = await off_loop(_push, engine, room, room_key, blocks, tokens, steps)
+            decode, pages = rooms.target(room)
+            seconds = await off_loop(_push, engine, rooms, decode, pages, blocks, tokens, steps)
     except TimeoutError:
-        room.state, room.error = "failed", "no decode registered for this room in time"
-        raise TransferError(f"bootstrap room {room_key}: {room.error}") from None
+        raise TransferError(f"bootstrap room {key}: no decode registered in time") from None
     except Exception as exc:
-        room.state, room.error = "failed", str(exc)
+        await rooms.report(key, str(exc))
         raise
     finally:
         engine.cache.release(blocks)
-    room.state = "sent"
+    if rooms.generation == "0.5.23":
+        await rooms.report(key, None)
     kv_bytes = tokens * engine.cache.bytes_per_token
     engine.metrics.kv_bytes_sent.inc(kv_bytes)
     engine.metrics.kv_transfer_seconds.observe(seconds)
-    return KvOutcome(
-        engine.identity, room.region.agent_name, kv_bytes, True, seconds, engine.address
-    )
+    return KvOutcome(engine.identity, decode.agent_name, kv_bytes, True, seconds, engine.address)
 
 
 def _push(
-    engine: Engine, room: Room, key: str, blocks: list[int], tokens: int, steps: KvSteps
+    engine: Engine,
+    rooms: Rooms,
+    decode: DecodeKvArgs,
+    pages: RoomPages,
+    blocks: list[int],
+    tokens: int,
+    steps: KvSteps,
 ) -> float:
-    assert room.region is not None
     deadline = time.monotonic() + engine.kv_timeout_s
-    if room.tokens != tokens:
-        raise TransferError(f"room {key}: the decode expects {room.tokens} tokens, not {tokens}")
-    engine.load_peer(room.region.agent_name, deadline)
+    engine.cache.load_remote(decode.agent_name, decode.agent_metadata)
     steps.done("metadata")
-    return engine.cache.transfer(
+    notifs = completion_notifs(rooms.generation, pages.room)
+    seconds = engine.cache.transfer(
         "WRITE",
-        room.region,
-        room.blocks,
+        decode_region(engine, decode),
+        pages.pages,
         blocks,
         tokens,
-        ROOM_TAG + f"{key}:ok".encode(),
+        notifs[0] if notifs else None,
         max(0.1, deadline - time.monotonic()),
+    )
+    for notif in notifs[1:]:  # 0.5.4's aux: no aux buffer here, its notification alone
+        engine.cache.send_notif(decode.agent_name, notif)
+    return seconds
+
+
+def decode_region(engine: Engine, decode: DecodeKvArgs) -> RegionInfo:
+    """The decode's KV region, from its registration. 0.5.4's carries neither the page count
+    nor the memory kind (its prefill assumes GPU memory on both sides and never checks a
+    bound); the reference prefill, which prepares the peer's whole region once, takes them
+    from its own region: both roles are rendered with the same model, page size and memory."""
+    own = engine.cache.info
+    if decode.page_bytes % own.block_tokens:
+        raise TransferError(
+            f"the decode's pages of {decode.page_bytes} B do not hold {own.block_tokens} tokens"
+        )
+    return RegionInfo(
+        decode.agent_name,
+        decode.base_addr,
+        decode.page_bytes,
+        decode.num_pages if decode.num_pages is not None else own.num_blocks,
+        decode.page_bytes // own.block_tokens,
+        own.block_tokens,
+        decode.mem or own.mem,
+        decode.device,
     )
 
 
-async def decode(
-    engine: Engine, rooms: Rooms, req: Completion, bootstrap: tuple[str, int, str]
-) -> KvOutcome:
+# -- the decode's side of a request
+
+
+async def decode(engine: Engine, rooms: Rooms, req: Completion, bootstrap: Bootstrap) -> KvOutcome:
     host, port, key = bootstrap
+    server = f"{host}:{port}"
     tokens = len(req.prompt_tokens)
     blocks = await off_loop(engine.cache.allocate, tokens)
-    arrival: asyncio.Future[str] = asyncio.get_running_loop().create_future()
-    rooms.arrivals[key] = arrival
-    start = time.perf_counter()
+    arrival = rooms.expect(key)
     try:
-        url = f"http://{host}:{port}{ROOMS_PATH.format(room=key)}"
-        registration = {**engine.region_json(), "blocks": blocks, "tokens": tokens}
-        with engine.kv_steps(f"KV wait in room {key} of {host}:{port}") as steps:
-            answer = await off_loop(http_json, "PUT", url, registration, 5.0)
+        with engine.kv_steps(f"KV wait in room {key} of {server}") as steps:
+            deadline = time.monotonic() + engine.kv_timeout_s
+            peer = await off_loop(find_rank, rooms.generation, server, key, deadline)
+            _check_layout(engine, peer, server)
+            steps.done("bootstrap")
+            start = time.perf_counter()
+            await _send_room(engine, rooms, peer, key, blocks)
             steps.done("registered")
-            await _await_arrival(engine, arrival, url)
+            await _await_arrival(engine, rooms, arrival, peer, server)
             steps.done("arrived")
         seconds = time.perf_counter() - start
         problem = await off_loop(engine.cache.verify_prompt, blocks, req.digest, tokens)
@@ -159,12 +334,12 @@ async def decode(
         rooms.arrivals.pop(key, None)
         engine.cache.release(blocks)
     outcome = KvOutcome(
-        str(answer.get("identity", host)),
+        peer.identity or host,
         engine.identity,
         tokens * engine.cache.bytes_per_token,
         problem is None,
         seconds,
-        str(answer.get("address", host)),
+        peer.endpoint.ip,
         engine.address,
     )
     engine.record_received(outcome)
@@ -173,48 +348,50 @@ async def decode(
     return outcome
 
 
-async def _await_arrival(engine: Engine, arrival: asyncio.Future[str], url: str) -> None:
-    """Until the prefill's notification, polling the room so a failed prefill ends it early."""
-    deadline = time.monotonic() + engine.kv_timeout_s
-    while time.monotonic() < deadline:
-        done, _ = await asyncio.wait({arrival}, timeout=0.2)
-        if done:
-            status = arrival.result()
-            if status != "ok":
-                raise TransferError(f"the prefill could not send the KV: {status}")
-            return
-        state = await off_loop(http_json, "GET", url, None, 2.0)
-        if isinstance(state, dict) and state.get("state") == "failed":
-            raise TransferError(f"the prefill could not send the KV: {state.get('error')}")
-    raise TransferError(f"no KV arrived within {engine.kv_timeout_s:g}s ({url})")
-
-
-def bootstrap_app(engine: Engine, rooms: Rooms) -> web.Application:
-    async def register(request: web.Request) -> web.Response:
-        room = rooms.room(request.match_info["room"])
-        try:
-            body = await request.json()
-            room.region = region_of(body)
-            room.blocks = tuple(int(b) for b in body["blocks"])
-            room.tokens = int(body["tokens"])
-        except (ValueError, KeyError, TypeError, TransferError) as exc:
-            return web.json_response({"error": f"bad room registration: {exc}"}, status=400)
-        room.registered.set()
-        return web.json_response(
-            {"identity": engine.identity, "address": engine.address, "agent": engine.engine_id}
+def _check_layout(engine: Engine, peer: PrefillPeer, server: str) -> None:
+    """0.5.23's decode refuses a prefill of another page size or KV cache dtype."""
+    config, layout = engine.config, peer.layout
+    if layout.page_size is not None and layout.page_size != config.block_tokens:
+        raise TransferError(
+            f"page size mismatch: the prefill at {server} has page_size={layout.page_size}, "
+            f"this decode {config.block_tokens} (--page-size must match)"
+        )
+    if layout.kv_cache_dtype is not None and layout.kv_cache_dtype != config.kv_cache_dtype:
+        raise TransferError(
+            f"KV cache dtype mismatch: the prefill at {server} has {layout.kv_cache_dtype}, "
+            f"this decode {config.kv_cache_dtype} (--kv-cache-dtype must match)"
         )
 
-    async def state(request: web.Request) -> web.Response:
-        room = rooms.rooms.get(request.match_info["room"])
-        if room is None:
-            return web.json_response({"state": "unknown"})
-        return web.json_response({"state": room.state, "error": room.error})
 
-    async def health(_request: web.Request) -> web.Response:
-        return web.Response(text="OK")
+async def _send_room(
+    engine: Engine, rooms: Rooms, peer: PrefillPeer, key: int, blocks: list[int]
+) -> None:
+    pages = RoomPages(key, rooms.sockets.endpoint, engine.engine_id, tuple(blocks))
+    try:
+        await rooms.register_with(peer)
+        await rooms.sockets.send(peer.endpoint, room_frames(rooms.generation, pages))
+    except (TimeoutError, OSError, ExchangeError) as exc:
+        rooms.forget(peer.endpoint)
+        raise TransferError(f"cannot send room {key} to {peer.endpoint}: {exc}") from None
 
-    app = web.Application()
-    app.router.add_put(ROOMS_PATH, register)
-    app.router.add_get(ROOMS_PATH, state)
-    app.router.add_get("/health", health)
-    return app
+
+async def _await_arrival(
+    engine: Engine, rooms: Rooms, arrival: Arrival, peer: PrefillPeer, server: str
+) -> None:
+    """Until the prefill says the room is done, keeping SGLang's heartbeat on its bootstrap
+    server so that a prefill that is gone ends the wait too."""
+    deadline = time.monotonic() + engine.kv_timeout_s
+    misses = 0
+    while time.monotonic() < deadline and misses < HEARTBEAT_MISSES:
+        done, _ = await asyncio.wait({arrival.outcome}, timeout=HEARTBEAT_S)
+        if done:
+            failure = arrival.outcome.result()
+            if failure is not None:
+                rooms.forget(peer.endpoint)
+                raise TransferError(f"the prefill could not send the KV: {failure}")
+            return
+        misses = 0 if await off_loop(alive, server) else misses + 1
+    rooms.forget(peer.endpoint)
+    if misses:
+        raise TransferError(f"the prefill's bootstrap server {server} stopped answering")
+    raise TransferError(f"no KV arrived within {engine.kv_timeout_s:g}s (room of {server})")

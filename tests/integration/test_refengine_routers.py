@@ -13,6 +13,7 @@ import json
 import sys
 import time
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import urlparse
@@ -44,6 +45,7 @@ class Deployment:
     procs: Procs
     release: str = ""
     push: bool = False  # vLLM's push connector (both roles in the host's PID namespace)
+    bootstrap: int = 0  # SGLang: the prefill's bootstrap port
 
 
 def _tokens(prompt: str) -> int:
@@ -150,7 +152,7 @@ def deployment(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Deplo
         prefill, decode, bootstrap = _start_pair(procs, engine, release, variant == ["hostpid"])
         router = _start_router(procs, engine, prefill, decode, bootstrap)
         push = variant == ["hostpid"] and engine == "vllm"
-        yield Deployment(engine, prefill, decode, router, procs, release, push)
+        yield Deployment(engine, prefill, decode, router, procs, release, push, bootstrap)
     except BaseException:
         for proc in procs.started:
             print(f"--- {proc.name}\n{proc.log()}")
@@ -269,4 +271,24 @@ def test_an_unreachable_prefill_is_an_error_not_a_hang(deployment: Deployment) -
     status, raw = http("POST", f"{d.decode}/v1/completions", body, timeout=30)
     assert status == 502, raw
     assert b"cannot reach" in raw
+    assert time.monotonic() - start < 5
+
+
+@pytest.mark.parametrize("deployment", ["sglang-0.5.23", "sglang-0.5.4"], indirect=True)
+def test_a_prefill_that_cannot_send_fails_the_decode_at_once(deployment: Deployment) -> None:
+    """The prefill's failure (here: the decode's pages cannot hold its prompt) comes back
+    to the decode as SGLang's status message, with the reason, not at its timeout."""
+    d = deployment
+    room = {"bootstrap_host": PREFILL_IP, "bootstrap_port": d.bootstrap, "bootstrap_room": 4242}
+    legs = [
+        (d.prefill, {"prompt": PROMPT, "max_tokens": 1, **room}),
+        (d.decode, {"prompt": "hi", "max_tokens": 2, **room}),
+    ]
+    start = time.monotonic()
+    with ThreadPoolExecutor(len(legs)) as pool:
+        calls = [pool.submit(http, "POST", f"{url}/v1/completions", body) for url, body in legs]
+        (prefill_status, prefill_raw), (decode_status, decode_raw) = [c.result() for c in calls]
+    assert prefill_status == 502 and b"blocks" in prefill_raw, prefill_raw
+    assert decode_status == 502 and b"the prefill could not send the KV" in decode_raw, decode_raw
+    assert b"blocks" in decode_raw  # the prefill's reason, as it sent it
     assert time.monotonic() - start < 5

@@ -63,8 +63,8 @@ def runtime(
         yield rt
 
 
-def pdd_body(name: str, engine: str) -> dict[str, Any]:
-    return refengine_pdd(name, engine, NODES, replicas=2)
+def pdd_body(name: str, engine: str, release: str | None = None) -> dict[str, Any]:
+    return refengine_pdd(name, engine, NODES, replicas=2, release=release)
 
 
 @dataclass
@@ -238,6 +238,47 @@ def test_requests_through_the_router_return_tokens_with_verified_kv(
     }
     with capsys.disabled():
         print(f"\nrequest path [{engine}]: {report}")
+
+
+# The previous protocol generation each engine still supports: vLLM 0.11's
+# kv_transfer_params and SGLang 0.5.4's bootstrap exchange (the newest run above).
+PREVIOUS = [("vllm", "0.11.0"), ("sglang", "0.5.4")]
+
+
+@pytest.mark.parametrize(("engine", "release"), PREVIOUS)
+def test_the_previous_protocol_generation_serves_through_the_router(
+    operator: OperatorProcess,
+    api_client: client.ApiClient,
+    namespace: str,
+    runtime: PodRuntime,
+    engine: str,
+    release: str,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """Engines of the previous release, wired for it and speaking its P/D protocol, serve
+    through the same router, one by one and under steady traffic, every KV byte verified.
+    (The disruptions above do not depend on the protocol; they run on the newest.)"""
+    core = client.CoreV1Api(api_client)
+    name = f"prev-{engine}"
+    client.CustomObjectsApi(api_client).create_namespaced_custom_object(
+        GROUP, VERSION, namespace, PLURAL, pdd_body(name, engine, release)
+    )
+    wait_serving(api_client, namespace, name, runtime)
+    url = ready_router_url(core, namespace, name)
+    tally = Tally()
+    first = [complete(url, "tiny", f"hello {i} " * 20, timeout=TIMEOUT_S) for i in range(6)]
+    tally.add(first)
+    assert all(o.ok and o.served.get("kv_verified") and o.kv_bytes > 0 for o in first), first
+    with steady_traffic(url, "tiny", workers=2, timeout=TIMEOUT_S) as traffic:
+        settle(6)
+    tally.add(traffic.outcomes)
+    assert traffic.outcomes and all(o.ok for o in traffic.outcomes), [
+        o.error for o in traffic.outcomes if not o.ok
+    ]
+    assert verified_on_decodes(core, namespace, name) == tally.kv_bytes_verified
+    report = {"sent": tally.sent, "failed": tally.failed, "kv_bytes": tally.kv_bytes_verified}
+    with capsys.disabled():
+        print(f"\nrequest path [{engine} {release} protocol]: {report}")
 
 
 def run_disruptions(
