@@ -92,6 +92,7 @@ from pdd_operator.status.observe import (
     pod_problems,
 )
 from pdd_operator.status.own_writes import OwnObjectWrites, OwnStatusWrites
+from pdd_operator.status.parallelism import engines_held_by, parallelism_verdict
 from pdd_operator.status.refusals import Refusal
 from pdd_operator.status.transfer import (
     TransferOutcome,
@@ -464,7 +465,8 @@ class Reconciler:
             token = await self._create_token_if_missing(pdd, await self._token_secret(pdd))
         except _NamespaceGoingAway:
             return
-        hold = engine_roles_held(model) or not token.ours
+        parallelism = parallelism_verdict(pdd.spec)
+        hold = engine_roles_held(model) or not token.ours or engines_held_by(parallelism)
         held = _engine_workloads(desired) if hold else frozenset()
         gang = await self._check_gang(pdd)
         if gang is not None and not gang.ready:
@@ -491,6 +493,7 @@ class Reconciler:
                 observed_now,
                 model=model,
                 gang=gang,
+                parallelism=parallelism,
                 scaled_to_zero=scaling.plan.scaled_to_zero if autoscaled else None,
                 scaling_held=scaling.plan.held if autoscaled else None,
                 slices=[SliceStatus(**asdict(piece)) for piece in scaling.slices],

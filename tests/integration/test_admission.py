@@ -502,6 +502,62 @@ INVALID: list[tuple[str, dict[str, Any], list[str]]] = [
         ]
     ],
 ]
+    (
+        "tp that does not divide the given attention heads",
+        {
+            "model.kvCache": {"layers": 80, "kvHeads": 8, "headDim": 128, "attentionHeads": 64},
+            "prefill.gpusPerInstance": 3,
+            "decode.gpusPerInstance": 3,
+        },
+        [
+            "spec.prefill's tensor-parallel size (parallelism.tensor, else gpusPerInstance",
+            "must divide spec.model.kvCache.attentionHeads",
+            "1, 2, 4 or 8 for 64 heads",
+        ],
+    ),
+    (
+        "tp and given kv heads that do not divide one another",
+        {
+            "model.kvCache": {"layers": 32, "kvHeads": 8, "headDim": 128},
+            "prefill.gpusPerInstance": 6,
+            "decode.gpusPerInstance": 6,
+        },
+        [
+            "spec.decode's tensor-parallel size",
+            "spec.model.kvCache.kvHeads must divide one another",
+        ],
+    ),
+    (
+        "sglang dp attention over heads that do not divide",
+        {
+            "engine.type": "sglang",
+            "model.kvCache": {"layers": 80, "kvHeads": 8, "headDim": 128, "attentionHeads": 64},
+            "prefill.gpusPerInstance": 8,
+            "prefill.nodesPerInstance": 3,
+            "prefill.parallelism": {"tensor": 24, "data": 2},
+        },
+        [
+            "SGLang: tensor / data with DP attention",
+            "must divide spec.model.kvCache.attentionHeads",
+        ],
+    ),
+    (
+        "sglang ep that does not divide the given experts",
+        {
+            "engine.type": "sglang",
+            "model.kvCache": {
+                "layers": 94,
+                "kvHeads": 4,
+                "headDim": 128,
+                "attentionHeads": 64,
+                "experts": 128,
+            },
+            "prefill.gpusPerInstance": 8,
+            "prefill.nodesPerInstance": 3,
+            "prefill.parallelism": {"tensor": 24, "data": 3, "expert": 24},
+        },
+        ["spec.prefill.parallelism.expert must divide spec.model.kvCache.experts for SGLang"],
+    ),
 
 # Specs that look close to a refused one and are accepted: the rules refuse what cannot work,
 # nothing more.
@@ -549,6 +605,58 @@ ACCEPTED: list[tuple[str, dict[str, Any]]] = [
         },
     ),
 ]
+    (
+        # 8 ranks, 4 KV heads: each KV head is copied to two ranks.
+        "more tp ranks than given kv heads",
+        {
+            "model.kvCache": {"layers": 28, "kvHeads": 4, "headDim": 128, "attentionHeads": 32},
+            "prefill.gpusPerInstance": 8,
+            "decode.gpusPerInstance": 8,
+        },
+    ),
+    (
+        # SGLang's DP attention splits the heads over tensor / data = 8 ranks, not 24.
+        "sglang dp attention over heads that divide",
+        {
+            "engine.type": "sglang",
+            "model.kvCache": {"layers": 80, "kvHeads": 8, "headDim": 128, "attentionHeads": 64},
+            "prefill.gpusPerInstance": 8,
+            "prefill.nodesPerInstance": 3,
+            "prefill.parallelism": {"tensor": 24, "data": 3},
+        },
+    ),
+    (
+        # vLLM gives the first 128 % 24 expert-parallel ranks one expert more.
+        "vllm ep over experts that do not divide",
+        {
+            "model.kvCache": {
+                "layers": 94,
+                "kvHeads": 4,
+                "headDim": 128,
+                "attentionHeads": 64,
+                "experts": 128,
+            },
+            "prefill.gpusPerInstance": 8,
+            "prefill.nodesPerInstance": 3,
+            "prefill.parallelism": {"tensor": 8, "data": 3, "expert": 24},
+            "decode.gpusPerInstance": 8,
+        },
+    ),
+    (
+        # Multi-head latent attention keeps one latent per token: no KV heads are split.
+        "mla with kv heads the tp does not divide",
+        {
+            "model.kvCache": {
+                "layers": 61,
+                "kvHeads": 3,
+                "headDim": 576,
+                "latent": True,
+                "attentionHeads": 128,
+            },
+            "prefill.gpusPerInstance": 8,
+            "decode.gpusPerInstance": 8,
+        },
+    ),
 
 
 def spec_with(changes: dict[str, Any]) -> dict[str, Any]:

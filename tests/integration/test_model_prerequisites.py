@@ -5,7 +5,11 @@ missing object may still be created (an ExternalSecret, a provisioner): it is aw
 (Reconciling, not Stalled) for a grace period; a claim of the wrong modes is Stalled at once.
 
 And the lookup itself: a Secret is asked for as PartialObjectMetadata, whose answer holds no
-data, so the token never reaches the operator."""
+data, so the token never reaches the operator.
+
+And the model's shape: a tensor-parallel size a known model cannot be split by (the engine
+would fail at start on a real cluster) is Stalled with the sizes that fit, without engine pods,
+and the deployment becomes Ready once it is one of them."""
 
 from __future__ import annotations
 
@@ -18,6 +22,7 @@ from kubernetes.client.exceptions import ApiException
 
 from helpers.factories import pdd_body, sample_spec
 from helpers.operator_proc import OperatorProcess, install_crd
+from helpers.pdd_objects import ready_body
 from helpers.waits import wait_for
 from pdd_operator.api.v1alpha1 import PDDeployment
 from pdd_operator.kube.client import METADATA_ONLY, KubeApi
@@ -249,3 +254,60 @@ def test_each_source_renders_a_pod_the_api_server_takes_as_rendered(
 def _volume(sts: dict[str, Any]) -> dict[str, Any]:
     rendered = next(v for v in sts["spec"]["template"]["spec"]["volumes"] if v["name"] == "model")
     return {k: v for k, v in rendered.items() if k != "name"}
+
+
+def create_llama_70b(api_client: client.ApiClient, namespace: str, gpus: int) -> None:
+    body = pdd_body(
+        "llama",
+        namespace,
+        model={"name": "meta-llama/Llama-3.1-70B-Instruct"},  # 64 attention heads, 8 KV heads
+        prefill={"replicas": 1, "gpusPerInstance": gpus},
+        decode={"replicas": 1, "gpusPerInstance": gpus},
+        topology={"placement": "none"},
+    )
+    client.CustomObjectsApi(api_client).create_namespaced_custom_object(
+        GROUP, VERSION, namespace, PLURAL, body
+    )
+
+
+def test_a_tp_the_model_cannot_use_is_stalled_with_the_sizes_that_fit_until_it_is_one(
+    operator: OperatorProcess, api_client: client.ApiClient, namespace: str
+) -> None:
+    create_llama_70b(api_client, namespace, gpus=3)
+    cond = wait_for(
+        lambda: (
+            (c := conditions(api_client, namespace).get("ParallelismSupported", {})).get("status")
+            == "False"
+            and c
+        ),
+        timeout=60,
+        what="ParallelismSupported=False",
+    )
+    reason, message = cond["reason"], cond["message"]
+    assert reason == "AttentionHeadsNotDivisible"
+    assert message.startswith(
+        "spec.prefill: tensor-parallel size 3 (spec.prefill.gpusPerInstance) does not divide "
+        "the 64 attention heads of meta-llama/Llama-3.1-70B-Instruct"
+    )
+    assert "use a tensor-parallel size of 1, 2, 4 or 8" in message
+    found = conditions(api_client, namespace)
+    assert (found["Ready"]["status"], found["Ready"]["reason"]) == ("False", reason)
+    assert (found["Stalled"]["status"], found["Stalled"]["message"]) == ("True", message)
+    # The router exists (the rest of the deployment is applied), the engines do not.
+    wait_for(lambda: exists_deployment(api_client, namespace, "llama-router"), 30, what="router")
+    assert statefulsets(api_client, namespace) == []
+    assert engine_pods(api_client, namespace) == []
+    wait_for(lambda: message in warning_events(api_client, namespace, reason), 30, what="event")
+
+    client.CustomObjectsApi(api_client).patch_namespaced_custom_object(
+        GROUP,
+        VERSION,
+        namespace,
+        PLURAL,
+        "llama",
+        {"spec": {"prefill": {"gpusPerInstance": 8}, "decode": {"gpusPerInstance": 8}}},
+    )
+    body = wait_for(lambda: ready_body(api_client, namespace, "llama"), 120, what="Ready at TP 8")
+    fits = next(c for c in body["status"]["conditions"] if c["type"] == "ParallelismSupported")
+    assert (fits["status"], fits["reason"]) == ("True", "FitsModel")
+    assert len(engine_pods(api_client, namespace)) == 2

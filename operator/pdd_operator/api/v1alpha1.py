@@ -345,8 +345,9 @@ Args = Annotated[list[Annotated[str, Field(max_length=4096)]], Field(max_length=
 
 
 class KvCacheSpec(Model):
-    """The model's KV-cache shape (its config.json), for the transfer check at the engine's
-    own descriptor size."""
+    """The model's shape (its config.json): the KV cache's, for the transfer check at the
+    engine's own descriptor size, and the head and expert counts the engine splits over its
+    parallel ranks, which the layout must divide (refused at admission otherwise)."""
 
     layers: int = Field(
         json_schema_extra=cel(
@@ -374,6 +375,25 @@ class KvCacheSpec(Model):
         default=False,
         description="Multi-head latent attention: one vector per token and layer, not split "
         "by tensor parallelism.",
+    )
+    attentionHeads: int | None = Field(
+        default=None,
+        json_schema_extra=cel(
+            "self >= 1 && self <= 4096",
+            "spec.model.kvCache.attentionHeads must be between 1 and 4096",
+        ),
+        description="Attention (query) heads per layer (num_attention_heads): each role's "
+        "tensor-parallel size (SGLang with DP attention: tensor / data) must divide them. "
+        "Unset: not checked.",
+    )
+    experts: int | None = Field(
+        default=None,
+        json_schema_extra=cel(
+            "self >= 0 && self <= 65536", "spec.model.kvCache.experts must be between 0 and 65536"
+        ),
+        description="Routed experts of a mixture-of-experts model (num_local_experts, "
+        "num_experts or n_routed_experts; 0: dense): SGLang's expert-parallel size must "
+        "divide them. Unset: not checked.",
     )
 
 
@@ -587,9 +607,10 @@ class ModelSpec(Model):
     )
     kvCache: KvCacheSpec | None = Field(
         default=None,
-        description="The KV-cache shape; known model families (Llama 3, Qwen 2.5/3, Mistral, "
+        description="The model's shape; known model families (Llama 3, Qwen 2.5/3, Mistral, "
         "Mixtral, DeepSeek-V3/R1) are recognised by name. Lets the transfer check measure at "
-        "the engine's own descriptor size.",
+        "the engine's own descriptor size, and the parallelism be checked against the heads "
+        "and experts it splits (ParallelismSupported; docs/multinode.md).",
     )
 
     @property
@@ -1385,6 +1406,55 @@ def _layout_rules(role: str) -> list[tuple[str, str]]:
     ]
 
 
+def _attention_tp(role: str) -> str:
+    """CEL: the ranks one layer's attention heads are split over, as the adapters lay a role
+    out (engines/*.py ``layout``): vLLM tensor (gpusPerInstance unset), SGLang tensor / data
+    (DP attention splits the TP group; all the instance's GPUs unset). 0 where the layout
+    rules refuse the values (no division by zero)."""
+    r, p = f"self.{role}", f"self.{role}.parallelism"
+    return (
+        f"(self.engine.type == 'sglang' ? (has({p}) ? ({p}.data >= 1 ? {p}.tensor / {p}.data "
+        f": 0) : {r}.gpusPerInstance * {r}.nodesPerInstance) : (has({p}) ? {p}.tensor : "
+        f"{r}.gpusPerInstance))"
+    )
+
+
+def _shape_rules(role: str) -> list[tuple[str, str]]:
+    """Per role: what the engine splits over its parallel ranks must divide evenly where
+    spec.model.kvCache gives the counts (planning/parallelism_fit.py has the same rules for a
+    shape from the operator's table, and their sources)."""
+    tp, kv, p = _attention_tp(role), "self.model.kvCache", f"self.{role}.parallelism"
+    given = f"self.engine.type == 'custom' || !has({kv}) || {tp} < 1 || "
+    field = f"spec.{role}"
+    size = (
+        f"{field}'s tensor-parallel size (parallelism.tensor, else gpusPerInstance; SGLang: "
+        "tensor / data with DP attention, else gpusPerInstance x nodesPerInstance)"
+    )
+    return [
+        (
+            given + f"!has({kv}.attentionHeads) || {kv}.attentionHeads % {tp} == 0",
+            f"{size} must divide spec.model.kvCache.attentionHeads: the engine splits each "
+            "layer's attention heads evenly over its tensor-parallel ranks and fails at start "
+            "otherwise; choose a size that divides them (1, 2, 4 or 8 for 64 heads)",
+        ),
+        (
+            given + f"(has({kv}.latent) && {kv}.latent) || {kv}.kvHeads < 1 || "
+            f"({tp} >= {kv}.kvHeads ? {tp} % {kv}.kvHeads == 0 : {kv}.kvHeads % {tp} == 0)",
+            f"{size} and spec.model.kvCache.kvHeads must divide one another: the engine splits "
+            "the KV heads over its tensor-parallel ranks, or copies each to a whole number of "
+            "ranks where there are more ranks than heads, and fails at start otherwise (8 KV "
+            "heads: 1, 2, 4, 8, 16, ...)",
+        ),
+        (
+            f"self.engine.type != 'sglang' || !has({kv}) || !has({kv}.experts) || "
+            f"{kv}.experts == 0 || !has({p}) || {p}.expert < 1 || {kv}.experts % {p}.expert == 0",
+            f"{field}.parallelism.expert must divide spec.model.kvCache.experts for SGLang: it "
+            "places an equal share of the routed experts on each expert-parallel rank and "
+            "fails at start otherwise",
+        ),
+    ]
+
+
 SPEC_RULES = cel(
     [
         (
@@ -1461,6 +1531,8 @@ SPEC_RULES = cel(
         _reserved_flags_rule("sglang"),
         *_layout_rules("prefill"),
         *_layout_rules("decode"),
+        *_shape_rules("prefill"),
+        *_shape_rules("decode"),
         (
             "self.scheduling.gang != 'kueue' || has(self.scheduling.queueName)",
             "spec.scheduling.gang is kueue: set spec.scheduling.queueName to the LocalQueue "

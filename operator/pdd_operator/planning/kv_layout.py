@@ -11,7 +11,9 @@ the model's shape, the engine's block size and the tensor-parallel degree, has t
 check measure at that size, and reports it beside the link's figure.
 
 The model's shape comes from ``spec.model.kvCache`` or, for a few well-known model families,
-from the table below (values from each model's published config.json).
+from the table below (values from each model's published config.json). The attention-head and
+expert counts are not the KV cache's, but they are what the engines split over their
+tensor- and expert-parallel ranks: planning.parallelism_fit checks the layout against them.
 """
 
 from __future__ import annotations
@@ -30,13 +32,17 @@ DTYPE_BYTES = {"bfloat16": 2, "float16": 2, "float8": 1}
 class KvCacheShape:
     """Per layer: ``kv_heads`` heads of ``head_dim`` values for K and again for V; with
     ``latent`` (multi-head latent attention, DeepSeek-V3) one vector of ``head_dim`` values
-    per token, the same on every tensor-parallel rank."""
+    per token, the same on every tensor-parallel rank. ``attention_heads`` (query heads,
+    num_attention_heads) and ``experts`` (routed experts of a mixture of experts; 0: a dense
+    model) are None where not known."""
 
     layers: int
     kv_heads: int
     head_dim: int
     dtype_bytes: int = 2
     latent: bool = False
+    attention_heads: int | None = None
+    experts: int | None = None
 
     def bytes_per_token(self) -> int:
         """KV bytes one token adds over all layers and all ranks."""
@@ -56,21 +62,47 @@ class DescriptorPlan:
         return self.descriptor_bytes * self.descriptors
 
 
+def _gqa(layers: int, kv_heads: int, heads: int, experts: int = 0) -> KvCacheShape:
+    """A table entry with grouped-query attention and 128 values per head (all but MLA)."""
+    return KvCacheShape(
+        layers=layers, kv_heads=kv_heads, head_dim=128, attention_heads=heads, experts=experts
+    )
+
+
 # Matched against the lower-cased model name (a Hugging Face id or a path ending in one).
+# From each model's config.json on the Hugging Face Hub: num_hidden_layers, num_key_value_heads,
+# head_dim (else hidden_size / num_attention_heads), num_attention_heads, and the routed experts
+# (Mixtral num_local_experts, Qwen3-MoE num_experts, DeepSeek n_routed_experts; 0: dense).
 KNOWN_MODELS: tuple[tuple[re.Pattern[str], KvCacheShape], ...] = tuple(
     (re.compile(pattern), shape)
     for pattern, shape in (
-        (r"llama-3(\.[0-9])?-8b", KvCacheShape(layers=32, kv_heads=8, head_dim=128)),
-        (r"llama-3(\.[0-9])?-70b", KvCacheShape(layers=80, kv_heads=8, head_dim=128)),
-        (r"llama-3(\.[0-9])?-405b", KvCacheShape(layers=126, kv_heads=8, head_dim=128)),
-        (r"qwen2\.5-7b", KvCacheShape(layers=28, kv_heads=4, head_dim=128)),
-        (r"qwen2\.5-72b", KvCacheShape(layers=80, kv_heads=8, head_dim=128)),
-        (r"qwen3-32b", KvCacheShape(layers=64, kv_heads=8, head_dim=128)),
-        (r"qwen3-235b-a22b", KvCacheShape(layers=94, kv_heads=4, head_dim=128)),
-        (r"mistral-7b", KvCacheShape(layers=32, kv_heads=8, head_dim=128)),
-        (r"mixtral-8x7b", KvCacheShape(layers=32, kv_heads=8, head_dim=128)),
-        # MLA: kv_lora_rank 512 + qk_rope_head_dim 64 per token and layer.
-        (r"deepseek-(v3|r1)", KvCacheShape(layers=61, kv_heads=1, head_dim=576, latent=True)),
+        # meta-llama/Llama-3.1-8B (Meta-Llama-3-8B alike): hidden 4096, 32 heads, 8 KV heads.
+        (r"llama-3(\.[0-9])?-8b", _gqa(layers=32, kv_heads=8, heads=32)),
+        # meta-llama/Llama-3.1-70B (3-70B, 3.3-70B alike): hidden 8192, 64 heads, 8 KV heads.
+        (r"llama-3(\.[0-9])?-70b", _gqa(layers=80, kv_heads=8, heads=64)),
+        # meta-llama/Llama-3.1-405B: hidden 16384, 128 heads, 8 KV heads.
+        (r"llama-3(\.[0-9])?-405b", _gqa(layers=126, kv_heads=8, heads=128)),
+        # Qwen/Qwen2.5-7B: hidden 3584, 28 heads (TP 8 does not divide them), 4 KV heads.
+        (r"qwen2\.5-7b", _gqa(layers=28, kv_heads=4, heads=28)),
+        # Qwen/Qwen2.5-72B: hidden 8192, 64 heads, 8 KV heads.
+        (r"qwen2\.5-72b", _gqa(layers=80, kv_heads=8, heads=64)),
+        # Qwen/Qwen3-32B: 64 heads, 8 KV heads, head_dim 128.
+        (r"qwen3-32b", _gqa(layers=64, kv_heads=8, heads=64)),
+        # Qwen/Qwen3-235B-A22B: 64 heads, 4 KV heads, head_dim 128, 128 experts (8 active).
+        (r"qwen3-235b-a22b", _gqa(layers=94, kv_heads=4, heads=64, experts=128)),
+        # mistralai/Mistral-7B-v0.1 (and the Instruct releases): hidden 4096, 32 heads.
+        (r"mistral-7b", _gqa(layers=32, kv_heads=8, heads=32)),
+        # mistralai/Mixtral-8x7B-v0.1: 32 heads, 8 KV heads, 8 local experts (2 active).
+        (r"mixtral-8x7b", _gqa(layers=32, kv_heads=8, heads=32, experts=8)),
+        # deepseek-ai/DeepSeek-V3 and -R1: MLA, kv_lora_rank 512 + qk_rope_head_dim 64 per
+        # token and layer; 128 attention heads; 256 routed experts (n_routed_experts, plus one
+        # shared expert that is not split).
+        (
+            r"deepseek-(v3|r1)",
+            KvCacheShape(
+                layers=61, kv_heads=1, head_dim=576, latent=True, attention_heads=128, experts=256
+            ),
+        ),
     )
 )
 
@@ -116,7 +148,16 @@ def model_shape(model: ModelSpec) -> KvCacheShape | None:
         head_dim=given.headDim,
         dtype_bytes=DTYPE_BYTES[given.dtype],
         latent=given.latent,
+        attention_heads=given.attentionHeads,
+        experts=given.experts,
     )
+
+
+def shape_source(model: ModelSpec) -> str:
+    """Where ``model_shape`` found the shape, in the words a status message uses."""
+    if model.kvCache is not None:
+        return "spec.model.kvCache"
+    return "the operator's table of known models" if known_shape(model.name) else ""
 
 
 # The prompt status.transfer prices: a long prompt of today's chat and RAG traffic.

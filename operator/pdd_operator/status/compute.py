@@ -28,6 +28,7 @@ from pdd_operator.status.model import (
     waited_too_long,
     waiting_since,
 )
+from pdd_operator.status.parallelism import ParallelismVerdict, parallelism_condition
 from pdd_operator.status.refusals import REASON as REFUSED
 from pdd_operator.status.refusals import Refusal
 
@@ -134,6 +135,9 @@ class Observed:
     # Autoscaled deployments that may grow by slices: each slice (planning.slices).
     slices: Sequence[SliceStatus] = ()
     gang: GangReadiness | None = None  # the gang scheduler, where instances span nodes
+    # Whether the model's heads and experts divide over each role's ranks (None: a custom
+    # engine, or not looked at).
+    parallelism: ParallelismVerdict | None = None
 
 
 def compute_status(pdd: PDDeployment, observed: Observed, now: str) -> PDDeploymentStatus:
@@ -161,6 +165,11 @@ def compute_status(pdd: PDDeployment, observed: Observed, now: str) -> PDDeploym
             # Nothing progresses until the user creates or fixes what the model needs.
             progressing, prog_reason, prog_msg = False, model.reason, model.message
             stalled, stall_reason, stall_msg = True, model.reason, model.message
+    misfit = _parallelism_refused(observed)
+    if misfit is not None and not observed.apply_error:
+        # The engines wait, uncreated or unchanged, for a layout the model can be split by.
+        progressing, prog_reason, prog_msg = False, misfit.reason, misfit.message
+        stalled, stall_reason, stall_msg = True, misfit.reason, misfit.message
     if observed.gang is not None and not observed.gang.ready and not observed.apply_error:
         # The instances wait, uncreated, for a gang scheduler the user enables or chooses.
         progressing, prog_reason, prog_msg = False, observed.gang.reason, observed.gang.message
@@ -188,6 +197,7 @@ def compute_status(pdd: PDDeployment, observed: Observed, now: str) -> PDDeploym
         *_scaled_to_zero_condition(previous, observed, gen, now),
         *_scaling_held_condition(previous, observed, gen, now),
         *engine_version_condition(previous, pdd.spec, gen, now),
+        *parallelism_condition(previous, observed.parallelism, gen, now),
     ]
     return PDDeploymentStatus(
         observedGeneration=gen,
@@ -228,6 +238,8 @@ def _readiness(observed: Observed, roles: dict[str, RoleStatus]) -> tuple[bool, 
     summary = _summary(roles)
     if observed.apply_error:
         return False, observed.apply_error_reason, observed.apply_error
+    if (misfit := _parallelism_refused(observed)) is not None:
+        return False, misfit.reason, misfit.message
     if _model_missing(observed):
         assert observed.model is not None
         return False, observed.model.reason, observed.model.message
@@ -286,6 +298,11 @@ def _apply_refused(observed: Observed) -> bool:
     that time may cure says so in Ready and Reconciling only (the serving pods are as they
     were: nothing is degraded)."""
     return bool(observed.apply_error) and not observed.apply_error_transient
+
+
+def _parallelism_refused(observed: Observed) -> ParallelismVerdict | None:
+    verdict = observed.parallelism
+    return verdict if verdict is not None and verdict.refused else None
 
 
 def _model_missing(observed: Observed) -> bool:

@@ -80,6 +80,8 @@ def event_for(cond: Condition) -> Event | None:
         return Event("Normal", "NotReady", cond.message)
     if cond.type == "EngineVersionSupported":  # told once it is False; True says nothing new
         return Event("Warning", cond.reason, cond.message) if cond.status == "False" else None
+    if cond.type == "ParallelismSupported":  # Unknown (shape not known) is a note, no event
+        return Event("Warning", cond.reason, cond.message) if cond.status == "False" else None
     if cond.type in ("Degraded", "Stalled"):
         return Event("Warning", cond.reason, cond.message) if cond.status == "True" else None
     if cond.type == "ScaledToZero":  # scaling up again is told by Ready's own events
