@@ -35,6 +35,7 @@ FAULT_TESTS = [
     "tests/integration/test_name_conflicts.py",
     "tests/integration/test_injected_settings.py",
     "tests/integration/test_ownership.py",
+    "tests/integration/test_leader_election.py",
     "tests/chart/test_manifests_rbac.py",
     "tests/chart/test_podtemplate_policy.py",
     "tests/chart/test_user_roles.py",

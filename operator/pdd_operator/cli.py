@@ -100,19 +100,31 @@ def _run(config: OperatorConfig) -> int:
         logging.getLogger("kopf.objects").setLevel(logging.WARNING)
     _collect_cycles_less_often()
     # Imported only now: `generate` and `topology scan` need neither kopf nor the handlers.
+    # Before the election, so that a standby that takes over has nothing left to import.
     import kopf
 
     import pdd_operator.handlers.operator  # noqa: F401  (registers the handlers)
+    from pdd_operator.leadership import elect
+    from pdd_operator.metrics import OperatorMetrics
 
-    kopf.run(
-        standalone=not config.peering,
-        peering_name=config.peering or None,
-        clusterwide=not config.namespaces,
-        namespaces=config.namespaces,
-        liveness_endpoint=config.liveness or None,
-        # The process-wide memo: the startup handler finds the configuration here.
-        memo=kopf.Memo(config=config),
-    )
+    metrics = OperatorMetrics()
+    if config.metrics_port:  # a standby's too: its Service and scrapes see every replica
+        metrics.serve(config.metrics_port)
+    leader = elect(config, metrics)
+    try:
+        kopf.run(
+            # The Lease elects the one replica that runs kopf (leadership.py), so kopf's own
+            # peering is off.
+            standalone=True,
+            clusterwide=not config.namespaces,
+            namespaces=config.namespaces,
+            liveness_endpoint=config.liveness or None,
+            # The process-wide memo: the startup handler finds these here.
+            memo=kopf.Memo(config=config, metrics=metrics, fence=leader.fence if leader else None),
+        )
+    finally:
+        if leader is not None:  # kopf has stopped and its API threads are done
+            leader.release()
     return 0
 
 

@@ -155,10 +155,17 @@ class OperatorConfig:
         parse=_seconds,
         help="period of the level-triggered resync of every PDDeployment",
     )
-    peering: str = _option(
+    leader_election_lease: str = _option(
         "",
-        env="PDD_PEERING",
-        help="kopf peering name, so that one replica is active; empty: standalone",
+        env="PDD_LEADER_ELECTION_LEASE",
+        help="the coordination.k8s.io Lease that elects the one replica that reconciles; the "
+        "others wait as standbys and take over when it goes; empty: no election (run one "
+        "replica only)",
+    )
+    leader_election_namespace: str = _option(
+        "",
+        env="PDD_LEADER_ELECTION_NAMESPACE",
+        help="the namespace of that Lease; empty: the pod's own, else default",
     )
     verbose: bool = _option(
         False,

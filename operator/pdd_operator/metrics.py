@@ -16,6 +16,12 @@ TransferLabels = tuple[str, str, str, str]
 class OperatorMetrics:
     def __init__(self, registry: CollectorRegistry | None = None) -> None:
         self.registry = registry or CollectorRegistry()
+        self.leader = Gauge(
+            "pdd_operator_leader",
+            "1 while this replica reconciles (it holds the leader-election Lease, or runs "
+            "without election); 0 while it waits as a standby.",
+            registry=self.registry,
+        )
         self.reconciles = Counter(
             "pdd_operator_reconciles_total", "Reconcile passes run.", registry=self.registry
         )

@@ -94,7 +94,8 @@ def test_install_upgrade_uninstall(
     crd = client.ApiextensionsV1Api(api_client).read_custom_resource_definition(CRD_NAME)
     assert crd.spec.versions[0].name == "v1alpha1"
     deployment = _deployment(api_client)
-    assert deployment.spec.strategy.type == "Recreate"
+    assert deployment.spec.strategy.type == "RollingUpdate"
+    assert deployment.spec.replicas == 2
     assert deployment.spec.template.spec.service_account_name == "pdd-pdd-operator"
 
     cluster_helm.run("upgrade", RELEASE, str(CHART), "--namespace", NAMESPACE, *UPGRADE_VALUES)

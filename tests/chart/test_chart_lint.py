@@ -3,6 +3,7 @@ wrong values by name, and what `helm template` renders (RBAC tightness, hardenin
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import pytest
@@ -37,6 +38,7 @@ VALUE_SETS: dict[str, list[str]] = {
     "deny-and-audit": ["--set", "podTemplatePolicy.validationActions={Deny,Audit}"],
     "longest-fullname": ["--set", "fullnameOverride=p" + "-0" * 31],
     "longest-name": ["--set", "nameOverride=" + "n" * 63],
+    "one-replica": ["--set", "replicaCount=1"],
 }
 
 # Each wrong value and the field the error must name (a user fixes what the message names).
@@ -52,7 +54,8 @@ REJECTED: list[tuple[list[str], str]] = [
         ["--set", "podTemplatePolicy.validationActions={Block}"],
         "/podTemplatePolicy/validationActions/0",
     ),
-    (["--set", "replicas=2"], "replicas"),  # unknown key: a typo must not pass silently
+    (["--set", "replicas=2"], "replicas"),  # unknown key (it is replicaCount): no silent typo
+    (["--set", "replicaCount=0"], "/replicaCount"),
     # What the API server would refuse in the middle of an install or upgrade
     # (test_chart_install.py sends each of these to it, unchecked): Deny with Warn ...
     (
@@ -129,6 +132,9 @@ def test_default_render(helm: Helm) -> None:
             "ClusterRole",  # the users' view role
             "ClusterRoleBinding",
             "ClusterRoleBinding",
+            "Role",  # the leader election's Lease
+            "RoleBinding",
+            "PodDisruptionBudget",
             "Service",
             "DaemonSet",
             "Deployment",
@@ -140,9 +146,12 @@ def test_default_render(helm: Helm) -> None:
     )
     assert all(d["metadata"].get("namespace") in (None, "pdd-system") for d in docs)
     deployment = one(docs, "Deployment")
-    # One active reconciler, and never two during an upgrade.
-    assert deployment["spec"]["replicas"] == 1
-    assert deployment["spec"]["strategy"] == {"type": "Recreate"}
+    # A leader and a standby; the rollout keeps a ready standby throughout.
+    assert deployment["spec"]["replicas"] == 2
+    assert deployment["spec"]["strategy"] == {
+        "type": "RollingUpdate",
+        "rollingUpdate": {"maxSurge": 1, "maxUnavailable": 0},
+    }
     pod = deployment["spec"]["template"]["spec"]
     assert pod["serviceAccountName"] == "pdd-operator"
     assert pod["securityContext"]["runAsNonRoot"] is True
@@ -175,6 +184,67 @@ def test_default_render(helm: Helm) -> None:
     selector = deployment["spec"]["selector"]["matchLabels"]
     assert service["spec"]["selector"] == selector
     assert service["spec"]["ports"][0]["port"] == ports["metrics"]
+
+
+def test_high_availability(helm: Helm) -> None:
+    """Two replicas elect a leader on one Lease in the release's namespace, by a Role there
+    that names it; a drain never takes both; they prefer different nodes."""
+    docs = helm.template("--skip-tests", "--set", "watchNamespaces={team-a}")
+    deployment = one(docs, "Deployment")
+    pod = deployment["spec"]["template"]["spec"]
+    (container,) = pod["containers"]
+    assert "--leader-election-lease=pdd-operator-leader" in container["args"]
+    assert "--leader-election-namespace=pdd-system" in container["args"]
+    # A standby answers the same endpoint: both replicas are ready, neither is restarted.
+    assert container["readinessProbe"]["httpGet"] == container["livenessProbe"]["httpGet"]
+    election = [d for d in docs if d["metadata"]["name"] == "pdd-operator-leader-election"]
+    role, binding = one(election, "Role"), one(election, "RoleBinding")
+    assert role["metadata"]["namespace"] == binding["metadata"]["namespace"] == "pdd-system"
+    assert role["rules"] == [
+        {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "verbs": ["create"]},
+        {
+            "apiGroups": ["coordination.k8s.io"],
+            "resources": ["leases"],
+            "resourceNames": ["pdd-operator-leader"],
+            "verbs": ["get", "update"],
+        },
+    ]
+    assert binding["roleRef"]["name"] == role["metadata"]["name"]
+    assert binding["subjects"] == [
+        {"kind": "ServiceAccount", "name": pod["serviceAccountName"], "namespace": "pdd-system"}
+    ]
+    others = [d for d in docs if d["kind"] in ("Role", "ClusterRole") and d is not role]
+    assert not [r for d in others for r in d["rules"] if "leases" in r["resources"]]
+    selector = deployment["spec"]["selector"]["matchLabels"]
+    pdb = one(docs, "PodDisruptionBudget")
+    assert pdb["spec"] == {"maxUnavailable": 1, "selector": {"matchLabels": selector}}
+    (term,) = pod["affinity"]["podAntiAffinity"]["preferredDuringSchedulingIgnoredDuringExecution"]
+    assert term["podAffinityTerm"] == {
+        "topologyKey": "kubernetes.io/hostname",
+        "labelSelector": {"matchLabels": selector},
+    }
+
+
+def test_one_replica_and_an_own_affinity(helm: Helm) -> None:
+    """One replica keeps the election (a rollout starts the new pod as a standby) and has no
+    budget, which would block every drain of its node; an affinity given replaces the
+    default anti-affinity."""
+    zone = {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
+        "nodeSelectorTerms": [{"matchExpressions": [
+            {"key": "zone", "operator": "In", "values": ["a"]}]}]}}}  # fmt: skip
+    docs = helm.template(
+        "--skip-tests",
+        "--set",
+        "replicaCount=1",
+        "--set-json",
+        f"affinity={json.dumps(zone)}",
+    )
+    deployment = one(docs, "Deployment")
+    assert deployment["spec"]["replicas"] == 1
+    assert by_kind(docs, "PodDisruptionBudget") == []
+    (container,) = deployment["spec"]["template"]["spec"]["containers"]
+    assert "--leader-election-lease=pdd-operator-leader" in container["args"]
+    assert deployment["spec"]["template"]["spec"]["affinity"] == zone
 
 
 def test_agent_daemonset(helm: Helm) -> None:
@@ -222,8 +292,18 @@ def test_servicemonitor_only_where_the_cluster_serves_it(helm: Helm) -> None:
 
 def test_watch_namespaces_grants_namespaced_rules_per_namespace(helm: Helm) -> None:
     docs = helm.template("--skip-tests", *VALUE_SETS["watch-namespaces"])
-    roles = {r["metadata"]["namespace"]: r for r in by_kind(docs, "Role")}
-    bindings = {b["metadata"]["namespace"]: b for b in by_kind(docs, "RoleBinding")}
+    # The leader election's Role in the release's namespace aside (test_high_availability).
+    election = "pdd-operator-leader-election"
+    roles = {
+        r["metadata"]["namespace"]: r
+        for r in by_kind(docs, "Role")
+        if r["metadata"]["name"] != election
+    }
+    bindings = {
+        b["metadata"]["namespace"]: b
+        for b in by_kind(docs, "RoleBinding")
+        if b["metadata"]["name"] != election
+    }
     assert set(roles) == set(bindings) == {"team-a", "team-b"}
     cluster_role = next(
         r for r in by_kind(docs, "ClusterRole") if r["metadata"]["name"] == "pdd-operator"
@@ -311,6 +391,16 @@ def test_the_kv_lane_policy_only_warns_and_toggles(helm: Helm) -> None:
     # A release upgraded with --reuse-values from a chart without the key keeps it on.
     reused = helm.template("--set", "kvLaneWarning=null")
     assert len(named(reused, "ValidatingAdmissionPolicyBinding", "-kv-lane")) == 1
+
+
+def test_an_upgrade_reusing_older_values_gets_two_replicas_and_their_budget(helm: Helm) -> None:
+    """A release upgraded with --reuse-values from a chart before leader election has neither
+    replicaCount nor podDisruptionBudget in its values: the defaults still apply."""
+    reused = helm.template("--set", "replicaCount=null", "--set", "podDisruptionBudget=null")
+    assert one(reused, "Deployment")["spec"]["replicas"] == 2
+    assert len(by_kind(reused, "PodDisruptionBudget")) == 1
+    single = helm.template("--set", "replicaCount=1")
+    assert by_kind(single, "PodDisruptionBudget") == []
 
 
 def access_policies(docs: list[dict[str, Any]]) -> dict[str, str]:

@@ -38,6 +38,7 @@ from .support import (
 )
 
 OPERATOR_NS, OPERATOR_SA, AGENT_SA = "pdd-system", "pdd-operator", "pdd-operator-topology-agent"
+LEASE = "pdd-operator-leader"  # the leader election's, in OPERATOR_NS
 APP_NS = "rbac-proof"
 GROUP, VERSION, PLURAL = "pdd.dev", "v1alpha1", "pddeployments"
 
@@ -72,12 +73,28 @@ def operator_api(operator_kubeconfig: Path) -> Iterator[client.ApiClient]:
 
 @pytest.fixture(scope="module")
 def operator(
-    operator_kubeconfig: Path, tmp_path_factory: pytest.TempPathFactory
+    applied_manifests: list[dict[str, Any]],
+    operator_kubeconfig: Path,
+    tmp_path_factory: pytest.TempPathFactory,
 ) -> Iterator[OperatorProcess]:
+    """The operator with the leader election the manifests' Deployment configures: it must
+    win its Lease with the Role the manifests grant before it reconciles anything."""
     log = tmp_path_factory.mktemp("operator") / "operator.log"
-    proc = OperatorProcess(operator_kubeconfig, log, resync_seconds=5.0).start()
+    env = election_env(applied_manifests)
+    proc = OperatorProcess(operator_kubeconfig, log, resync_seconds=5.0, extra_env=env).start()
     yield proc
     proc.kill()
+
+
+def election_env(docs: list[dict[str, Any]]) -> dict[str, str]:
+    """The Deployment's --leader-election-* flags, as the variables OperatorProcess passes."""
+    (deployment,) = [d for d in docs if d["kind"] == "Deployment"]
+    args = deployment["spec"]["template"]["spec"]["containers"][0]["args"]
+    flags = dict(a.removeprefix("--").split("=", 1) for a in args if a.startswith("--leader"))
+    return {
+        "PDD_LEADER_ELECTION_LEASE": flags["leader-election-lease"],
+        "PDD_LEADER_ELECTION_NAMESPACE": flags["leader-election-namespace"],
+    }
 
 
 def test_every_manifest_object_is_stored(
@@ -133,6 +150,8 @@ def test_operator_with_its_service_account_reconciles(
         what="an Event about rbac-proof/llama",
     )
     assert "Forbidden" not in operator.tail(200_000), operator.tail()
+    lease = client.CoordinationV1Api(api_client).read_namespaced_lease(LEASE, OPERATOR_NS)
+    assert lease.spec.holder_identity, "the operator reconciled without holding its Lease"
 
 
 def test_operator_with_its_service_account_checks_the_model_source(
@@ -238,6 +257,11 @@ ACCESS = [
     (OPERATOR_USER, "bind", "rbac.authorization.k8s.io", "clusterroles", "", "", False),
     (OPERATOR_USER, "impersonate", "", "users", "", "", False),
     (OPERATOR_USER, "delete", "apiextensions.k8s.io", "customresourcedefinitions", "", "", False),
+    # Leader election: its one Lease in its own namespace (a create names no object yet).
+    (OPERATOR_USER, "create", "coordination.k8s.io", "leases", "", OPERATOR_NS, True),
+    (OPERATOR_USER, "create", "coordination.k8s.io", "leases", "", APP_NS, False),
+    (OPERATOR_USER, "list", "coordination.k8s.io", "leases", "", OPERATOR_NS, False),
+    (OPERATOR_USER, "delete", "coordination.k8s.io", "leases", "", OPERATOR_NS, False),
     (AGENT_USER, "get", "", "nodes", "", "", True),
     (AGENT_USER, "patch", "", "nodes", "", "", True),
     (AGENT_USER, "list", "", "nodes", "", "", False),
@@ -265,6 +289,35 @@ def test_access_review(
 ) -> None:
     answer = access(
         api_client, verb, resource, namespace, user=user, group=group, subresource=subresource
+    )
+    assert answer is allowed
+
+
+# (verb, name, allowed): get and update only the operator's own Lease.
+LEASE_ACCESS = [
+    ("get", LEASE, True),
+    ("update", LEASE, True),
+    ("update", "kube-controller-manager", False),
+    ("get", "someone-elses-lease", False),
+]
+
+
+@pytest.mark.parametrize(("verb", "name", "allowed"), LEASE_ACCESS)
+def test_lease_access_review(
+    applied_manifests: list[dict[str, Any]],
+    api_client: client.ApiClient,
+    verb: str,
+    name: str,
+    allowed: bool,
+) -> None:
+    answer = access(
+        api_client,
+        verb,
+        "leases",
+        OPERATOR_NS,
+        user=OPERATOR_USER,
+        group="coordination.k8s.io",
+        name=name,
     )
     assert answer is allowed
 

@@ -32,6 +32,9 @@ SCALER_CRD_FILE = ROOT / "crds" / "pdd.dev_pddrolescalers.yaml"
 OPERATOR_USER = "pdd-operator"
 # A user with no rights until a test grants some (an operator confined by Roles).
 CONFINED_USER = "pdd-confined"
+# The second replica of the leader-election test: its writes show in the audit log apart from
+# the first replica's.
+SECOND_OPERATOR_USER = "pdd-operator-2"
 
 
 def load_crd() -> dict[str, Any]:

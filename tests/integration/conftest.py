@@ -12,7 +12,13 @@ import pytest
 from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
 
-from helpers.operator_proc import CONFINED_USER, OPERATOR_USER, OperatorProcess, operator_on
+from helpers.operator_proc import (
+    CONFINED_USER,
+    OPERATOR_USER,
+    SECOND_OPERATOR_USER,
+    OperatorProcess,
+    operator_on,
+)
 from helpers.waits import create_namespace_ready
 from pdd_localcluster import LocalControlPlane, NodeSimulator, gpu_fleet
 
@@ -58,7 +64,11 @@ def control_plane(
     # its lists and watches too: what it asks the apiserver to send (test_operator_watches).
     with LocalControlPlane(
         state,
-        users={OPERATOR_USER: ["system:masters"], CONFINED_USER: []},
+        users={
+            OPERATOR_USER: ["system:masters"],
+            SECOND_OPERATOR_USER: ["system:masters"],
+            CONFINED_USER: [],
+        },
         audit_reads_of=[OPERATOR_USER],
     ) as cp:
         banner = (

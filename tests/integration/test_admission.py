@@ -7,6 +7,7 @@ import copy
 import json
 import secrets
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -501,7 +502,6 @@ INVALID: list[tuple[str, dict[str, Any], list[str]]] = [
             ("--model-path", "spec.model.name"),
         ]
     ],
-]
     (
         "tp that does not divide the given attention heads",
         {
@@ -558,6 +558,7 @@ INVALID: list[tuple[str, dict[str, Any], list[str]]] = [
         },
         ["spec.prefill.parallelism.expert must divide spec.model.kvCache.experts for SGLang"],
     ),
+]
 
 # Specs that look close to a refused one and are accepted: the rules refuse what cannot work,
 # nothing more.
@@ -604,7 +605,6 @@ ACCEPTED: list[tuple[str, dict[str, Any]]] = [
             }
         },
     ),
-]
     (
         # 8 ranks, 4 KV heads: each KV head is copied to two ranks.
         "more tp ranks than given kv heads",
@@ -657,6 +657,7 @@ ACCEPTED: list[tuple[str, dict[str, Any]]] = [
             "decode.gpusPerInstance": 8,
         },
     ),
+]
 
 
 def spec_with(changes: dict[str, Any]) -> dict[str, Any]:
@@ -698,13 +699,21 @@ def dry_run_namespace(api_client: client.ApiClient) -> Iterator[str]:
     core.delete_namespace(name)
 
 
-@pytest.mark.parametrize(
-    "changes,expected", [(c, e) for _, c, e in INVALID], ids=[i for i, _, _ in INVALID]
-)
+RELIABILITY_DOC = Path(__file__).resolve().parents[2] / "docs" / "reliability.md"
+
+
+def documented_answers() -> dict[str, str]:
+    """docs/reliability.md's "Bad input" table: case -> the answer it quotes."""
+    rows = (line.split(" | ") for line in RELIABILITY_DOC.read_text().splitlines())
+    return {row[0][2:]: row[2].removesuffix(" |") for row in rows if len(row) == 3}
+
+
+@pytest.mark.parametrize("case,changes,expected", INVALID, ids=[i for i, _, _ in INVALID])
 def test_invalid_spec_is_refused_with_a_message_naming_the_field(
     crd: None,
     api_client: client.ApiClient,
     dry_run_namespace: str,
+    case: str,
     changes: dict[str, Any],
     expected: list[str],
 ) -> None:
@@ -714,6 +723,9 @@ def test_invalid_spec_is_refused_with_a_message_naming_the_field(
     message = json.loads(raised.value.body)["message"]
     for fragment in expected:
         assert fragment in message, message
+    # The answer docs/reliability.md shows is this one (`make reliability` writes it).
+    quoted = f"{raised.value.status}: {message}".replace("|", "\\|").replace("\n", " ")
+    assert documented_answers().get(case) == quoted, "docs/reliability.md: run make reliability"
 
 
 @pytest.mark.parametrize("changes", [c for _, c in ACCEPTED], ids=[i for i, _ in ACCEPTED])

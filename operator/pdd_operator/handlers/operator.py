@@ -65,7 +65,9 @@ async def startup(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) ->
     # kopf runs one worker per PDDeployment; the reconciler bounds its own passes instead.
     settings.queueing.worker_limit = config.worker_limit or None
     settings.persistence.diffbase_storage = NoDiffBase()
-    memo["runtime"] = OperatorRuntime.start(config)
+    # Built by the cli before the election: the metrics (served by a standby too) and the
+    # Lease's fence, which every write passes (None without election).
+    memo["runtime"] = OperatorRuntime.start(config, memo["metrics"], memo["fence"])
 
 
 class NoDiffBase(kopf.DiffBaseStorage):

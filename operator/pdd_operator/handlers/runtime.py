@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import logging
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, cast
@@ -24,7 +24,7 @@ from pdd_operator.kube.client import (
     load_api_client,
 )
 from pdd_operator.metrics import OperatorMetrics
-from pdd_operator.reconcile import Reconciler
+from pdd_operator.reconcile import EventSink, Reconciler
 from pdd_operator.rendering.context import OperatorSettings
 
 log = logging.getLogger(__name__)
@@ -48,12 +48,12 @@ class OperatorRuntime:
     _passes: set[asyncio.Task[None]] = field(default_factory=set)
 
     @classmethod
-    def start(cls, config: OperatorConfig) -> OperatorRuntime:
+    def start(
+        cls, config: OperatorConfig, metrics: OperatorMetrics, fence: Callable[[], None] | None
+    ) -> OperatorRuntime:
+        """`fence` (the leader election's) runs before every write this runtime makes."""
         settings = OperatorSettings(sidecar_image=config.sidecar_image)
-        kube = KubeApi(load_api_client(config.kubeconfig), settings.field_manager)
-        metrics = OperatorMetrics()
-        if config.metrics_port:
-            metrics.serve(config.metrics_port)
+        kube = KubeApi(load_api_client(config.kubeconfig), settings.field_manager, fence)
         loop = asyncio.get_running_loop()
         # API calls run in threads (asyncio.to_thread); the default pool has cpu+4 threads,
         # which serialises the applies of many deployments behind each other.
@@ -73,7 +73,7 @@ class OperatorRuntime:
             kube,
             view,
             settings,
-            _kopf_event,
+            _fenced(fence, _kopf_event),
             metrics,
             max_concurrent=config.max_concurrent_passes,
             coalesce_max_s=config.coalesce_max_seconds,
@@ -166,6 +166,19 @@ def _name_guard_in_force(kube: KubeApi, policy: str) -> bool:
         return False
     log.info("name-guard policy %s in force: new children are applied without a look-up", policy)
     return True
+
+
+def _fenced(fence: Callable[[], None] | None, post: EventSink) -> EventSink:
+    """The Events kopf posts are writes too: the fence is checked as one is queued (kopf
+    sends it from its queue within the same turn of the event loop)."""
+    if fence is None:
+        return post
+
+    def fenced(body: Mapping[str, Any], type_: str, reason: str, message: str) -> None:
+        fence()
+        post(body, type_, reason, message)
+
+    return fenced
 
 
 def _kopf_event(body: Mapping[str, Any], type_: str, reason: str, message: str) -> None:

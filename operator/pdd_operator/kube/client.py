@@ -25,6 +25,7 @@ from pdd_operator.kube.decoding import WHOLE, Decode, Decoding
 from pdd_operator.kube.resources import (
     ADMISSION_POLICY,
     ADMISSION_POLICY_BINDING,
+    LEASE,
     PDDEPLOYMENT,
     PERSISTENT_VOLUME_CLAIM,
     ROLE_SCALER,
@@ -48,6 +49,11 @@ CREDENTIALS_REFRESH_S = 0.5
 _NARROWING = ("namespaceSelector", "objectSelector", "resourceRules", "excludeResourceRules")
 
 API_CONNECTIONS = 32  # as many as the worker threads that call the API at once
+# urllib3 sends a request again after a failed read only for these methods (its default also
+# resends PUT and DELETE, without asking anyone): a write goes out once per fence check
+# (kube/lease.py), and one that failed goes back to its caller, which retries through the
+# check. Connections that fail before the request is sent are retried for every method.
+SEND_WRITES_ONCE = urllib3.Retry(total=3, allowed_methods=frozenset({"GET", "HEAD", "OPTIONS"}))
 WATCH_CHUNK = 64 * 1024
 JSON = "application/json"
 # The object's metadata only (name, labels, ...): the API server leaves out everything else.
@@ -105,13 +111,25 @@ class RefreshLimitedConfiguration(client.Configuration):
 def load_api_client(kubeconfig: str | None = None) -> client.ApiClient:
     configuration = load_configuration(kubeconfig)
     configuration.connection_pool_maxsize = API_CONNECTIONS
+    configuration.retries = SEND_WRITES_ONCE
     return client.ApiClient(configuration)
 
 
 class KubeApi:
-    def __init__(self, api_client: client.ApiClient, field_manager: str = "pdd-operator") -> None:
+    """`fence`, when given, is called before every request that writes (anything but GET) and
+    raises when this process may not write any more: the leader election's fence
+    (kube/lease.py). It runs after the request is built, as close to the send as this layer
+    gets, so that a process frozen and resumed meets it on its next write."""
+
+    def __init__(
+        self,
+        api_client: client.ApiClient,
+        field_manager: str = "pdd-operator",
+        fence: Callable[[], None] | None = None,
+    ) -> None:
         self.api = api_client
         self.field_manager = field_manager
+        self.fence = fence
 
     def apply(
         self, obj: dict[str, Any], dry_run: bool = False, want_result: bool = True
@@ -273,6 +291,28 @@ class KubeApi:
             return True
         return any(r.get("name") == plural for r in found.get("resources") or [])
 
+    def read_lease(self, namespace: str, name: str, timeout_s: float) -> dict[str, Any] | None:
+        """The Lease, or None when there is none. One request, no retries: the leader
+        election's own loop retries, on its own clock."""
+        try:
+            return self._call("GET", LEASE.path(namespace, name), None, [], "", timeout=timeout_s)
+        except ApiException as err:
+            if err.status == 404:
+                return None
+            raise
+
+    def create_lease(self, lease: dict[str, Any], timeout_s: float) -> dict[str, Any]:
+        """POST the Lease; a 409 AlreadyExists is raised (someone created it first)."""
+        path = LEASE.path(lease["metadata"]["namespace"])
+        return self._call("POST", path, lease, [], JSON, timeout=timeout_s)
+
+    def replace_lease(self, lease: dict[str, Any], timeout_s: float) -> dict[str, Any]:
+        """PUT the Lease; its metadata.resourceVersion is the precondition (optimistic
+        concurrency): a 409 Conflict is raised when someone wrote it since."""
+        meta = lease["metadata"]
+        path = LEASE.path(meta["namespace"], meta["name"])
+        return self._call("PUT", path, lease, [], JSON, timeout=timeout_s)
+
     def list_page(
         self,
         path: str,
@@ -349,6 +389,7 @@ class KubeApi:
         want_result: bool = True,
         accept: str = JSON,
         decode: Decode = orjson.loads,
+        timeout: float = 30,
     ) -> dict[str, Any]:
         headers = {"Accept": accept}
         if content_type:
@@ -361,7 +402,9 @@ class KubeApi:
             body=body,
             auth_settings=["BearerToken"],
         )
-        response = self.api.call_api(*request, _request_timeout=30)
+        if method != "GET" and self.fence is not None:
+            self.fence()
+        response = self.api.call_api(*request, _request_timeout=timeout)
         response.read()
         if not 200 <= response.status <= 299:
             raise ApiException(http_resp=response)

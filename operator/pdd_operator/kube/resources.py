@@ -52,6 +52,8 @@ POD = Kind("v1", "Pod", "pods")
 NODE = Kind("v1", "Node", "nodes", namespaced=False)
 PERSISTENT_VOLUME_CLAIM = Kind("v1", "PersistentVolumeClaim", "persistentvolumeclaims")
 EVENT = Kind("v1", "Event", "events")
+# The leader election's lock (kube/lease.py): one Lease in the operator's own namespace.
+LEASE = Kind("coordination.k8s.io/v1", "Lease", "leases")
 PDDEPLOYMENT = Kind("pdd.dev/v1alpha1", "PDDeployment", "pddeployments")
 # Scale targets: created once and then written by the HPA/KEDA (spec) and the operator
 # (status), never server-side applied, so not among CHILD_KINDS.
