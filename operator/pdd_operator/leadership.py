@@ -14,6 +14,7 @@ import contextlib
 import logging
 import os
 import secrets
+import signal
 import socket
 import threading
 import time
@@ -54,11 +55,33 @@ def elect(config: OperatorConfig, metrics: OperatorMetrics) -> LeaderElector | N
     )
     elector = LeaderElector(store, identity(), exit_process, timings)
     log.info("standby: waiting for the Lease %s as %s", store.where, elector.identity)
-    with standby_health(config.liveness, lambda: _standby_alive(elector)):
-        elector.acquire()
+    health = standby_health(config.liveness, lambda: _standby_alive(elector))
+    with health, stopped_by_signals(elector.stop):
+        acquired = elector.acquire()
+    if not acquired:
+        log.info("standby: stopped (SIGTERM or SIGINT) before it led; exiting")
+        raise SystemExit(0)
     elector.start_renewing()
     metrics.leader.set(1)
     return elector
+
+
+@contextlib.contextmanager
+def stopped_by_signals(stop: Callable[[], None]) -> Iterator[None]:
+    """SIGTERM and SIGINT call `stop` while the block runs (a standby's pod is deleted or
+    rolled: it ends at once, not after the grace period), whatever the process inherited:
+    a parent that ignores SIGTERM passes that on to its children. kopf installs its own
+    handlers when it starts; these are undone first."""
+    if threading.current_thread() is not threading.main_thread():
+        yield  # only the main thread may set handlers (tests run elections in threads)
+        return
+    wanted = (signal.SIGTERM, signal.SIGINT)
+    previous = {sig: signal.signal(sig, lambda *_: stop()) for sig in wanted}
+    try:
+        yield
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
 
 
 def identity() -> str:

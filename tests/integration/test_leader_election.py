@@ -251,3 +251,16 @@ def refused_lease_write(write: dict[str, Any]) -> bool:
 
 def _timestamp(text: str) -> float:
     return datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp()
+
+
+def test_a_standby_stops_at_once_when_its_pod_is_deleted(start_replica: Any) -> None:
+    """SIGTERM (the pod deleted, or rolled by an upgrade) ends a standby cleanly within a
+    second, whatever signal disposition its parent passed on: before, a standby whose parent
+    ignored SIGTERM waited for the SIGKILL at the end of the grace period."""
+    start_replica(OPERATOR_USER)
+    standby = start_replica(SECOND_OPERATOR_USER)
+    assert standby.proc.proc is not None
+    wait_for(lambda: "is held by" in standby.proc.tail(), 30, what="the second to stand by")
+    standby.signal(signal.SIGTERM)
+    assert standby.proc.proc.wait(timeout=5) == 0
+    assert "stopped (SIGTERM or SIGINT) before it led" in standby.proc.tail()

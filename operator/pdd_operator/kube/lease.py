@@ -348,6 +348,10 @@ class LeaderElector:
             if self._wait(max(0.0, started + self.timings.retry_period_s - self._clock())):
                 return
 
+    def stop(self) -> None:
+        """End a standby's wait: `acquire` returns False at once (the pod is being deleted)."""
+        self._stop.set()
+
     def start_renewing(self) -> None:
         self._renewer = threading.Thread(
             target=self.renew_until_lost, name="pdd-lease-renewer", daemon=True
