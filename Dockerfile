@@ -24,7 +24,9 @@ RUN python -m venv /opt/venv
 COPY hack/constraints.txt hack/constraints.txt
 COPY pyproject.toml README.md ./
 COPY operator/ operator/
-RUN python -m pip wheel --no-deps --wheel-dir /wheels . \
+# The venv's own pip (ensurepip) builds the wheel: a base image needs python3 and its venv
+# module, not a system pip.
+RUN /opt/venv/bin/pip wheel --no-deps --wheel-dir /wheels . \
     && /opt/venv/bin/pip install -c hack/constraints.txt /wheels/*.whl
 
 # The sidecar adds the NIXL wheel. It declares torch (gigabytes of CUDA wheels), which the

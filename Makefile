@@ -20,7 +20,7 @@ TEST_WORKERS ?= 1
 XDIST := $(if $(filter-out 1,$(TEST_WORKERS)),-n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder,)
 ONCE ?=
 
-.PHONY: reliability help venv binaries generate check-generated lint unit integration nixl chart docs test demo cluster cluster-down bench e2e-kind clean
+.PHONY: reliability help venv binaries generate check-generated lint unit integration nixl chart docs test demo cluster cluster-down bench e2e-kind clean images
 
 help:
 	@echo "make demo       local control plane + simulated GPU nodes + operator + example (ONCE=1 exits when Ready)"
@@ -29,6 +29,7 @@ help:
 	@echo "make cluster-down  stop it"
 	@echo "make generate   regenerate crds/, the chart's CRDs, manifests/ and docs/api.md"
 	@echo "make bench      benchmarks (SCALE=small for a short run)"
+	@echo "make images     build the operator, sidecar and router images (docker, else podman) and list them"
 
 $(STAMP): pyproject.toml hack/constraints.txt
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -97,6 +98,11 @@ cluster-down:
 
 bench: venv binaries
 	$(PY) bench/run.py --scale $(or $(SCALE),full) --out bench/results
+
+# Every Dockerfile target, tagged with the chart's appVersion; only what changed is rebuilt
+# (hack/images.sh says how, and where the base image comes from without Docker Hub).
+images:
+	bash hack/images.sh
 
 # Needs a Docker engine; the test skips with the reason printed where there is none.
 e2e-kind: venv binaries

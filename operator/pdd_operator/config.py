@@ -10,6 +10,7 @@ nothing reads `os.environ` after start-up. docs/install.md lists the options.
 from __future__ import annotations
 
 import argparse
+import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, fields
 from typing import Any
@@ -116,6 +117,20 @@ def _namespace_list(text: str) -> tuple[str, ...]:
     return tuple(part.strip() for part in text.split(",") if part.strip())
 
 
+# A Secret's name: a DNS subdomain (lowercase alphanumerics, '-' and '.', at most 253).
+_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
+
+
+def _secret_names(text: str) -> tuple[str, ...]:
+    names = _namespace_list(text)
+    for name in names:
+        if len(name) > 253 or not _SUBDOMAIN.fullmatch(name):
+            raise ConfigError(
+                f"{name!r} is not a Secret name (lowercase letters, digits, '-' and '.')"
+            )
+    return names
+
+
 @dataclass(frozen=True)
 class OperatorConfig:
     kubeconfig: str | None = _option(
@@ -137,6 +152,21 @@ class OperatorConfig:
         OperatorSettings.sidecar_image,
         env="PDD_SIDECAR_IMAGE",
         help="image of the preflight init container and the NIXL sidecar in rendered pods",
+    )
+    router_image: str = _option(
+        OperatorSettings.router_image,
+        env="PDD_ROUTER_IMAGE",
+        help="the router image of a PDDeployment whose spec.router.image is the default "
+        f"({OperatorSettings.router_image}): a private registry's copy of it",
+    )
+    image_pull_secrets: tuple[str, ...] = _option(
+        (),
+        env="PDD_IMAGE_PULL_SECRETS",
+        flag="--image-pull-secret",
+        parse=_secret_names,
+        repeat=True,
+        help="Secrets every rendered pod pulls its images with (the flag once per Secret, the "
+        "variable comma-separated); each must exist in the PDDeployment's namespace",
     )
     metrics_port: int = _option(
         8081,
@@ -217,13 +247,21 @@ class OperatorConfig:
         for option in options():
             given = flags.get(option.name)
             if given is not None:
-                values[option.name] = tuple(given) if option.repeat else given
+                values[option.name] = _repeated(option, given) if option.repeat else given
             elif option.env in env:
                 try:
                     values[option.name] = option.parse(env[option.env])
                 except ConfigError as err:
                     raise ConfigError(f"{option.env}: {err}") from None
         return cls(**values)
+
+
+def _repeated(option: Option, given: list[str]) -> Any:
+    """A flag given once per value, checked as its comma-separated variable would be."""
+    try:
+        return option.parse(",".join(given))
+    except ConfigError as err:
+        raise ConfigError(f"{option.flag}: {err}") from None
 
 
 def options() -> tuple[Option, ...]:

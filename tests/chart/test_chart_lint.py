@@ -9,6 +9,8 @@ from typing import Any
 import pytest
 import yaml
 
+from pdd_operator.api.v1alpha1 import DEFAULT_ROUTER_IMAGE
+
 from .support import CHART, ROOT, Helm, kinds
 
 # Value sets every test here renders; the cluster tests apply the same ones.
@@ -184,6 +186,47 @@ def test_default_render(helm: Helm) -> None:
     selector = deployment["spec"]["selector"]["matchLabels"]
     assert service["spec"]["selector"] == selector
     assert service["spec"]["ports"][0]["port"] == ports["metrics"]
+
+
+def images_of(docs: list[dict[str, Any]]) -> list[str]:
+    """Every image the chart's own pods run (the operator, the agent, the helm test)."""
+    images = []
+    for doc in docs:
+        spec = doc.get("spec", {})
+        pod = spec.get("template", {}).get("spec", spec) if doc["kind"] != "Pod" else spec
+        images += [c["image"] for c in pod.get("containers", []) + pod.get("initContainers", [])]
+    return images
+
+
+def test_one_value_moves_every_image_of_ours_to_a_mirror(helm: Helm) -> None:
+    """imageRegistry replaces ghcr.io/pdd-dev in the chart's images and in the sidecar and
+    router images the operator renders; imagePullSecrets reach the rendered pods too."""
+    mirror = "registry.example.com:5000/mirror/pdd"
+    docs = helm.template(
+        "--set", f"imageRegistry={mirror}", "--set", "imagePullSecrets[0].name=regcred"
+    )  # fmt: skip
+    images = images_of(docs)
+    assert images and all(image.startswith(f"{mirror}/pdd-") for image in images), images
+    args = one(docs, "Deployment")["spec"]["template"]["spec"]["containers"][0]["args"]
+    assert f"--sidecar-image={mirror}/pdd-sidecar:0.1.0" in args
+    assert f"--router-image={mirror}/pdd-router:0.1.0" in args
+    assert "--image-pull-secret=regcred" in args
+    default = one(helm.template(), "Deployment")["spec"]["template"]["spec"]["containers"][0]
+    assert "--router-image=ghcr.io/pdd-dev/pdd-router:0.1.0" in default["args"]
+    assert not any(a.startswith("--image-pull-secret") for a in default["args"])
+    # A release upgraded with --reuse-values from a chart before routerImage keeps a router.
+    reused = one(helm.template("--set", "routerImage=null"), "Deployment")
+    assert (
+        "--router-image=ghcr.io/pdd-dev/pdd-router:0.1.0"
+        in (reused["spec"]["template"]["spec"]["containers"][0]["args"])
+    )
+
+
+def test_the_default_router_image_is_the_crds_default(helm: Helm) -> None:
+    """The operator swaps in --router-image only where spec.router.image is the CRD's
+    default: the chart's router image must be that same reference."""
+    args = one(helm.template(), "Deployment")["spec"]["template"]["spec"]["containers"][0]["args"]
+    assert f"--router-image={DEFAULT_ROUTER_IMAGE}" in args
 
 
 def test_high_availability(helm: Helm) -> None:

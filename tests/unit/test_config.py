@@ -20,6 +20,8 @@ DEFAULTS = {
     "kubeconfig": None,
     "namespaces": (),
     "sidecar_image": OperatorSettings().sidecar_image,
+    "router_image": OperatorSettings().router_image,
+    "image_pull_secrets": (),
     "metrics_port": 8081,
     "liveness": "http://0.0.0.0:8080/healthz",
     "resync_seconds": 300.0,
@@ -38,6 +40,8 @@ SOURCES: dict[str, tuple[str, Any, list[str], Any]] = {
     "kubeconfig": ("/env/kubeconfig", "/env/kubeconfig", ["--kubeconfig", "/f"], "/f"),
     "namespaces": ("team-a, team-b", ("team-a", "team-b"), ["--namespace", "c"], ("c",)),
     "sidecar_image": ("r.example/s:1", "r.example/s:1", ["--sidecar-image", "x:2"], "x:2"),
+    "router_image": ("r.example/r:1", "r.example/r:1", ["--router-image", "m/r:2"], "m/r:2"),
+    "image_pull_secrets": ("a, b.c", ("a", "b.c"), ["--image-pull-secret", "d"], ("d",)),
     "metrics_port": ("9090", 9090, ["--metrics-port", "0"], 0),
     "liveness": ("", "", ["--liveness", "http://127.0.0.1:1/h"], "http://127.0.0.1:1/h"),
     "resync_seconds": ("60", 60.0, ["--resync-seconds", "2.5"], 2.5),
@@ -106,11 +110,17 @@ def test_the_namespace_flag_repeats() -> None:
         ({"PDD_COALESCE_SECONDS": "-1"}, "PDD_COALESCE_SECONDS: -1 must be at least 0"),
         ({"PDD_MAX_CONCURRENT_PASSES": "0"}, "PDD_MAX_CONCURRENT_PASSES: 0 is out of range"),
         ({"PDD_VERBOSE": "maybe"}, "PDD_VERBOSE: 'maybe' is not true or false"),
+        ({"PDD_IMAGE_PULL_SECRETS": "ok,Reg_Cred"}, "PDD_IMAGE_PULL_SECRETS: 'Reg_Cred' is not"),
     ],
 )
 def test_a_bad_variable_is_refused_with_its_name(env: dict[str, str], message: str) -> None:
     with pytest.raises(ConfigError, match=message):
         run_config([], env)
+
+
+def test_a_repeated_flag_is_checked_like_its_variable() -> None:
+    with pytest.raises(ConfigError, match="--image-pull-secret: 'Reg_Cred' is not a Secret"):
+        run_config(["--image-pull-secret", "ok", "--image-pull-secret", "Reg_Cred"], {})
 
 
 def test_a_bad_variable_under_a_good_flag_is_never_read() -> None:

@@ -7,10 +7,10 @@ import pytest
 
 from helpers.factories import make_pdd
 from pdd_operator.api import names
-from pdd_operator.api.v1alpha1 import PDDeployment
+from pdd_operator.api.v1alpha1 import DEFAULT_ROUTER_IMAGE, PDDeployment
 from pdd_operator.planning.placement import Placement
 from pdd_operator.rendering.children import render_children
-from pdd_operator.rendering.context import RenderContext
+from pdd_operator.rendering.context import OperatorSettings, RenderContext
 from pdd_operator.rendering.roles import engine_revision, render_affinity
 
 
@@ -407,3 +407,55 @@ def test_cuda_ipc_get_is_forced_on_where_the_roles_share_a_pid_namespace(
         env = container(sts, name)["env"]
         values = [e["value"] for e in env if e["name"] == "UCX_CUDA_IPC_ENABLE_GET_ZCOPY"]
         assert values == ([forced] if forced else []), name
+
+
+MIRROR = OperatorSettings(
+    sidecar_image="mirror.example/pdd/pdd-sidecar:0.1.0",
+    router_image="mirror.example/pdd/pdd-router:0.1.0",
+    image_pull_secrets=("regcred",),
+)
+
+
+def pod_specs(objs: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """The pod spec of every workload rendered, by the workload's name."""
+    workloads = [o for o in objs if o["kind"] in ("StatefulSet", "Deployment")]
+    return {o["metadata"]["name"]: o["spec"]["template"]["spec"] for o in workloads}
+
+
+def test_a_mirror_supplies_every_image_of_ours_and_its_pull_secret() -> None:
+    """One setting per image moves the sidecar and the default router to a private registry,
+    and every rendered pod pulls with the operator's Secrets; the engine image stays the
+    spec's."""
+    pdd = make_pdd({"router": {"image": DEFAULT_ROUTER_IMAGE}})
+    objs = render_children(pdd, RenderContext(settings=MIRROR))
+    specs = pod_specs(objs)
+    assert set(specs) == {"llama-prefill", "llama-decode", "llama-router"}
+    for spec in specs.values():
+        assert spec["imagePullSecrets"] == [{"name": "regcred"}]
+    router = find(objs, "Deployment", "llama-router")
+    assert container(router, "router")["image"] == "mirror.example/pdd/pdd-router:0.1.0"
+    prefill = find(objs, "StatefulSet", "llama-prefill")
+    for injected in ("nixl-sidecar", "preflight"):
+        assert container(prefill, injected)["image"] == MIRROR.sidecar_image
+    assert container(prefill, "engine")["image"] == pdd.spec.engine.image
+
+
+def test_a_router_image_of_the_spec_is_kept_and_pull_secrets_add_to_the_pod_templates() -> None:
+    pdd = make_pdd(
+        {
+            "router": {
+                "image": "team.example/router:2",
+                "podTemplate": {"spec": {"imagePullSecrets": [{"name": "team"}]}},
+            }
+        }
+    )
+    objs = render_children(pdd, RenderContext(settings=MIRROR))
+    router = find(objs, "Deployment", "llama-router")
+    assert container(router, "router")["image"] == "team.example/router:2"
+    pulls = router["spec"]["template"]["spec"]["imagePullSecrets"]
+    assert pulls == [{"name": "regcred"}, {"name": "team"}]
+
+
+def test_without_pull_secrets_no_pod_names_any() -> None:
+    for spec in pod_specs(render_children(make_pdd(), RenderContext())).values():
+        assert "imagePullSecrets" not in spec

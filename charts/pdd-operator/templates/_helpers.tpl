@@ -65,21 +65,33 @@ app.kubernetes.io/component: topology-agent
 {{- end }}
 {{- end }}
 
-{{/* repository:tag or repository@digest; the tag defaults to the chart's appVersion. */}}
+{{/* repository:tag or repository@digest; the tag defaults to the chart's appVersion. With
+imageRegistry, the repository's last name under that registry instead of its own. */}}
 {{- define "pdd-operator.imageRef" -}}
+{{- $repository := .image.repository }}
+{{- with .registry }}
+{{- $repository = printf "%s/%s" (trimSuffix "/" .) (base $repository) }}
+{{- end }}
 {{- if .image.digest }}
-{{- printf "%s@%s" .image.repository .image.digest }}
+{{- printf "%s@%s" $repository .image.digest }}
 {{- else }}
-{{- printf "%s:%s" .image.repository (default .appVersion .image.tag) }}
+{{- printf "%s:%s" $repository (default .appVersion .image.tag) }}
 {{- end }}
 {{- end }}
 
 {{- define "pdd-operator.image" -}}
-{{- include "pdd-operator.imageRef" (dict "image" .Values.image "appVersion" .Chart.AppVersion) }}
+{{- include "pdd-operator.imageRef" (dict "image" .Values.image "appVersion" .Chart.AppVersion "registry" .Values.imageRegistry) }}
 {{- end }}
 
 {{- define "pdd-operator.sidecarImage" -}}
-{{- include "pdd-operator.imageRef" (dict "image" .Values.sidecarImage "appVersion" .Chart.AppVersion) }}
+{{- include "pdd-operator.imageRef" (dict "image" .Values.sidecarImage "appVersion" .Chart.AppVersion "registry" .Values.imageRegistry) }}
+{{- end }}
+
+{{/* Read with a default: a release upgraded with --reuse-values from a chart before
+routerImage has none in its values. */}}
+{{- define "pdd-operator.routerImage" -}}
+{{- $image := .Values.routerImage | default (dict "repository" "ghcr.io/pdd-dev/pdd-router") }}
+{{- include "pdd-operator.imageRef" (dict "image" $image "appVersion" .Chart.AppVersion "registry" .Values.imageRegistry) }}
 {{- end }}
 
 {{/* True when the ServiceMonitor is wanted and the cluster can take it. */}}

@@ -52,7 +52,11 @@ class OperatorRuntime:
         cls, config: OperatorConfig, metrics: OperatorMetrics, fence: Callable[[], None] | None
     ) -> OperatorRuntime:
         """`fence` (the leader election's) runs before every write this runtime makes."""
-        settings = OperatorSettings(sidecar_image=config.sidecar_image)
+        settings = OperatorSettings(
+            sidecar_image=config.sidecar_image,
+            router_image=config.router_image,
+            image_pull_secrets=config.image_pull_secrets,
+        )
         kube = KubeApi(load_api_client(config.kubeconfig), settings.field_manager, fence)
         loop = asyncio.get_running_loop()
         # API calls run in threads (asyncio.to_thread); the default pool has cpu+4 threads,

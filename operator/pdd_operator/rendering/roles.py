@@ -183,6 +183,7 @@ def render_pod_template(
             *sidecar.sidecar_containers(pdd, role, ctx, engine_revision(spec)),
         ],
         "volumes": _volumes(spec) + sidecar.sidecar_volumes(pdd),
+        **ctx.settings.pull_secrets(),
     }
     account = sidecar.service_account(pdd)
     if account:

@@ -147,7 +147,7 @@ def render_router_deployment(
     ]
     container: dict[str, Any] = {
         "name": "router",
-        "image": router.image,
+        "image": ctx.settings.router_image_for(router.image),
         "imagePullPolicy": router.imagePullPolicy,
         "env": env,
         "ports": [{"name": HTTP_PORT_NAME, "containerPort": router.port, "protocol": "TCP"}],
@@ -189,6 +189,7 @@ def render_router_deployment(
             "enableServiceLinks": False,
             "securityContext": pod_security_context(),
             "containers": [container],
+            **ctx.settings.pull_secrets(),
         },
     }
     if router.podTemplate:

@@ -1,0 +1,140 @@
+"""The images, built and run (issue 40): `hack/images.sh` builds every Dockerfile target
+(cached by what goes into each), each image's programs run as the chart runs its containers
+(user 65532, read-only root file system, no capabilities), and the operator runs from its own
+image against the local control plane, with the chart's args and security settings and only
+the rights of the chart's ServiceAccount (manifests/ applied, `kubectl apply -k manifests/`),
+until a PDDeployment is Ready and a request through its router returns tokens.
+
+The engine pods are run by the local cluster's pod runtime, as in the request-path tests: the
+sidecar and router containers as processes of the venv (the images' programs, not the image
+files), the engine as the reference engine (the test double of a GPU image).
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from kubernetes import client
+from kubernetes.dynamic import DynamicClient
+
+from chart.support import apply, manifest_documents, wait_crd_established
+from helpers.operator_image import (
+    OperatorContainer,
+    build_images,
+    mounted_token,
+    operator_container,
+    run_image,
+)
+from helpers.running_pods import OwnNodes, ready_router_url, refengine_pdd, running_nodes
+from helpers.traffic import complete
+from helpers.waits import wait_for
+from pdd_localcluster import LocalControlPlane
+from pdd_localcluster.runtime import PodRuntime
+
+GROUP, VERSION, PLURAL = "pdd.dev", "v1alpha1", "pddeployments"
+NODES = OwnNodes("pdd.test/operator-image", ("oi-0",))
+OPERATOR_NS, OPERATOR_SA = "pdd-system", "pdd-operator"
+# Cluster-wide objects of manifests/ that change what other users may do: removed afterwards,
+# so that the modules after this one run without them, as before it.
+ADMISSION_KINDS = ("ValidatingAdmissionPolicyBinding", "ValidatingAdmissionPolicy")
+READY_S = 240.0
+
+
+@pytest.fixture(scope="module")
+def image_table() -> str:
+    table = build_images()
+    print(f"\n{table}")
+    return table
+
+
+@pytest.fixture(scope="module")
+def images(image_table: str) -> dict[str, str]:
+    """Target -> the image tag the table lists (and the chart names)."""
+    rows = [line.split()[0] for line in image_table.splitlines()[1:] if line.strip()]
+    return {row.rsplit("/", 1)[1].split(":")[0].removeprefix("pdd-"): row for row in rows}
+
+
+@pytest.fixture(scope="module")
+def installed(api_client: client.ApiClient) -> Iterator[list[dict[str, Any]]]:
+    """manifests/ applied as `kubectl apply -k manifests/` would, the operator's Deployment
+    and the agent's DaemonSet left out (this test runs the operator's container itself, and
+    the agent is not what it is about)."""
+    dynamic = DynamicClient(api_client)
+    docs = [d for d in manifest_documents() if d["kind"] not in ("Deployment", "DaemonSet")]
+    for doc in docs:
+        apply(dynamic, doc)
+        if doc["kind"] == "CustomResourceDefinition":
+            wait_crd_established(api_client, doc["metadata"]["name"])
+    yield [d for d in manifest_documents() if d["kind"] == "Deployment"]
+    for kind in ADMISSION_KINDS:
+        for doc in docs:
+            if doc["kind"] == kind:
+                resource = dynamic.resources.get(api_version=doc["apiVersion"], kind=kind)
+                dynamic.delete(resource, name=doc["metadata"]["name"])
+
+
+@pytest.fixture(scope="module")
+def operator_from_image(
+    images: dict[str, str],
+    installed: list[dict[str, Any]],
+    control_plane: LocalControlPlane,
+    api_client: client.ApiClient,
+    tmp_path_factory: pytest.TempPathFactory,
+) -> Iterator[OperatorContainer]:
+    [deployment] = copy.deepcopy(installed)
+    token = mounted_token(
+        api_client, control_plane, OPERATOR_NS, OPERATOR_SA, tmp_path_factory.mktemp("sa")
+    )
+    with operator_container(deployment, token, control_plane) as container:
+        assert container.image == images["operator"]
+        yield container
+
+
+@pytest.fixture(scope="module")
+def runtime(
+    control_plane: LocalControlPlane, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[PodRuntime]:
+    with running_nodes(control_plane, tmp_path_factory.mktemp("oi"), NODES, "127.86") as rt:
+        yield rt
+
+
+def test_each_image_runs_its_programs_as_the_chart_runs_them(images: dict[str, str]) -> None:
+    assert sorted(images) == ["operator", "router", "sidecar"]
+    assert "usage" in run_image(images["operator"], ["--help"]).lower()
+    for program in ("pdd-sidecar", "pdd-node"):
+        assert "usage" in run_image(images["sidecar"], ["--help"], entrypoint=program).lower()
+    nixl = "import nixl._api, importlib.metadata as m; print(m.version('nixl'))"
+    assert run_image(images["sidecar"], ["-c", nixl], entrypoint="python").strip()
+    for router in ("vllm-router", "smg"):
+        assert "usage" in run_image(images["router"], ["--help"], entrypoint=router).lower()
+
+
+def test_the_operator_from_its_image_reconciles_until_a_request_is_served(
+    operator_from_image: OperatorContainer,
+    api_client: client.ApiClient,
+    runtime: PodRuntime,
+    namespace: str,
+) -> None:
+    name = "from-image"
+    body = refengine_pdd(name, "vllm", NODES, replicas=1)
+    objects = client.CustomObjectsApi(api_client)
+    objects.create_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, body)
+
+    def ready() -> bool:
+        obj = objects.get_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, name)
+        conditions = {c["type"]: c["status"] for c in obj.get("status", {}).get("conditions", [])}
+        return conditions.get("Ready") == "True"
+
+    try:
+        wait_for(ready, READY_S, what=f"{namespace}/{name} Ready")
+    except AssertionError as err:
+        pytest.fail(f"{err}\noperator container log:\n{operator_from_image.logs}")
+    url = ready_router_url(client.CoreV1Api(api_client), namespace, name)
+    answer = complete(url, "tiny", "hello " * 20, timeout=20.0)
+    assert answer.ok, answer.error
+    assert answer.served.get("kv_verified") and answer.kv_bytes > 0, answer
+    assert "Traceback" not in operator_from_image.logs
+    print(f"\noperator image {operator_from_image.image}: {namespace}/{name} Ready and served")
