@@ -3,6 +3,8 @@ from __future__ import annotations
 import re
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from pdd_operator.api import names
 
@@ -93,3 +95,29 @@ def test_ids_of_many_names_are_unique() -> None:
     candidates += [names.instance_id(n) for n in candidates]
     ids = {names.instance_id(n) for n in set(candidates)}
     assert len(ids) == len(set(candidates))
+
+
+# A PDDeployment's name: a DNS-1123 subdomain (what the API server admits for a custom
+# resource), kept to 80 characters so that both the short and the hashed schemes are reached.
+PDD_NAME = st.from_regex(r"[a-z0-9]([-a-z0-9.]{0,78}[a-z0-9])?", fullmatch=True).filter(
+    lambda n: ".." not in n and ".-" not in n and "-." not in n
+)
+
+
+def _look_alikes(name: str) -> list[str]:
+    """Names a user could pick next to `name` that an id scheme could confuse with it: its
+    own hashed id spelled out (#41's `ab.cd` and `ab-cd-61074630`), dots as dashes, and the
+    name with a hash-like tail added."""
+    return [names.instance_id(name), name.replace(".", "-"), f"{name}-0123abcd"[:253]]
+
+
+@settings(max_examples=300, deadline=None)
+@given(PDD_NAME)
+def test_no_two_names_of_one_namespace_share_a_child(name: str) -> None:
+    """Property: distinct names never map to the same child, look-alikes included."""
+    for other in _look_alikes(name):
+        if other == name:
+            continue
+        assert names.instance_id(other) != names.instance_id(name), (name, other)
+        for role in ("prefill", "decode", "router"):
+            assert names.role_name(other, role) != names.role_name(name, role), (name, other)
