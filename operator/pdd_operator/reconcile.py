@@ -53,6 +53,7 @@ from pdd_operator.planning.probe_pairs import per_rank_probes
 from pdd_operator.planning.reservations import ReservationLedger, slice_reservation
 from pdd_operator.planning.rollout import rollout_partitions, serving_revision
 from pdd_operator.planning.slices import Slice, scale_by_slices, slices_possible
+from pdd_operator.rendering import dependencies
 from pdd_operator.rendering.children import child_key, owner_reference, render_children
 from pdd_operator.rendering.context import OperatorSettings, RenderContext
 from pdd_operator.rendering.roles import engine_revision
@@ -116,6 +117,9 @@ class ClusterView(Protocol):
     def fleet(self) -> Fleet: ...
     def node_ready(self, name: str) -> bool | None: ...
     def scalers(self, key: DeploymentKey) -> Mapping[str, ScalerSummary]: ...
+    # Objects of the children's kinds that name the deployment but have no controller: its
+    # children that lost their owner reference, or copies (a look at each tells which).
+    def unowned_children(self, key: DeploymentKey) -> frozenset[ChildKey]: ...
     # Why a workload short of pods has none: its controller's newest creation Event says.
     def creation_refusal(self, workload_uid: str) -> str: ...
 
@@ -130,6 +134,7 @@ class ApiWriter(Protocol):
     def owner_references(
         self, kind: Kind, namespace: str, name: str
     ) -> list[dict[str, Any]] | None: ...
+    def object_metadata(self, kind: Kind, namespace: str, name: str) -> dict[str, Any] | None: ...
     def delete(self, kind: Kind, namespace: str, name: str, uid: str = "") -> None: ...
     def patch_status(self, namespace: str, name: str, status: dict[str, Any]) -> str: ...
     def annotate_pod(
@@ -188,6 +193,17 @@ class _Changes:
     apply: list[dict[str, Any]]  # missing, rendered from other inputs, or drifted
     drifted: frozenset[ChildKey]  # of those, the ones someone else changed
     stale: tuple[ChildKey, ...]  # no longer rendered: to delete
+
+
+@dataclass(frozen=True)
+class _Claims:
+    """What a pass found of the objects holding its children's names: those someone else
+    holds, the children held because of them (theirs and what runs against them, in apply
+    order), and this deployment's own children that had lost their owner reference."""
+
+    conflicts: tuple[ownership.NameConflict, ...] = ()
+    adopted: frozenset[ChildKey] = frozenset()
+    held: tuple[ChildKey, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -827,21 +843,16 @@ class Reconciler:
     ) -> _Blocked:
         """Apply what differs, delete what is no longer wanted, leave `held` children as they
         are (not created, not changed, not deleted); say what stopped it if anything did.
-        While a child's name is taken by an object that is not this deployment's, no workload
-        is written: its pods would run against that object (its ServiceAccount, Service).
-        Without the name guard nothing else is written either; with it, the children of the
-        waves before the refused one stay (they are this deployment's)."""
+        While a child's name is taken by an object that is not this deployment's, that child
+        is not written, nor any child that would run against that object (a workload against
+        its ServiceAccount or Service: rendering.dependencies); every other child is.
+        A child that lost its owner reference and proves to be this deployment's
+        (ownership.adoptable) is applied like any other, which puts the reference back."""
         changes = _changes(desired, observed, self._corrections.of(_key(pdd)), held)
         self._corrections.keep_wanted(_key(pdd), desired.owned)
         try:
-            looked_up = changes.apply
-            if self.names_guarded:
-                looked_up = [obj for obj in changes.apply if obj["kind"] in WORKLOAD_KINDS]
-            conflicts = await self._name_conflicts(pdd, looked_up, observed)
-            if not conflicts:
-                conflicts = await self._apply(pdd, body, changes, desired, observed)
-            if conflicts:
-                return self._report_conflicts(pdd, conflicts)
+            claims = await self._look_up(pdd, self._to_look_up(pdd, changes, observed))
+            claims = await self._apply(pdd, body, changes, desired, observed, claims)
             await self._prune(pdd.namespace, changes.stale, observed)
         except Exception as err:  # surfaced as a condition + event, not a trace
             if namespace_unavailable(err):
@@ -849,43 +860,51 @@ class Reconciler:
             blocked = _write_failed("could not apply children", err)
             log.warning("%s/%s: %s", pdd.namespace, pdd.name, blocked.message)
             return blocked
+        if claims.conflicts:
+            return self._report_conflicts(pdd, claims)
         return _Blocked()
 
-    async def _name_conflicts(
-        self,
-        pdd: PDDeployment,
-        objects: Sequence[dict[str, Any]],
-        observed: Mapping[ChildKey, ChildSummary],
-    ) -> list[ownership.NameConflict]:
-        """The children about to be applied that the indexes do not list as this
-        deployment's (new ones, mostly) and whose name an object of someone else holds."""
-        unlisted = [obj for obj in objects if child_key(obj) not in observed]
-        refs = await asyncio.gather(
+    def _to_look_up(
+        self, pdd: PDDeployment, changes: _Changes, observed: Mapping[ChildKey, ChildSummary]
+    ) -> list[dict[str, Any]]:
+        """The children to apply that the indexes do not list as this deployment's (new ones,
+        mostly): every one, or under the name guard (which refuses a takeover itself) the
+        workloads and those the watch saw without a controller (lost their owner reference)."""
+        unlisted = [obj for obj in changes.apply if child_key(obj) not in observed]
+        if not self.names_guarded:
+            return unlisted
+        unowned = self.view.unowned_children(_key(pdd))
+        return [o for o in unlisted if o["kind"] in WORKLOAD_KINDS or child_key(o) in unowned]
+
+    async def _look_up(self, pdd: PDDeployment, objects: Sequence[dict[str, Any]]) -> _Claims:
+        """Whose the object holding each child's name is: nobody's (the name is free), this
+        deployment's that lost its owner reference (adopted), or someone else's (a conflict)."""
+        metas = await asyncio.gather(
             *(
                 asyncio.to_thread(
-                    self.kube.owner_references,
+                    self.kube.object_metadata,
                     kind_of(obj["apiVersion"], obj["kind"]),
                     pdd.namespace,
                     obj["metadata"]["name"],
                 )
-                for obj in unlisted
+                for obj in objects
             )
         )
-        conflicts = []
-        for obj, owners in zip(unlisted, refs, strict=True):
-            if owners is None:
+        conflicts, adopted = [], set()
+        for obj, meta in zip(objects, metas, strict=True):
+            if meta is None:
                 continue  # the name is free
-            conflict = ownership.name_conflict(
-                obj["kind"], obj["metadata"]["name"], owners, pdd.uid
-            )
-            if conflict is not None:
+            owners, name = meta.get("ownerReferences") or [], obj["metadata"]["name"]
+            if ownership.adoptable(meta, pdd.name, self.settings.field_manager):
+                adopted.add(child_key(obj))
+            elif conflict := ownership.name_conflict(obj["kind"], name, owners, pdd.uid):
                 conflicts.append(conflict)
-        return conflicts
+        return _Claims(tuple(conflicts), frozenset(adopted))
 
-    def _report_conflicts(
-        self, pdd: PDDeployment, conflicts: Sequence[ownership.NameConflict]
-    ) -> _Blocked:
-        message = ownership.conflict_message(conflicts)
+    def _report_conflicts(self, pdd: PDDeployment, claims: _Claims) -> _Blocked:
+        taken = {(c.kind, c.name) for c in claims.conflicts}
+        held = [f"{kind} {name}" for _, kind, name in claims.held if (kind, name) not in taken]
+        message = ownership.conflict_message(claims.conflicts, held)
         log.warning("%s/%s: %s", pdd.namespace, pdd.name, message)
         return _Blocked(ownership.REASON, message)
 
@@ -896,11 +915,16 @@ class Reconciler:
         changes: _Changes,
         desired: _Desired,
         observed: Mapping[ChildKey, ChildSummary],
-    ) -> list[ownership.NameConflict]:
-        """Waves, each sent at once (`_apply_waves`); a wave with a refused apply is the last:
-        the name conflicts behind it are returned, any other refusal raised. A drifted
-        child's answer is read back to record what the correction produced."""
+        claims: _Claims,
+    ) -> _Claims:
+        """Waves, each sent at once (`_apply_waves`), without the children a name conflict
+        holds. A refused apply of a child the indexes do not list is looked up (the name
+        guard refuses a takeover): its conflict holds what depends on it from the next wave
+        on; any other refusal is raised. A drifted child's answer is read back to record what
+        the correction produced; an adopted child's apply is told as a correction too."""
+        claims = replace(claims, held=_held_by(claims.conflicts, desired))
         for wave in _apply_waves(changes.apply):
+            wave = [obj for obj in wave if child_key(obj) not in claims.held]
             results = await asyncio.gather(
                 *(
                     asyncio.to_thread(self._apply_child, obj, child_key(obj) in changes.drifted)
@@ -909,35 +933,53 @@ class Reconciler:
                 return_exceptions=True,
             )
             applied = [(o, r) for o, r in zip(wave, results, strict=True) if isinstance(r, dict)]
-            for obj, _ in applied:
-                self._count_write("apply", obj["kind"])
-            for obj, result in applied:
-                if (key := child_key(obj)) in changes.drifted:
-                    correction = Correction(
-                        wanted=desired.owned[key],
-                        result=live_fingerprint(result, self.settings.field_manager),
-                        version=str(result.get("metadata", {}).get("resourceVersion", "")),
-                        read=observed[key].resource_version,
-                    )
-                    self._put_back(pdd, body, obj, correction)
+            self._record_applied(pdd, body, applied, changes, desired, observed, claims)
             failed = [(o, r) for o, r in zip(wave, results, strict=True) if not isinstance(r, dict)]
             if failed:
-                return await self._conflicts_behind(pdd, failed, observed)
-        return []
+                conflicts = (
+                    *claims.conflicts,
+                    *await self._conflicts_behind(pdd, failed, observed),
+                )
+                claims = replace(claims, conflicts=conflicts, held=_held_by(conflicts, desired))
+        return claims
+
+    def _record_applied(
+        self,
+        pdd: PDDeployment,
+        body: Mapping[str, Any],
+        applied: Sequence[tuple[dict[str, Any], dict[str, Any]]],
+        changes: _Changes,
+        desired: _Desired,
+        observed: Mapping[ChildKey, ChildSummary],
+        claims: _Claims,
+    ) -> None:
+        for obj, _ in applied:
+            self._count_write("apply", obj["kind"])
+        for obj, result in applied:
+            if (key := child_key(obj)) in changes.drifted:
+                correction = Correction(
+                    wanted=desired.owned[key],
+                    result=live_fingerprint(result, self.settings.field_manager),
+                    version=str(result.get("metadata", {}).get("resourceVersion", "")),
+                    read=observed[key].resource_version,
+                )
+                self._put_back(pdd, body, obj, correction)
+            elif key in claims.adopted:
+                self._adopted(pdd, body, obj)
 
     async def _conflicts_behind(
         self,
         pdd: PDDeployment,
         failed: Sequence[tuple[dict[str, Any], BaseException]],
         observed: Mapping[ChildKey, ChildSummary],
-    ) -> list[ownership.NameConflict]:
+    ) -> tuple[ownership.NameConflict, ...]:
         """A refused apply of a child the indexes do not list may be a taken name: refused by
         the name-guard policy, or by the API server itself (an object has one controller).
         Whose each such name is, is read; without a conflict the first refusal is raised."""
         unlisted = [obj for obj, _ in failed if child_key(obj) not in observed]
-        conflicts = await self._name_conflicts(pdd, unlisted, observed)
-        if conflicts:
-            return conflicts
+        found = await self._look_up(pdd, unlisted)
+        if found.conflicts:
+            return found.conflicts
         raise failed[0][1]
 
     def _apply_child(self, obj: dict[str, Any], read_back: bool) -> dict[str, Any]:
@@ -1008,6 +1050,14 @@ class Reconciler:
             f"{what} was changed outside the operator; its fields were put back to the "
             f"PDDeployment's spec (change the PDDeployment instead)"
         )
+        log.info("%s/%s: %s", pdd.namespace, pdd.name, message)
+        self.emit_event(body, "Normal", "DriftCorrected", message)
+
+    def _adopted(self, pdd: PDDeployment, body: Mapping[str, Any], obj: Mapping[str, Any]) -> None:
+        """Tell the user that a child which had lost its owner reference has it back."""
+        if self.metrics:
+            self.metrics.drift_corrections.labels(kind=obj["kind"]).inc()
+        message = ownership.adoption_message(obj["kind"], obj["metadata"]["name"])
         log.info("%s/%s: %s", pdd.namespace, pdd.name, message)
         self.emit_event(body, "Normal", "DriftCorrected", message)
 
@@ -1297,6 +1347,18 @@ def _apply_waves(objects: Sequence[dict[str, Any]]) -> list[list[dict[str, Any]]
     workloads = [obj for obj in objects if obj["kind"] in WORKLOAD_KINDS]
     rest = [obj for obj in objects if obj["kind"] not in REFERENCED_FIRST | WORKLOAD_KINDS]
     return [wave for wave in (first, rest, workloads) if wave]
+
+
+def _held_by(
+    conflicts: Sequence[ownership.NameConflict], desired: _Desired
+) -> tuple[ChildKey, ...]:
+    """The children not written while these names are taken: theirs, and every child that
+    would run against the object holding one (rendering.dependencies), in apply order."""
+    if not conflicts:
+        return ()
+    objects = desired.objects()
+    held = set(dependencies.held_with({(c.kind, c.name) for c in conflicts}, objects))
+    return tuple(child_key(o) for o in objects if (o["kind"], o["metadata"]["name"]) in held)
 
 
 def _changes(

@@ -1,8 +1,9 @@
 """The chart's name-guard policy (ValidatingAdmissionPolicy + binding, as `manifests/` ships
 them) on the real API server: an apply that would make an existing object a PDDeployment's
 child is refused with a message that names the object and says what to do, whoever sends it;
-creating a child, changing one's own child, orphaning it, and everyone's ordinary updates
-pass. And the operator's start-up check reads the installed pair as in force."""
+creating a child, changing one's own child, orphaning it, adopting it back with the operator's
+proof (and only with the whole of it), and everyone's ordinary updates pass. And the
+operator's start-up check reads the installed pair as in force."""
 
 from __future__ import annotations
 
@@ -16,7 +17,9 @@ from kubernetes.client.exceptions import ApiException
 from kubernetes.dynamic import DynamicClient
 
 from helpers.waits import wait_for
+from pdd_operator.api import names
 from pdd_operator.kube.client import KubeApi
+from pdd_operator.rendering.context import OperatorSettings
 
 from .support import apply, delete_documents, ensure_namespace, manifest_documents
 
@@ -104,6 +107,7 @@ def test_an_unowned_object_is_not_made_a_pddeployments_child(
 
     assert refused is not None and MARK in refused
     assert f"Service {NAMESPACE}/{name} exists and is not the child of the PDDeployment" in refused
+    assert "lacks the proof of having been its child" in refused
     assert "delete or rename it, or rename the PDDeployment" in refused
     assert live(api_client, name).metadata.resource_version == before
 
@@ -196,3 +200,107 @@ def test_the_operator_reads_the_installed_policy_as_in_force(api_client: client.
     kube = KubeApi(api_client)
     assert kube.name_guard_problem(POLICY) == ""
     assert "not found" in kube.name_guard_problem("no-such-policy")
+
+
+def operators_child(name: str, uid: str, deployment: str = "kv") -> dict[str, Any]:
+    """A Service as the operator renders a child of PDDeployment `deployment`: its identity
+    label and name annotation, its controller owner reference."""
+    obj = service(name, [pdd_owner(uid, deployment)])
+    obj["metadata"]["labels"] = {names.LABEL_DEPLOYMENT: names.instance_id(deployment)}
+    obj["metadata"]["annotations"] = {names.ANNOTATION_OWNER_NAME: deployment}
+    return obj
+
+
+def strip_owner(api_client: client.ApiClient, name: str) -> None:
+    """What a `kubectl replace` of an exported manifest does: the same object, no owner
+    reference (an update by another field manager)."""
+    core = client.CoreV1Api(api_client)
+    current = core.read_namespaced_service(name, NAMESPACE)
+    current.metadata.owner_references = None
+    core.replace_namespaced_service(name, NAMESPACE, current)
+    assert not live(api_client, name).metadata.owner_references
+
+
+def test_the_policy_checks_the_operators_own_field_manager() -> None:
+    (policy,) = [d for d in guard_documents() if d["kind"] == "ValidatingAdmissionPolicy"]
+    (adoption,) = [v for v in policy["spec"]["variables"] if v["name"] == "adoption"]
+    assert f"m.?manager.orValue('') == '{OperatorSettings.field_manager}'" in adoption["expression"]
+
+
+@pytest.mark.usefixtures("guard")
+def test_a_child_that_lost_its_owner_reference_is_adopted_back_with_the_proof(
+    api_client: client.ApiClient, dynamic: DynamicClient
+) -> None:
+    name, uid = fresh_name(), str(uuid.uuid4())
+    assert claim(dynamic, operators_child(name, uid)) is None  # the operator created it
+    strip_owner(api_client, name)
+
+    assert claim(dynamic, operators_child(name, uid)) is None
+
+    assert owner_uids(api_client, name) == [(uid, True)]
+
+
+def made_by_someone_else(dynamic: DynamicClient, obj: dict[str, Any]) -> None:
+    """Created with the operator's labels and annotation, by another field manager."""
+    copied = {
+        **obj,
+        "metadata": {k: v for k, v in obj["metadata"].items() if k != "ownerReferences"},
+    }
+    apply(dynamic, copied)
+
+
+SPOILED = {
+    "no deployment label": lambda obj: obj["metadata"].update(labels={"team": "x"}),
+    "named for another deployment": lambda obj: obj["metadata"].update(
+        annotations={names.ANNOTATION_OWNER_NAME: "other"}
+    ),
+}
+
+
+@pytest.mark.usefixtures("guard")
+@pytest.mark.parametrize("spoil", [*SPOILED, "never applied by the operator"])
+def test_an_unowned_object_without_the_whole_proof_is_not_adopted(
+    api_client: client.ApiClient, dynamic: DynamicClient, spoil: str
+) -> None:
+    name, uid = fresh_name(), str(uuid.uuid4())
+    made = operators_child(name, uid)
+    if spoil in SPOILED:
+        SPOILED[spoil](made)
+        assert claim(dynamic, made) is None
+        strip_owner(api_client, name)
+    else:
+        made_by_someone_else(dynamic, made)
+    before = live(api_client, name).metadata.resource_version
+
+    refused = claim(dynamic, operators_child(name, uid))
+
+    assert refused is not None and MARK in refused
+    assert live(api_client, name).metadata.resource_version == before
+
+
+@pytest.mark.usefixtures("guard")
+def test_an_object_under_another_controller_is_not_adopted_even_with_the_proof(
+    api_client: client.ApiClient,
+) -> None:
+    """Its labels, annotation and managed fields are the operator's, but another object is its
+    controller: an update that swaps that controller for the PDDeployment is refused."""
+    name, uid = fresh_name(), str(uuid.uuid4())
+    core = client.CoreV1Api(api_client)
+    made = operators_child(name, uid)
+    made["metadata"]["ownerReferences"] = [
+        {"apiVersion": "apps/v1", "kind": "Deployment", "name": "web", "uid": str(uuid.uuid4()),
+         "controller": True}
+    ]  # fmt: skip
+    core.create_namespaced_service(NAMESPACE, made)
+    current = core.read_namespaced_service(name, NAMESPACE)
+    current.metadata.managed_fields[0].manager = "pdd-operator"  # forged, as the docs admit
+    current.metadata.managed_fields[0].operation = "Apply"
+    core.replace_namespaced_service(name, NAMESPACE, current)
+    current = core.read_namespaced_service(name, NAMESPACE)
+    assert any(m.manager == "pdd-operator" for m in current.metadata.managed_fields)
+    current.metadata.owner_references = [client.V1OwnerReference(**pdd_owner(uid))]
+
+    with pytest.raises(ApiException) as refused:
+        core.replace_namespaced_service(name, NAMESPACE, current)
+
+    assert MARK in str(refused.value.body)

@@ -100,6 +100,25 @@ def _controller_uid(obj: Mapping[str, Any]) -> str:
     return next((r.get("uid", "") for r in refs if r.get("controller")), "")
 
 
+def _guard_admits(stored: Mapping[str, Any], obj: Mapping[str, Any]) -> bool:
+    """The chart's name-guard policy: an apply keeps the object's controller, or adopts an
+    object without one that carries the proof of having been the claiming deployment's (its
+    deployment label, its name annotation, an apply by the operator's field manager)."""
+    if _controller_uid(stored) == _controller_uid(obj):
+        return True
+    meta = stored["metadata"]
+    claimed = next(r["name"] for r in obj["metadata"]["ownerReferences"] if r.get("controller"))
+    return (
+        not _controller_uid(stored)
+        and names.LABEL_DEPLOYMENT in (meta.get("labels") or {})
+        and (meta.get("annotations") or {}).get(names.ANNOTATION_OWNER_NAME) == claimed
+        and any(
+            m.get("manager") == MANAGER and m.get("operation") == "Apply"
+            for m in meta.get("managedFields") or []
+        )
+    )
+
+
 class FakeCluster:
     """The API server and the operator's indexes in one. `name_guard`: the chart's name-guard
     admission policy is installed (an apply may not make an existing object, not the
@@ -237,7 +256,7 @@ class FakeCluster:
         key = (namespace, obj["apiVersion"], obj["kind"], name)
         stored = self.objects.get(key)
         guarded = self.name_guard and stored is not None
-        if guarded and _controller_uid(stored or {}) != _controller_uid(obj):
+        if guarded and not _guard_admits(stored or {}, obj):
             raise name_taken(obj["kind"], name)
         live = applied(obj, self.next_version())
         if stored is not None and "status" in stored:  # an apply leaves status alone
@@ -268,6 +287,12 @@ class FakeCluster:
         if live is None:
             return None
         return copy.deepcopy(live["metadata"].get("ownerReferences") or [])
+
+    def object_metadata(self, kind: Kind, namespace: str, name: str) -> dict[str, Any] | None:
+        with self._lock:
+            self.reads.append((kind.kind, name))
+        live = self.objects.get((namespace, kind.api_version, kind.kind, name))
+        return copy.deepcopy(live["metadata"]) if live is not None else None
 
     def delete(self, kind: Kind, namespace: str, name: str, uid: str = "") -> None:
         with self._lock:
@@ -355,6 +380,20 @@ class FakeCluster:
             and _owner(self.objects[where]) == key[1]
             and summary.owner_uid == uid
         }
+
+    def unowned_children(self, key: DeploymentKey) -> frozenset[ChildKey]:
+        """Objects of the children's kinds without a controller whose annotation names the
+        deployment (the index keeps them under its name)."""
+        return frozenset(
+            where[1:]
+            for where, live in self.objects.items()
+            if where[0] == key[0]
+            and live["kind"] in INDEXED_KINDS
+            and where[1:] not in self.index_lag
+            and not _controller_uid(live)
+            and (live["metadata"].get("annotations") or {}).get(names.ANNOTATION_OWNER_NAME)
+            == key[1]
+        )
 
     def pods(self, key: DeploymentKey) -> Sequence[PodSummary]:
         """Its StatefulSets' pods, and the pods a test gave the deployment: one of a

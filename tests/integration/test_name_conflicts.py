@@ -1,7 +1,9 @@
 """Names and ownership on the real control plane: an object holding a child's name that the
 PDDeployment does not own is never taken over, changed or deleted; the PDDeployment is
-Stalled=NameConflict naming it (and its owner) with a Warning event, and resumes once the
-name is free. Two PDDeployments whose names used to map to the same children get their own.
+Stalled=NameConflict naming it (and its owner) and what it holds, with a Warning event, keeps
+every child that does not run against it as the spec says, and resumes once the name is free.
+A child that lost its owner reference but carries the proof of being the deployment's gets
+it back. Two PDDeployments whose names used to map to the same children get their own.
 
 Every test runs twice: with the operator looking up each new child's name before its apply,
 and as a Helm install runs it, with the chart's name-guard policy refusing the takeover at the
@@ -152,12 +154,24 @@ def ops(api: client.ApiClient, kind: str) -> Ops:
     return table[kind]
 
 
+PREFILL, DECODE = names.role_name("kv", "prefill"), names.role_name("kv", "decode")
+SIDECAR = names.sidecar_account_name("kv")
+# kind, the child's name for PDDeployment "kv", and what its conflict holds besides it: the
+# children that would run against the object holding the name.
 CASES = [
-    ("StatefulSet", names.role_name("kv", "prefill")),
-    ("Service", names.role_name("kv", "decode")),
-    ("ServiceAccount", names.sidecar_account_name("kv")),
-    ("Role", names.sidecar_account_name("kv")),
-    ("NetworkPolicy", names.network_policy_name("kv")),
+    ("StatefulSet", PREFILL, []),
+    ("Service", DECODE, [f"StatefulSet {DECODE}"]),
+    (
+        "ServiceAccount",
+        SIDECAR,
+        [f"RoleBinding {SIDECAR}", f"StatefulSet {PREFILL}", f"StatefulSet {DECODE}"],
+    ),
+    (
+        "Role",
+        SIDECAR,
+        [f"RoleBinding {SIDECAR}", f"StatefulSet {PREFILL}", f"StatefulSet {DECODE}"],
+    ),
+    ("NetworkPolicy", names.network_policy_name("kv"), []),
 ]
 
 
@@ -171,13 +185,29 @@ def snapshot(obj: Any) -> tuple[str, Any, Any, Any]:
     return (version, meta.owner_references, meta.labels, content)
 
 
-@pytest.mark.parametrize("kind,child", CASES, ids=[f"{k} {n}" for k, n in CASES])
+def held_message(held: list[str]) -> str:
+    if not held:
+        return "Held until the name is free (neither created nor changed): that child only"
+    return f"that child and what runs against it, {', '.join(held)}; every other child is kept"
+
+
+def statefulset_or_none(api: client.ApiClient, ns: str, name: str) -> Any:
+    try:
+        return client.AppsV1Api(api).read_namespaced_stateful_set(name, ns)
+    except ApiException as err:
+        if err.status == 404:
+            return None
+        raise
+
+
+@pytest.mark.parametrize("kind,child,held", CASES, ids=[f"{k} {n}" for k, n, _ in CASES])
 def test_an_unowned_object_with_a_childs_name_is_left_alone_and_named(
     operator: OperatorProcess,
     api_client: client.ApiClient,
     namespace: str,
     kind: str,
     child: str,
+    held: list[str],
 ) -> None:
     create, read, _ = ops(api_client, kind)
     create(namespace, child)
@@ -189,18 +219,19 @@ def test_an_unowned_object_with_a_childs_name_is_left_alone_and_named(
     )
     assert stalled["status"] == "True"
     assert f"{kind} {child} (owned by no owner)" in stalled["message"]
+    assert held_message(held) in stalled["message"]
     assert conditions(api_client, namespace)["Ready"]["status"] == "False"
 
+    # The workloads that would run against it are not written; the others are.
+    for workload in (PREFILL, DECODE):
+        if f"StatefulSet {workload}" in held:
+            assert statefulset_or_none(api_client, namespace, workload) is None, workload
+        elif (kind, child) != ("StatefulSet", workload):
+            wait_for_statefulset(api_client, namespace, workload)
     time.sleep(3)  # passes after the first (resyncs every 2 s) leave it alone too
     assert snapshot(read(namespace, child)) == before
     events = client.CoreV1Api(api_client).list_namespaced_event(namespace).items
     assert any(e.reason == "NameConflict" and child in e.message for e in events)
-    # None of the deployment's other children was written meanwhile.
-    with pytest.raises(ApiException) as absent:
-        client.AppsV1Api(api_client).read_namespaced_stateful_set(
-            names.role_name("kv", "decode"), namespace
-        )
-    assert absent.value.status == 404
 
     # Deleting the PDDeployment leaves the object that was never its own.
     client.CustomObjectsApi(api_client).delete_namespaced_custom_object(
@@ -211,11 +242,111 @@ def test_an_unowned_object_with_a_childs_name_is_left_alone_and_named(
     assert snapshot(read(namespace, child)) == before
 
 
+def owned_by(obj: Any, uid: str) -> bool:
+    refs = obj.metadata.owner_references or []
+    return any(r.uid == uid and r.controller for r in refs)
+
+
+def wait_for_statefulset(api: client.ApiClient, ns: str, name: str) -> Any:
+    return wait_for(lambda: statefulset_or_none(api, ns, name), 30, what=f"StatefulSet {name}")
+
+
+def scaled_by_hand_and_back(api: client.ApiClient, ns: str, scale: Callable[[], None]) -> None:
+    """`scale` (a hand `kubectl scale` of the prefill StatefulSet to 4) is undone: replicas
+    go back to the spec's."""
+    apps = client.AppsV1Api(api)
+    wanted = wait_for_statefulset(api, ns, PREFILL).spec.replicas
+    assert wanted != 4
+    scale()
+    wait_for(
+        lambda: apps.read_namespaced_stateful_set(PREFILL, ns).spec.replicas == wanted,
+        30,
+        what=f"{PREFILL} scaled back to {wanted}",
+    )
+
+
+def scale_prefill_to_4(api: client.ApiClient, ns: str) -> None:
+    client.AppsV1Api(api).patch_namespaced_stateful_set_scale(
+        PREFILL, ns, {"spec": {"replicas": 4}}
+    )
+
+
+def test_a_child_that_lost_its_owner_reference_gets_it_back_and_drift_is_still_undone(
+    operator: OperatorProcess, api_client: client.ApiClient, namespace: str
+) -> None:
+    """What re-applying an exported manifest or a careless `kubectl replace` does: the same
+    object without its owner reference. It carries the deployment's labels and the fields the
+    operator's field manager applied, so it is the deployment's: the reference is put back
+    (a DriftCorrected event says so), and a hand scale of the prefill meanwhile is undone."""
+    uid = create_pdd(api_client, namespace)["metadata"]["uid"]
+    net = client.NetworkingV1Api(api_client)
+    policy = names.network_policy_name("kv")
+    wait_for_statefulset(api_client, namespace, PREFILL)
+    wait_for(
+        lambda: owned_by(net.read_namespaced_network_policy(policy, namespace), uid),
+        30,
+        what="the NetworkPolicy, the deployment's",
+    )
+
+    def strip_and_scale() -> None:
+        current = net.read_namespaced_network_policy(policy, namespace)
+        current.metadata.owner_references = None
+        net.replace_namespaced_network_policy(policy, namespace, current)
+        scale_prefill_to_4(api_client, namespace)
+
+    scaled_by_hand_and_back(api_client, namespace, strip_and_scale)
+
+    wait_for(
+        lambda: owned_by(net.read_namespaced_network_policy(policy, namespace), uid),
+        30,
+        what="the owner reference put back",
+    )
+    (ref,) = net.read_namespaced_network_policy(policy, namespace).metadata.owner_references
+    assert (ref.kind, ref.name, ref.uid, ref.controller) == ("PDDeployment", "kv", uid, True)
+
+    def told() -> list[str]:
+        events = client.CoreV1Api(api_client).list_namespaced_event(namespace).items
+        return [
+            e.message
+            for e in events
+            if e.reason == "DriftCorrected" and f"NetworkPolicy {policy} had lost" in e.message
+        ]
+
+    assert "put back" in wait_for(told, 30, what="a DriftCorrected event naming it")[0]
+    assert stalled_by_conflict(api_client, namespace) == {}
+    events = client.CoreV1Api(api_client).list_namespaced_event(namespace).items
+    assert not [e for e in events if e.reason == "NameConflict"]
+
+
+def test_a_foreign_network_policy_holds_nothing_else_and_drift_is_still_undone(
+    operator: OperatorProcess, api_client: client.ApiClient, namespace: str
+) -> None:
+    """A NetworkPolicy of someone else's (no proof) holds the name: NameConflict names it and
+    says it holds nothing else, and a hand scale of the prefill is undone meanwhile."""
+    create, read, _ = ops(api_client, "NetworkPolicy")
+    policy = names.network_policy_name("kv")
+    create(namespace, policy)
+    before = snapshot(read(namespace, policy))
+    create_pdd(api_client, namespace)
+    stalled = wait_for(
+        lambda: stalled_by_conflict(api_client, namespace), 30, what="Stalled=NameConflict"
+    )
+    assert f"NetworkPolicy {policy} (owned by no owner)" in stalled["message"]
+    assert held_message([]) in stalled["message"]
+
+    scaled_by_hand_and_back(
+        api_client, namespace, lambda: scale_prefill_to_4(api_client, namespace)
+    )
+
+    assert snapshot(read(namespace, policy)) == before
+    assert stalled_by_conflict(api_client, namespace)["status"] == "True"
+
+
 def test_the_deployment_resumes_once_the_name_is_free(
     operator: OperatorProcess, api_client: client.ApiClient, namespace: str
 ) -> None:
     create, read, delete = ops(api_client, "Service")
-    child = names.role_name("kv", "prefill")
+    child = PREFILL
     create(namespace, child)
     pdd = create_pdd(api_client, namespace)
     wait_for(lambda: stalled_by_conflict(api_client, namespace), 30, what="Stalled=NameConflict")

@@ -1,6 +1,7 @@
 """A child's name held by an object that is not the deployment's: the Reconciler reads whose it
-is, writes nothing, reports Stalled=NameConflict naming it, and resumes once it is gone; and
-the pure ownership rules it uses."""
+is, holds that child and what runs against it (and nothing else), reports Stalled=NameConflict
+naming it and what is held, and resumes once it is gone. A child that lost its owner reference
+and carries the proof of being the deployment's gets it back. And the pure ownership rules."""
 
 from __future__ import annotations
 
@@ -87,25 +88,57 @@ TAKEN = [
 ]
 
 
+# What a taken name holds besides its own child: what would run against the object holding
+# it (rendering.dependencies), in apply order.
+HELD = {
+    "StatefulSet llama-prefill": [],
+    "Service llama-decode": ["StatefulSet llama-decode", "Deployment llama-router"],
+    "ServiceAccount llama-sidecar": [
+        "RoleBinding llama-sidecar",
+        "StatefulSet llama-prefill",
+        "StatefulSet llama-decode",
+    ],
+    "Role llama-router": ["RoleBinding llama-router", "Deployment llama-router"],
+    "NetworkPolicy llama-kv-transfer": [],
+    "Deployment llama-router": [],
+    "PodDisruptionBudget llama-decode": [],
+}
+
+
+async def applied_children(cluster: FakeCluster) -> set[tuple[str, str]]:
+    """(kind, name) of every child a first pass applies."""
+    await reconciler(cluster).reconcile(KEY)
+    return {(kind, name) for verb, kind, name in cluster.writes if verb == "apply"}
+
+
+def held_message(held: list[str]) -> str:
+    if not held:
+        return "Held until the name is free (neither created nor changed): that child only"
+    return f"that child and what runs against it, {', '.join(held)}; every other child is kept"
+
+
 @pytest.mark.parametrize("kind,api_version,name", TAKEN, ids=[f"{k} {n}" for k, _, n in TAKEN])
 @pytest.mark.parametrize(
     "owners,holder", [(o, h) for _, o, h in NOT_OURS], ids=[i for i, _, _ in NOT_OURS]
 )
-async def test_a_taken_name_stops_every_child_write_and_is_named_in_stalled(
+async def test_a_taken_name_holds_its_child_and_what_runs_against_it_and_nothing_else(
     kind: str, api_version: str, name: str, owners: list[dict[str, Any]], holder: str
 ) -> None:
+    everything = await applied_children(FakeCluster(body()))
     cluster = FakeCluster(body())
     theirs = foreign(kind, api_version, name, owners)
     cluster.objects[(NS, api_version, kind, name)] = copy.deepcopy(theirs)
 
     await reconciler(cluster).reconcile(KEY)
 
-    # Only its own sidecar token Secret (created first, named after its uid) was written.
-    assert [w for w in cluster.writes if w[0] != "status"] == [("create", "Secret", TOKEN)]
+    held = HELD[f"{kind} {name}"]
+    not_written = {(kind, name), *(tuple(h.split(" ", 1)) for h in held)}
+    assert {(k, n) for verb, k, n in cluster.writes if verb == "apply"} == everything - not_written
     assert cluster.objects[(NS, api_version, kind, name)] == theirs
     stalled = conditions(cluster)["Stalled"]
     assert (stalled["status"], stalled["reason"]) == ("True", "NameConflict")
     assert f"{kind} {name} (owned by {holder})" in stalled["message"]
+    assert held_message(held) in stalled["message"]
     assert conditions(cluster)["Ready"]["status"] == "False"
     assert ("Warning", "NameConflict", stalled["message"]) in cluster.events
 
@@ -203,8 +236,10 @@ async def test_a_child_taken_by_another_deployment_names_that_deployment() -> No
 
     await reconciler(cluster).reconcile((NS, "second"))
 
-    token = names.token_secret_name("second", "uid-second")
-    assert [w for w in cluster.writes[before:] if w[0] != "status"] == [("create", "Secret", token)]
+    applied = {(k, n) for verb, k, n in cluster.writes[before:] if verb == "apply"}
+    assert ("StatefulSet", "second-prefill") not in applied
+    assert ("StatefulSet", "second-decode") in applied  # nothing of it runs against prefill's
+    assert cluster.objects[(NS, "apps/v1", "StatefulSet", "second-prefill")] == stolen
     message = conditions(cluster, (NS, "second"))["Stalled"]["message"]
     assert "StatefulSet second-prefill (owned by PDDeployment first)" in message
 
@@ -262,15 +297,41 @@ def test_an_object_controlled_by_this_uid_is_no_conflict() -> None:
     assert conflict == ownership.NameConflict("Service", "x-prefill", "PDDeployment x")
 
 
-def test_the_message_lists_every_conflict_and_the_fix() -> None:
-    message = ownership.conflict_message(
-        [
-            ownership.NameConflict("Service", "a", "no owner"),
-            ownership.NameConflict("Role", "b", "PDDeployment c"),
-        ]
-    )
-    assert "Service a (owned by no owner); Role b (owned by PDDeployment c)" in message
-    assert "delete or rename that object" in message and "resumes" in message
+@pytest.mark.parametrize(
+    "conflicts,held,says",
+    [
+        (
+            [ownership.NameConflict("NetworkPolicy", "a", "no owner")],
+            [],
+            "Held until the name is free (neither created nor changed): that child only "
+            "(nothing runs against it); every other child is kept as the spec says",
+        ),
+        (
+            [ownership.NameConflict("Service", "a", "no owner")],
+            ["StatefulSet a"],
+            "Held until the name is free (neither created nor changed): that child and what "
+            "runs against it, StatefulSet a; every other child is kept as the spec says",
+        ),
+        (
+            [
+                ownership.NameConflict("Service", "a", "no owner"),
+                ownership.NameConflict("Role", "b", "PDDeployment c"),
+            ],
+            ["StatefulSet a", "RoleBinding b"],
+            "Service a (owned by no owner); Role b (owned by PDDeployment c). The operator does "
+            "not take over, change or delete it. Held until the name is free (neither created "
+            "nor changed): those children and what runs against them, StatefulSet a, "
+            "RoleBinding b;",
+        ),
+    ],
+    ids=["holds nothing else", "holds a workload", "two conflicts"],
+)
+def test_the_message_lists_every_conflict_what_is_held_and_the_fix(
+    conflicts: list[ownership.NameConflict], held: list[str], says: str
+) -> None:
+    message = ownership.conflict_message(conflicts, held)
+    assert says in message
+    assert "delete or rename that object, or rename this PDDeployment" in message
 
 
 async def test_a_conflict_is_looked_at_again_by_itself_with_backoff() -> None:
@@ -306,11 +367,12 @@ GUARDED_TAKEN = [t for t in TAKEN if t[0] not in ("StatefulSet", "Deployment")]
 @pytest.mark.parametrize(
     "kind,api_version,name", GUARDED_TAKEN, ids=[f"{k} {n}" for k, _, n in GUARDED_TAKEN]
 )
-async def test_under_the_name_guard_a_refused_apply_is_named_and_no_workload_written(
+async def test_under_the_name_guard_a_refused_apply_is_named_and_holds_what_runs_against_it(
     kind: str, api_version: str, name: str
 ) -> None:
     """The API server refuses the takeover (the policy); the operator reads whose the
-    object is to name it, and applies no workload: no pod runs against that object."""
+    object is to name it, and applies none of the workloads that would run against it."""
+    everything = await applied_children(FakeCluster(body(), name_guard=True))
     cluster = FakeCluster(body(), name_guard=True)
     owners = [{"kind": "Deployment", "name": "web", "uid": "u-web", "controller": True}]
     theirs = foreign(kind, api_version, name, owners)
@@ -319,10 +381,14 @@ async def test_under_the_name_guard_a_refused_apply_is_named_and_no_workload_wri
     await reconciler(cluster).reconcile(KEY)
 
     assert cluster.objects[(NS, api_version, kind, name)] == theirs
-    assert not [w for w in cluster.writes if w[1] in ("StatefulSet", "Deployment")]
+    held = HELD[f"{kind} {name}"]
+    not_written = {(kind, name), *(tuple(h.split(" ", 1)) for h in held)}
+    applied = {(k, n) for verb, k, n in cluster.writes if verb == "apply"}
+    assert applied == everything - not_written | {(kind, name)}  # its own apply: refused
     stalled = conditions(cluster)["Stalled"]
     assert (stalled["status"], stalled["reason"]) == ("True", "NameConflict")
     assert f"{kind} {name} (owned by Deployment web)" in stalled["message"]
+    assert held_message(held) in stalled["message"]
     assert (kind, name) in cluster.reads  # looked up after the refusal, to name the holder
 
 
@@ -336,8 +402,9 @@ async def test_under_the_name_guard_only_workloads_are_looked_up_before_their_ap
     assert conditions(cluster)["Stalled"]["status"] == "False"
 
 
-async def test_under_the_name_guard_a_taken_workload_name_stops_every_workload() -> None:
-    """Workloads are still looked up first: a taken StatefulSet name stops its sibling too."""
+async def test_under_the_name_guard_a_taken_workload_name_holds_that_workload_only() -> None:
+    """Workloads are still looked up first; a taken StatefulSet name holds that StatefulSet,
+    and its sibling and the router, which do not run against it, are applied."""
     cluster = FakeCluster(body(), name_guard=True)
     theirs = foreign("StatefulSet", "apps/v1", "llama-prefill", [])
     cluster.objects[(NS, "apps/v1", "StatefulSet", "llama-prefill")] = copy.deepcopy(theirs)
@@ -345,10 +412,14 @@ async def test_under_the_name_guard_a_taken_workload_name_stops_every_workload()
     await reconciler(cluster).reconcile(KEY)
 
     assert cluster.objects[(NS, "apps/v1", "StatefulSet", "llama-prefill")] == theirs
-    assert not [w for w in cluster.writes if w[1] in ("StatefulSet", "Deployment")]
-    assert (
-        "StatefulSet llama-prefill (owned by no owner)" in conditions(cluster)["Stalled"]["message"]
-    )
+    workloads = {w for w in cluster.writes if w[1] in ("StatefulSet", "Deployment")}
+    assert workloads == {
+        ("apply", "StatefulSet", "llama-decode"),
+        ("apply", "Deployment", "llama-router"),
+    }
+    message = conditions(cluster)["Stalled"]["message"]
+    assert "StatefulSet llama-prefill (owned by no owner)" in message
+    assert held_message([]) in message
 
 
 async def test_under_the_name_guard_a_settled_deployment_applies_its_own_children() -> None:
@@ -365,3 +436,158 @@ async def test_under_the_name_guard_a_settled_deployment_applies_its_own_childre
 
     assert ("apply", "StatefulSet", "llama-decode") in cluster.writes[before:]
     assert conditions(cluster)["Stalled"]["status"] == "False"
+
+
+# ------------------------------------------------ a child that lost its owner reference
+
+
+NETWORK_POLICY = (NS, "networking.k8s.io/v1", "NetworkPolicy", "llama-kv-transfer")
+PREFILL = (NS, "apps/v1", "StatefulSet", "llama-prefill")
+
+
+def strip_owner(cluster: FakeCluster, where: tuple[str, str, str, str]) -> None:
+    """What a `kubectl replace` of an exported manifest does: the same object, no owner."""
+    cluster.objects[where]["metadata"]["ownerReferences"] = []
+    cluster.objects[where]["metadata"]["resourceVersion"] = cluster.next_version()
+
+
+def scale_by_hand(cluster: FakeCluster, replicas: int) -> None:
+    cluster.objects[PREFILL]["spec"]["replicas"] = replicas
+    cluster.objects[PREFILL]["metadata"]["resourceVersion"] = cluster.next_version()
+
+
+@pytest.mark.parametrize("guard", [False, True], ids=["looked up", "name guard"])
+async def test_a_child_that_lost_its_owner_reference_gets_it_back_with_an_event(
+    guard: bool,
+) -> None:
+    cluster = FakeCluster(body(), name_guard=guard)
+    rec = reconciler(cluster)
+    await rec.reconcile(KEY)
+    wanted = cluster.objects[PREFILL]["spec"]["replicas"]
+    strip_owner(cluster, NETWORK_POLICY)
+    scale_by_hand(cluster, 4)  # meanwhile: undone too
+
+    await rec.reconcile(KEY)
+
+    refs = cluster.objects[NETWORK_POLICY]["metadata"]["ownerReferences"]
+    assert [(r["uid"], r["controller"]) for r in refs] == [("uid-llama", True)]
+    assert cluster.objects[PREFILL]["spec"]["replicas"] == wanted
+    message = ownership.adoption_message("NetworkPolicy", "llama-kv-transfer")
+    assert ("Normal", "DriftCorrected", message) in cluster.events
+    assert conditions(cluster)["Stalled"]["status"] == "False"
+    assert ("NetworkPolicy", "llama-kv-transfer") in cluster.reads  # the proof was read
+
+
+def without_proof(change: str) -> Any:
+    def spoil(meta: dict[str, Any]) -> None:
+        if change == "no deployment label":
+            del meta["labels"][names.LABEL_DEPLOYMENT]
+        elif change == "another deployment's name":
+            meta["annotations"][names.ANNOTATION_OWNER_NAME] = "other"
+        elif change == "applied by another manager":
+            meta["managedFields"][0]["manager"] = "kubectl"
+        elif change == "written by an update":
+            meta["managedFields"][0]["operation"] = "Update"
+        elif change == "another controller":
+            meta["ownerReferences"] = [
+                {"kind": "Deployment", "name": "web", "uid": "u-web", "controller": True}
+            ]
+
+    return spoil
+
+
+SPOILED = [
+    "no deployment label",
+    "another deployment's name",
+    "applied by another manager",
+    "written by an update",
+    "another controller",
+]
+
+
+@pytest.mark.parametrize("guard", [False, True], ids=["looked up", "name guard"])
+@pytest.mark.parametrize("change", SPOILED)
+async def test_an_unowned_copy_without_the_whole_proof_is_a_conflict(
+    guard: bool, change: str
+) -> None:
+    cluster = FakeCluster(body(), name_guard=guard)
+    rec = reconciler(cluster)
+    await rec.reconcile(KEY)
+    strip_owner(cluster, NETWORK_POLICY)
+    without_proof(change)(cluster.objects[NETWORK_POLICY]["metadata"])
+    theirs = copy.deepcopy(cluster.objects[NETWORK_POLICY])
+    scale_by_hand(cluster, 4)
+
+    await rec.reconcile(KEY)
+
+    assert cluster.objects[NETWORK_POLICY] == theirs
+    stalled = conditions(cluster)["Stalled"]
+    assert (stalled["status"], stalled["reason"]) == ("True", "NameConflict")
+    assert "NetworkPolicy llama-kv-transfer (owned by" in stalled["message"]
+    assert held_message([]) in stalled["message"]
+    assert not [e for e in cluster.events if e[1] == "DriftCorrected" and "lost" in e[2]]
+    # The NetworkPolicy holds nothing else: the hand scale of the prefill is undone.
+    assert cluster.objects[PREFILL]["spec"]["replicas"] != 4
+
+
+def applied_meta(**changes: Any) -> dict[str, Any]:
+    meta: dict[str, Any] = {
+        "labels": {names.LABEL_DEPLOYMENT: names.instance_id("llama")},
+        "annotations": {names.ANNOTATION_OWNER_NAME: "llama"},
+        "managedFields": [{"manager": "pdd-operator", "operation": "Apply"}],
+        "ownerReferences": [],
+    }
+    meta.update(changes)
+    return meta
+
+
+@pytest.mark.parametrize(
+    "meta,adoptable",
+    [
+        (applied_meta(), True),
+        (applied_meta(ownerReferences=None), True),
+        (
+            applied_meta(
+                managedFields=[
+                    {"manager": "kubectl-replace", "operation": "Update"},
+                    {"manager": "pdd-operator", "operation": "Apply"},
+                ]
+            ),
+            True,
+        ),
+        (applied_meta(ownerReferences=[{"kind": "ConfigMap", "name": "c", "uid": "1"}]), True),
+        (
+            applied_meta(
+                ownerReferences=[
+                    {"kind": "PDDeployment", "name": "llama", "uid": "old", "controller": True}
+                ]
+            ),
+            False,
+        ),
+        (applied_meta(labels={}), False),
+        (applied_meta(labels={names.LABEL_DEPLOYMENT: "llama-1234abcd"}), False),
+        (applied_meta(annotations={}), False),
+        (applied_meta(annotations={names.ANNOTATION_OWNER_NAME: "other"}), False),
+        (applied_meta(managedFields=[]), False),
+        (applied_meta(managedFields=[{"manager": "pdd-operator", "operation": "Update"}]), False),
+        (applied_meta(managedFields=[{"manager": "helm", "operation": "Apply"}]), False),
+    ],
+    ids=[
+        "label, annotation, operator's apply",
+        "no owner references at all",
+        "replaced by hand since",
+        "a non-controller owner",
+        "a controller (a namesake's uid)",
+        "no deployment label",
+        "another deployment's label",
+        "no name annotation",
+        "another deployment's name",
+        "no managed fields",
+        "the operator's manager by update",
+        "another manager's apply",
+    ],
+)
+def test_an_unowned_object_is_the_deployments_only_with_the_whole_proof(
+    meta: dict[str, Any], adoptable: bool
+) -> None:
+    assert ownership.adoptable(meta, "llama", "pdd-operator") is adoptable

@@ -96,6 +96,30 @@ def test_a_child_naming_the_deployment_but_not_its_uid_and_its_pods_are_not_its(
     assert [p.name for p in v.pods(KEY)] == ["kv-prefill-0"]
 
 
+def test_a_child_that_lost_its_owner_reference_is_listed_apart_and_asks_for_a_pass() -> None:
+    """Not its child any more (no uid names it), but the watch still sees it under the name in
+    its annotation: a pass looks at whether it is the deployment's (ownership.adoptable)."""
+    asked: list[tuple[tuple[str, str], str]] = []
+    owned = OwnedObjects()
+    collections = owned_collections(owned, (), "pdd-operator", lambda k, c: asked.append((k, c)))
+    sets = next(c.sink for c in collections if c.path.endswith("/statefulsets"))
+    prefill = child("StatefulSet", "kv-prefill", "uid-sts", "uid-kv")
+    prefill["metadata"]["annotations"] = COPIED
+    decode = child("StatefulSet", "kv-decode", "uid-decode", "uid-kv")
+    sets.reset([prefill, decode])
+    stripped = copy.deepcopy(prefill)
+    stripped["metadata"]["ownerReferences"] = []
+    sets.apply("MODIFIED", stripped)
+    theirs = child("StatefulSet", "kv-router", "uid-theirs", "uid-kv")
+    theirs["metadata"] |= {"annotations": COPIED, "ownerReferences": [ref("Deployment", "w", "u")]}
+    sets.apply("ADDED", theirs)  # another controller's: not listed at all
+
+    v = IndexView({KEY: {"metadata": {"name": "kv", "namespace": NS, "uid": "uid-kv"}}}, owned)
+    assert [k[2] for k in v.children(KEY)] == ["kv-decode"]
+    assert v.unowned_children(KEY) == {("apps/v1", "StatefulSet", "kv-prefill")}
+    assert asked == [(KEY, "statefulsets")]
+
+
 def test_a_pass_is_asked_for_only_when_a_summary_changes_and_names_the_kind() -> None:
     asked: list[tuple[tuple[str, str], str]] = []
     owned = OwnedObjects()

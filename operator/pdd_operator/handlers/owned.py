@@ -31,6 +31,7 @@ from pdd_operator.status.observe import (
     summarize_child,
     summarize_pod,
     summarize_scaler,
+    unowned_key,
     workload_as_read,
 )
 from pdd_operator.status.own_writes import OwnObjectWrites
@@ -234,7 +235,7 @@ def owned_collections(
         digests = LiveDigests()  # one per collection: each is used by its thread alone
 
         def child(body: Mapping[str, Any]) -> tuple[Group, Any] | None:
-            key = owner_key(body)
+            key = _child_deployment(body)
             return (key, summarize_child(body, field_manager, digests)) if key else None
 
         return child
@@ -254,7 +255,10 @@ def owned_collections(
     kinds: list[
         tuple[Kind, Callable[[], Summarize], DeploymentOf, list[GroupedStore], Observer | None]
     ] = [
-        *((kind, child_summarizer, owner_key, owned.children, None) for kind in CHILD_KINDS),
+        *(
+            (kind, child_summarizer, _child_deployment, owned.children, None)
+            for kind in CHILD_KINDS
+        ),
         (POD, lambda: pod, _pod_deployment, owned.pods, on_pod),
         (REPLICASETS, lambda: replicaset, _no_deployment, owned.replicasets, None),
         (ROLE_SCALER, lambda: scaler, owner_key, owned.scalers, None),
@@ -273,6 +277,12 @@ def owned_collections(
 
 def _namespace(body: Mapping[str, Any]) -> str:
     return str(body.get("metadata", {}).get("namespace", ""))
+
+
+def _child_deployment(body: Mapping[str, Any]) -> DeploymentKey | None:
+    """A child's deployment by its controller reference; one without any controller, by its
+    deployment-name annotation: it may have lost its reference, and a pass looks at it."""
+    return owner_key(body) or unowned_key(body)
 
 
 def _pod_deployment(body: Mapping[str, Any]) -> DeploymentKey | None:

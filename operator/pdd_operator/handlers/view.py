@@ -43,7 +43,13 @@ class IndexView:
         """The children whose controller reference names this PDDeployment's uid (a name can
         be copied, and one of a deleted deployment's namesake is another object)."""
         uid = self._uid(key)
-        return {s.key: s for s in self.owned.children_of(key) if s.owner_uid == uid}
+        return {s.key: s for s in self.owned.children_of(key) if uid and s.owner_uid == uid}
+
+    def unowned_children(self, key: DeploymentKey) -> frozenset[ChildKey]:
+        """Objects of the children's kinds and labels that name this PDDeployment in their
+        annotation and have no controller: children that lost their owner reference, or
+        copies of them (a look at their metadata tells which)."""
+        return frozenset(s.key for s in self.owned.children_of(key) if not s.owner_uid)
 
     def pods(self, key: DeploymentKey) -> Sequence[PodSummary]:
         namespace = key[0]

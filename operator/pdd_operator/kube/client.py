@@ -170,15 +170,25 @@ class KubeApi:
     ) -> list[dict[str, Any]] | None:
         """The owner references of the object of that name, None when there is none. Only its
         metadata is read (PartialObjectMetadata): whose it is, not what it holds."""
+        meta = self.object_metadata(kind, namespace, name)
+        if meta is None:
+            return None
+        refs = meta.get("ownerReferences") or []
+        return [ref for ref in refs if isinstance(ref, dict)]
+
+    def object_metadata(self, kind: Kind, namespace: str, name: str) -> dict[str, Any] | None:
+        """The metadata of the object of that name (owner references, labels, annotations,
+        managed fields), None when there is none: whose it is and who applied it, never what
+        it holds (PartialObjectMetadata)."""
         path = kind.path(namespace, name)
         try:
-            meta = _retry(lambda: self._call("GET", path, None, [], "", accept=METADATA_ONLY))
+            found = _retry(lambda: self._call("GET", path, None, [], "", accept=METADATA_ONLY))
         except ApiException as err:
             if err.status == 404:
                 return None
             raise
-        refs = (meta.get("metadata") or {}).get("ownerReferences") or []
-        return [ref for ref in refs if isinstance(ref, dict)]
+        meta = found.get("metadata")
+        return meta if isinstance(meta, dict) else {}
 
     def delete(self, kind: Kind, namespace: str, name: str, uid: str = "") -> None:
         """Delete the object; with `uid`, only that object (a precondition): a name freed and

@@ -129,6 +129,17 @@ def owner_key(body: Mapping[str, Any]) -> tuple[str, str] | None:
     return None
 
 
+def unowned_key(body: Mapping[str, Any]) -> tuple[str, str] | None:
+    """(namespace, PDDeployment name) that an object without any controller reference names
+    in its deployment-name annotation: a child that lost its owner reference (or a copy of
+    one; ownership.adoptable tells them apart)."""
+    meta = body.get("metadata", {})
+    if any(ref.get("controller") for ref in meta.get("ownerReferences") or []):
+        return None
+    owner = (meta.get("annotations") or {}).get(names.ANNOTATION_OWNER_NAME)
+    return (meta.get("namespace", ""), str(owner)) if owner else None
+
+
 def summarize_child(
     body: Mapping[str, Any], field_manager: str, digests: LiveDigests | None = None
 ) -> ChildSummary:
