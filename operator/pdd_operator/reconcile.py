@@ -29,7 +29,7 @@ from pdd_operator.api.names import DeploymentKey
 from pdd_operator.api.v1alpha1 import Condition, PDDeployment, PDDeploymentStatus, SliceStatus
 from pdd_operator.engines.base import role_spec
 from pdd_operator.kube.client import api_error_message, namespace_unavailable, transient
-from pdd_operator.kube.resources import POD, ROLE_SCALER, SECRET, Kind, kind_of
+from pdd_operator.kube.resources import POD, ROLE_SCALER, Kind, kind_of
 from pdd_operator.metrics import OperatorMetrics
 from pdd_operator.planning.autoscaling import (
     ScalingPlan,
@@ -64,6 +64,7 @@ from pdd_operator.status.compute import (
     APPLY_FAILED,
     APPLY_RETRYING,
     Observed,
+    PodProblem,
     WorkloadState,
     compute_status,
     instances_state,
@@ -82,6 +83,7 @@ from pdd_operator.status.model import (
     engine_roles_held,
     model_readiness,
     model_references,
+    secret_reports,
 )
 from pdd_operator.status.observe import (
     ChildKey,
@@ -95,6 +97,14 @@ from pdd_operator.status.observe import (
 from pdd_operator.status.own_writes import OwnObjectWrites, OwnStatusWrites
 from pdd_operator.status.parallelism import engines_held_by, parallelism_verdict
 from pdd_operator.status.refusals import Refusal
+from pdd_operator.status.token import (
+    TOKEN_RECREATED,
+    MountFailure,
+    token_conflict_message,
+    token_create_failed,
+    token_mount_problems,
+    token_recreated_message,
+)
 from pdd_operator.status.transfer import (
     TransferOutcome,
     probe_due,
@@ -122,6 +132,8 @@ class ClusterView(Protocol):
     def unowned_children(self, key: DeploymentKey) -> frozenset[ChildKey]: ...
     # Why a workload short of pods has none: its controller's newest creation Event says.
     def creation_refusal(self, workload_uid: str) -> str: ...
+    # Each pod's newest report that it cannot mount this Secret (FailedMount), newest first.
+    def mount_failures(self, namespace: str, secret: str) -> Sequence[MountFailure]: ...
 
 
 class ApiWriter(Protocol):
@@ -142,8 +154,8 @@ class ApiWriter(Protocol):
     ) -> dict[str, Any]: ...
     def patch_scaler_status(self, namespace: str, name: str, status: dict[str, Any]) -> None: ...
 
-    # The model's prerequisites are read on each pass (nothing watches Secrets or claims).
-    def secret_exists(self, namespace: str, name: str) -> bool: ...
+    # The model's claims are read on each pass (nothing watches claims; Secrets are never
+    # read: a missing one is learnt from the pods).
     def read_pvc(self, namespace: str, name: str) -> dict[str, Any] | None: ...
 
     # Whether the gang scheduler's API is served (discovery), for instances over nodes.
@@ -242,19 +254,30 @@ def _write_failed(what: str, err: Exception) -> _Blocked:
 
 @dataclass(frozen=True)
 class _TokenCheck:
-    """A look at a deployment's sidecar token Secret: of which PDDeployment (uid), when
-    (monotonic seconds), and what it found: missing, or a _Blocked (empty when the Secret is
-    this deployment's)."""
+    """What the operator knows of a deployment's sidecar token Secret, which it may create
+    but never read: that it exists and is this PDDeployment's (uid), or why not (`found`, a
+    _Blocked), and which FailedMount report of it the operator answered last (`answered`)."""
 
     uid: str = ""
-    at: float = 0.0
     missing: bool = False
     found: _Blocked = _Blocked()
+    answered: str = ""
 
     @property
     def ours(self) -> bool:
         """Whether engines may mount it: there (or not needed) and not someone else's."""
         return not self.missing and self.found.reason != ownership.TOKEN_REASON
+
+
+def _existing_token_is_ours(last: _TokenCheck | None, uid: str, has_children: bool) -> bool:
+    """Whether a token Secret whose create answered "exists" is this deployment's. First seen
+    by this process: when the deployment has children, made before them (by this operator,
+    or its predecessor). Seen before: ours while it was, someone else's until it is gone."""
+    if last is None or last.uid != uid:
+        return has_children
+    if last.found.reason == ownership.TOKEN_REASON:
+        return False
+    return last.ours or has_children
 
 
 # A name conflict is looked at again after this long, doubling up to the maximum: the object
@@ -272,9 +295,6 @@ MODEL_RETRY_MAX_S = 60.0
 # the periodic resync. (Each request was already retried a few times within the pass.)
 TRANSIENT_RETRY_FIRST_S = 2.0
 TRANSIENT_RETRY_MAX_S = 60.0
-# The token Secret is not watched (no list/watch on Secrets): a pass looks at it (its metadata)
-# at most this often, so a deleted one is created again within a resync period.
-TOKEN_RECHECK_S = 300.0
 # How long a discovery answer about a gang scheduler's API holds (it changes when a cluster
 # admin enables a feature gate or installs Kueue/Volcano: rare, and worth a pass then).
 GANG_API_RECHECK_S = 30.0
@@ -291,7 +311,6 @@ class Reconciler:
         max_concurrent: int = 64,
         coalesce_max_s: float = 0.0,
         model_retry: tuple[float, float] = (MODEL_RETRY_FIRST_S, MODEL_RETRY_MAX_S),
-        token_recheck_s: float = TOKEN_RECHECK_S,
         names_guarded: bool = False,
     ) -> None:
         self.kube = kube
@@ -314,7 +333,6 @@ class Reconciler:
         # events ask no pass.
         self.own_object_writes = OwnObjectWrites()
         self._tokens: dict[DeploymentKey, _TokenCheck] = {}
-        self.token_recheck_s = token_recheck_s
         self._reservations = ReservationLedger()
         # The slices each deployment grown beyond its home domain runs (status.slices says the
         # same once written; this holds between the pass that opens one and that write).
@@ -478,7 +496,7 @@ class Reconciler:
         # mount it, and a Secret of its name that is not this deployment's (found, or planted
         # before a late create) holds a token someone else may know.
         try:
-            token = await self._create_token_if_missing(pdd, await self._token_secret(pdd))
+            token = await self._token_secret(pdd)
         except _NamespaceGoingAway:
             return
         parallelism = parallelism_verdict(pdd.spec)
@@ -578,8 +596,11 @@ class Reconciler:
         refs = model_references(pdd.spec)
         if refs.empty:
             return ModelFacts()
+        missing, key_missing = False, False
+        if refs.secret is not None:  # never read: what the engine pods' kubelets report
+            problems = (pod.problem for pod in self.view.pods(_key(pdd)))
+            missing, key_missing = secret_reports(problems, pdd.namespace, refs.secret)
         try:
-            secret = refs.secret is None or self.kube.secret_exists(pdd.namespace, refs.secret)
             claims = {
                 use.name: claim_facts(self.kube.read_pvc(pdd.namespace, use.name))
                 for use in refs.claims
@@ -587,7 +608,7 @@ class Reconciler:
         except Exception as err:  # an answer other than "not found": say so, hold nothing
             log.warning("checking the model of %s/%s failed: %s", pdd.namespace, pdd.name, err)
             return ModelFacts(error=api_error_message(err))
-        return ModelFacts(secret_exists=secret, claims=claims)
+        return ModelFacts(secret_exists=not missing, secret_key_missing=key_missing, claims=claims)
 
     async def _restart_broken_instances(self, pdd: PDDeployment, body: Mapping[str, Any]) -> None:
         """Delete every rank pod of an instance over several nodes one of whose ranks failed
@@ -1062,77 +1083,61 @@ class Reconciler:
         self.emit_event(body, "Normal", "DriftCorrected", message)
 
     async def _token_secret(self, pdd: PDDeployment) -> _TokenCheck:
-        """Whether the sidecar token Secret is there and this PDDeployment's. It is not
-        watched (no list/watch on Secrets), so a pass looks (its metadata only, never its
-        value) at most every `token_recheck_s`: a deleted Secret is noticed within that."""
-        key = _key(pdd)
+        """Whether the sidecar token Secret is there and this PDDeployment's. The operator
+        may create Secrets but not read them: it creates this one on the deployment's first
+        pass here, and again whenever a pod reports it cannot mount it (its kubelet's
+        FailedMount Event, handlers/mount_events.py). An existing Secret (the create answers
+        409) is this deployment's once the deployment has children (the operator created it
+        before them; a restarted operator does not ask again); before that, someone else made
+        it, and may know its token."""
         if not sidecar_enabled(pdd.spec):
             return _TokenCheck()
-        last = self._tokens.get(key)
-        now = time.monotonic()
-        if last is not None and last.uid == pdd.uid and now - last.at < self.token_recheck_s:
-            return last
-        if last is None and not self.view.children(key) and await self._created_token(pdd):
-            # A new deployment: its Secret's name carries its uid and is free unless someone
-            # raced for it, so it is created at once (one request, not a look and a create),
-            # before any engine can mount it; a taken name is looked at below.
-            self._tokens[key] = _TokenCheck(pdd.uid, now)
-            return self._tokens[key]
+        key = _key(pdd)
         name = names.token_secret_name(pdd.name, pdd.uid)
+        last = self._tokens.get(key)
+        if (last is None or last.uid != pdd.uid) and self.view.children(key):
+            # Made before its children, by this process or its predecessor: no request, and
+            # a pod's report says if it has gone since.
+            last = self._tokens[key] = _TokenCheck(pdd.uid)
+        reports = self.view.mount_failures(pdd.namespace, name)
+        newest = reports[0].seen if reports else ""
+        if last is not None and last.uid == pdd.uid and last.ours and last.answered == newest:
+            return last
         try:
-            owners = await asyncio.to_thread(
-                self.kube.owner_references, SECRET, pdd.namespace, name
-            )
-        except Exception as err:  # say so; the next pass looks again
-            found = _write_failed("could not look up the sidecar token Secret", err)
-            return _TokenCheck(found=found)
-        if owners is None:
-            # Remembered too: a pass whose create failed need not look again before it
-            # retries (a Secret someone creates meanwhile makes the create answer "taken",
-            # and the look is done afresh).
-            self._tokens[key] = _TokenCheck(pdd.uid, now, missing=True)
-            return self._tokens[key]
-        found = _Blocked()
-        if (conflict := ownership.name_conflict("Secret", name, owners, pdd.uid)) is not None:
-            found = _Blocked(ownership.TOKEN_REASON, ownership.token_conflict_message(conflict))
-            log.warning("%s/%s: %s", pdd.namespace, pdd.name, found.message)
-        check = _TokenCheck(pdd.uid, now, found=found)
-        self._tokens[key] = check
-        return check
-
-    async def _create_token_if_missing(self, pdd: PDDeployment, token: _TokenCheck) -> _TokenCheck:
-        """Create the Secret with a new random token when the look found none. One created
-        by someone else between the look and the create is looked at by a pass soon after;
-        until then, and while the create fails, the token stays missing (engines held)."""
-        if not token.missing:
-            return token
-        try:
-            created = await self._created_token(pdd, quiet=False)
+            created = await self._created_token(pdd)
         except Exception as err:
             if namespace_unavailable(err):
                 raise _NamespaceGoingAway from err
-            found = _write_failed("could not create the sidecar token Secret", err)
-            return replace(token, found=found)
-        if not created:
-            self._tokens.pop(_key(pdd), None)
-            self._retry_later(_key(pdd), self._model_retry[0])
-            return token
-        self._tokens[_key(pdd)] = replace(token, missing=False)
-        return self._tokens[_key(pdd)]
+            found = _write_failed(token_create_failed(name, reports), err)
+            return _TokenCheck(pdd.uid, missing=True, found=found)  # tried again next pass
+        if created and reports:
+            self._say_token_recreated(pdd, name, reports[0])
+        check = _TokenCheck(pdd.uid, answered=newest)
+        if not created and not _existing_token_is_ours(
+            last, pdd.uid, bool(self.view.children(key))
+        ):
+            found = _Blocked(ownership.TOKEN_REASON, token_conflict_message(name))
+            log.warning("%s/%s: %s", pdd.namespace, pdd.name, found.message)
+            check = replace(check, found=found)
+            self._retry_later(key, self.conflict_retry_seconds)
+        self._tokens[key] = check
+        return check
 
-    async def _created_token(self, pdd: PDDeployment, quiet: bool = True) -> bool:
-        """Create the sidecar token Secret with a new random token: False when its name is
-        taken. `quiet`: a failure is logged and answers False (a look follows)."""
+    def _say_token_recreated(self, pdd: PDDeployment, name: str, report: MountFailure) -> None:
+        message = token_recreated_message(name, report)
+        log.info("%s/%s: %s", pdd.namespace, pdd.name, message)
+        body = self.view.pdd_body(_key(pdd))
+        if body is not None:
+            self.emit_event(body, "Warning", TOKEN_RECREATED, message)
+
+    async def _created_token(self, pdd: PDDeployment) -> bool:
+        """Create the sidecar token Secret with a new random token: False when one of its
+        name exists (the API server's 409; nothing of it is read)."""
         secret = render_token_secret(pdd, secrets.token_urlsafe(32))
         secret["metadata"]["ownerReferences"] = [owner_reference(pdd)]
-        try:
-            created = await asyncio.to_thread(self.kube.create_if_absent, secret)
-        except Exception as err:
-            if not quiet:
-                raise
-            log.info("could not create the sidecar token Secret: %s", api_error_message(err))
-            return False
-        self._count_write("create", "Secret")
+        created = await asyncio.to_thread(self.kube.create_if_absent, secret)
+        if created:
+            self._count_write("create", "Secret")
         return created
 
     async def _sync_scalers(self, pdd: PDDeployment, scaling: ScalingPlan) -> _Blocked:
@@ -1229,7 +1234,7 @@ class Reconciler:
             workloads=workloads,
             wanted=wanted,
             revision=engine_revision(pdd.spec),
-            pod_problems=pod_problems(pods, self.view.node_ready),
+            pod_problems=[*pod_problems(pods, self.view.node_ready), *self._token_problems(pdd)],
             pod_nodes=pod_nodes(pods, self.view.node_ready),
             placement=placement,
             transfer=outcome.status if outcome else None,
@@ -1240,6 +1245,13 @@ class Reconciler:
             apply_error_transient=blocked.transient,
             refusals=self._refusals(children),
         )
+
+    def _token_problems(self, pdd: PDDeployment) -> list[PodProblem]:
+        if not sidecar_enabled(pdd.spec):
+            return []
+        name = names.token_secret_name(pdd.name, pdd.uid)
+        reports = self.view.mount_failures(pdd.namespace, name)
+        return token_mount_problems(self.view.pods(_key(pdd)), reports, name, _now())
 
     def _found_by_routers(self, pdd: PDDeployment, pods: Sequence[PodSummary]) -> list[PodSummary]:
         """The pods, those Ready for less than DISCOVERY_GRACE_S counted as not ready yet: an

@@ -13,7 +13,6 @@ import logging
 import os
 import sys
 from collections.abc import Sequence
-from pathlib import Path
 
 from pdd_contract.env import (
     NIXL_ETCD_ENDPOINTS,
@@ -65,6 +64,7 @@ from pdd_sidecar.peers import (
     StaticPeerSource,
 )
 from pdd_sidecar.reachability import side_channel_for
+from pdd_sidecar.token import TokenFile
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -226,11 +226,11 @@ def _spec_from(args: argparse.Namespace) -> ProbeSpec:
     return spec
 
 
-def read_token(path: str) -> str:
-    token = Path(path).read_text(encoding="utf-8").strip()
-    if not token:
-        raise SystemExit(f"the token file {path} is empty")
-    return token
+def read_token(path: str) -> TokenFile:
+    try:
+        return TokenFile(path)
+    except ValueError as exc:
+        raise SystemExit(str(exc)) from exc
 
 
 def build_config(args: argparse.Namespace) -> SidecarConfig:

@@ -18,9 +18,11 @@ import socket
 import threading
 import time
 import urllib.parse
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
+
+from pdd_sidecar.token import TokenFile
 
 # The values of pdd_contract.env and .paths, spelled out rather than imported so that this
 # file alone can be copied into an engine image; a unit test keeps them equal.
@@ -61,7 +63,12 @@ class Response:
 
 
 class SidecarClient:
-    def __init__(self, url: str = DEFAULT_URL, token: str | None = None, timeout_s: float = 10.0):
+    def __init__(
+        self,
+        url: str = DEFAULT_URL,
+        token: str | Callable[[], str] | None = None,
+        timeout_s: float = 10.0,
+    ):
         self._url = urllib.parse.urlsplit(url)
         if self._url.scheme not in ("http", "unix"):
             raise ValueError("sidecar URL must be http://host:port or unix:///path")
@@ -70,9 +77,8 @@ class SidecarClient:
 
     @classmethod
     def from_env(cls, timeout_s: float = 10.0) -> SidecarClient:
-        token_file = os.environ.get(TOKEN_FILE_ENV, DEFAULT_TOKEN_FILE)
-        with open(token_file, encoding="utf-8") as fh:
-            token = fh.read().strip()
+        # Read again whenever the file changes: the token Secret may be created again.
+        token = TokenFile(os.environ.get(TOKEN_FILE_ENV, DEFAULT_TOKEN_FILE))
         return cls(os.environ.get(URL_ENV, DEFAULT_URL), token, timeout_s)
 
     # -- the API
@@ -159,8 +165,9 @@ class SidecarClient:
     ) -> Response:
         connection = self._connect(timeout_s or self._timeout_s)
         all_headers = dict(headers or {})
-        if self._token:
-            all_headers["Authorization"] = f"Bearer {self._token}"
+        token = self._token() if callable(self._token) else self._token
+        if token:
+            all_headers["Authorization"] = f"Bearer {token}"
         try:
             connection.request(method, path, body=body, headers=all_headers)
             raw = connection.getresponse()

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
 from pdd_contract.paths import KV_PATH_FILE
@@ -58,7 +58,8 @@ class EtcdSettings:
 @dataclass(frozen=True)
 class SidecarConfig:
     identity: Identity
-    token: str = field(repr=False)
+    # The bearer token now (pdd_sidecar.token.TokenFile: read again when its Secret changes).
+    token: Callable[[], str] = field(repr=False)
     exchange: str = "sidecar"  # "sidecar" | "etcd"
     host: str = "0.0.0.0"
     port: int = DEFAULT_PORT

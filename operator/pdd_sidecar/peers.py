@@ -390,7 +390,7 @@ class PeerTracker:
         identity: Identity,
         own_address: tuple[str, int],
         source: PeerSource,
-        token: str,
+        token: Callable[[], str],
         metrics: SidecarMetrics,
         *,
         grace_s: float = 15.0,
@@ -401,7 +401,7 @@ class PeerTracker:
         self.identity = identity
         self._own_address = own_address
         self._source = source
-        self._headers = {"Authorization": f"Bearer {token}"}
+        self._token = token
         self._metrics = metrics
         self._grace_s = grace_s
         self._poll_timeout_s = poll_timeout_s
@@ -527,7 +527,7 @@ class PeerTracker:
         async with self._session.get(
             f"{state.endpoint.base_url}/v1/local/agents",
             params=params,
-            headers=self._headers,
+            headers={"Authorization": f"Bearer {self._token()}"},
             timeout=aiohttp.ClientTimeout(total=self._poll_timeout_s + 10),
         ) as response:
             if response.status != 200:

@@ -77,8 +77,9 @@ def _role_param(request: web.Request, own_role: str) -> str | None:
     return role
 
 
-def bearer_auth(token: str) -> Middleware:
-    expected = token.encode()
+def bearer_auth(token: Callable[[], str]) -> Middleware:
+    """Every route but /healthz needs the token now in force (`token()`: it changes when the
+    operator creates a deleted token Secret again)."""
 
     @web.middleware
     async def middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
@@ -86,6 +87,7 @@ def bearer_auth(token: str) -> Middleware:
             return await handler(request)
         scheme, _, presented = request.headers.get("Authorization", "").partition(" ")
         # compare_digest: no timing side channel on how much of the token matched.
+        expected = token().encode()
         if scheme.lower() != "bearer" or not hmac.compare_digest(presented.encode(), expected):
             return web.json_response(
                 {"error": "missing or wrong bearer token"},
@@ -341,7 +343,7 @@ class Sidecar:
         async with self._probe_lock:
             assert self._session is not None
             result = await run_remote_probe(
-                self._session, peer.endpoint.base_url, self.config.token, spec
+                self._session, peer.endpoint.base_url, self.config.token(), spec
             )
         self._record_probe(result, peer.endpoint.role, peer.pod_name)
         return result

@@ -373,8 +373,13 @@ REVIEWS: list[tuple[str, str, str, str, str, str, str, bool]] = [
     (OPERATOR_USER, "deletecollection", "pods", "", APP_NS, "", "", False),
     (OPERATOR_USER, "create", "pods", "eviction", APP_NS, "", "", False),
     (OPERATOR_USER, "create", "pods", "exec", APP_NS, "", "", False),
-    (OPERATOR_USER, "list", "secrets", "", APP_NS, "", "", False),
-    (OPERATOR_USER, "list", "secrets", "", "", "", "", False),
+    (OPERATOR_USER, "create", "secrets", "", APP_NS, "", "", True),  # the sidecar token
+    *[
+        (user, verb, "secrets", "", namespace, "", "", False)
+        for user in (OPERATOR_USER, AGENT_USER, ROUTER_USER, SIDECAR_USER)
+        for verb in ("get", "list", "watch")
+        for namespace in (APP_NS, OPERATOR_NS, "kube-system", "")
+    ],
     # It creates its sidecars' accounts but cannot mint their tokens or act as them.
     (OPERATOR_USER, "create", "serviceaccounts", "token", APP_NS, "", "", False),
     (OPERATOR_USER, "impersonate", "serviceaccounts", "", APP_NS, "", "", False),
@@ -392,7 +397,6 @@ REVIEWS: list[tuple[str, str, str, str, str, str, str, bool]] = [
     (ROUTER_USER, "watch", "pods", "", APP_NS, "", "", True),
     (ROUTER_USER, "list", "pods", "", "kube-system", "", "", False),
     (ROUTER_USER, "patch", "pods", "", APP_NS, "", "", False),
-    (ROUTER_USER, "get", "secrets", "", APP_NS, "", "", False),
     (ROUTER_USER, "get", "nodes", "", "", "", "", False),
     # The sidecar: discovers peers, writes the probe result on the prober pod only.
     (SIDECAR_USER, "list", "pods", "", APP_NS, "", "", True),
@@ -408,7 +412,6 @@ REVIEWS: list[tuple[str, str, str, str, str, str, str, bool]] = [
         False,
     ),
     (SIDECAR_USER, "patch", "pods", "", APP_NS, "stranger", "", False),
-    (SIDECAR_USER, "get", "secrets", "", APP_NS, "", "", False),
     (SIDECAR_USER, "list", "pods", "", "kube-system", "", "", False),
 ]
 

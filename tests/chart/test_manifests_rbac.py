@@ -6,9 +6,9 @@ ServiceAccount (what its pod gets), reconciles a PDDeployment: StatefulSets, Ser
 router, the sidecars' Role/RoleBinding (RBAC refuses to grant what the granter lacks), the token
 Secret (create only) and the status write, with no request refused.
 
-Tight: with the same token, listing and watching Secrets is refused (403) cluster-wide and in a
-namespace (a Secret is only looked up by the name a PDDeployment gives, for its metadata), and an
-access review lists what else it must not do.
+Tight: with the same token, reading, listing and watching Secrets is refused (403) cluster-wide
+and in a namespace (the operator only creates Secrets), and an access review lists what else it
+must not do.
 """
 
 from __future__ import annotations
@@ -157,8 +157,8 @@ def test_operator_with_its_service_account_reconciles(
 def test_operator_with_its_service_account_checks_the_model_source(
     operator: OperatorProcess, api_client: client.ApiClient
 ) -> None:
-    """The lookups of the model's token Secret and cache claim are allowed: a missing one is
-    reported as missing (a 404), not as a check that failed (a 403)."""
+    """The lookup of the model's cache claim is allowed: a missing one is reported as missing
+    (a 404), not as a check that failed (a 403). The token Secret is not looked up at all."""
     ensure_namespace(api_client, APP_NS)
     source = {"huggingFace": {"tokenSecretRef": {"name": "hf-token"}, "cache": {"claimName": "hf"}}}
     body = small_pddeployment("gated")
@@ -167,14 +167,6 @@ def test_operator_with_its_service_account_checks_the_model_source(
         GROUP, VERSION, APP_NS, PLURAL, body
     )
     try:
-        wait_for(
-            lambda: model_ready_reason(api_client, "gated") == "ModelSecretMissing",
-            timeout=60,
-            what="ModelReady ModelSecretMissing of rbac-proof/gated",
-        )
-        client.CoreV1Api(api_client).create_namespaced_secret(
-            APP_NS, {"metadata": {"name": "hf-token"}, "stringData": {"HF_TOKEN": "x"}}
-        )
         wait_for(
             lambda: model_ready_reason(api_client, "gated") == "ModelPVCMissing",
             timeout=60,
@@ -208,10 +200,11 @@ def test_operator_identity_cannot_list_or_watch_secrets(
         with pytest.raises(ApiException) as err:
             call()
         assert err.value.status == 403, err.value
-    # A lookup by name is allowed (the model's token Secret): a missing one is a 404, not a 403.
-    with pytest.raises(ApiException) as err:
-        core.read_namespaced_secret("no-such-secret", APP_NS)
-    assert err.value.status == 404, err.value
+    # Not even a lookup by name: a missing Secret is a 403 as much as an existing one.
+    for name in ("no-such-secret", "hf-token"):
+        with pytest.raises(ApiException) as err:
+            core.read_namespaced_secret(name, APP_NS)
+        assert err.value.status == 403, err.value
     # Sanity: the same credentials work for what the operator is granted.
     assert core.list_node().items is not None
 
@@ -227,8 +220,9 @@ ACCESS = [
     (OPERATOR_USER, "watch", "", "nodes", "", "", True),
     (OPERATOR_USER, "list", "apps", "replicasets", "", "", True),  # router pods' owner chain
     (OPERATOR_USER, "watch", "apps", "replicasets", "", APP_NS, True),
-    # Secrets: a lookup by name (the model's token Secret exists?), never list or watch.
-    (OPERATOR_USER, "get", "", "secrets", "", APP_NS, True),
+    # Secrets: created (the sidecar token), never read, listed or watched.
+    (OPERATOR_USER, "get", "", "secrets", "", APP_NS, False),
+    (OPERATOR_USER, "get", "", "secrets", "", "kube-system", False),
     (OPERATOR_USER, "list", "", "secrets", "", "", False),
     (OPERATOR_USER, "list", "", "secrets", "", APP_NS, False),
     (OPERATOR_USER, "watch", "", "secrets", "", APP_NS, False),
@@ -238,7 +232,7 @@ ACCESS = [
     (OPERATOR_USER, "watch", "", "persistentvolumeclaims", "", APP_NS, False),
     (OPERATOR_USER, "patch", "", "persistentvolumeclaims", "", APP_NS, False),
     (OPERATOR_USER, "update", "", "secrets", "", APP_NS, False),
-    # Events: the StatefulSets' (a field selector), for the FailedCreate of pods refused.
+    # Events: the StatefulSets' (FailedCreate of pods refused) and the pods' FailedMount.
     (OPERATOR_USER, "list", "", "events", "", APP_NS, True),
     (OPERATOR_USER, "watch", "", "events", "", APP_NS, True),
     (OPERATOR_USER, "delete", "", "events", "", APP_NS, False),

@@ -37,6 +37,7 @@ from pdd_operator.status.observe import (
     summarize_scaler,
 )
 from pdd_operator.status.refusals import newest_creation, refusal_message
+from pdd_operator.status.token import MountFailure
 
 MANAGER = OperatorSettings.field_manager
 INDEXED_KINDS = frozenset(kind.kind for kind in CHILD_KINDS)  # the operator's child indexes
@@ -156,11 +157,12 @@ class FakeCluster:
         self.status_writes: list[dict[str, Any]] = []
         self.events: list[tuple[str, str, str]] = []
         self.versions = 0
-        # The model's prerequisites: Secrets by (namespace, name), claims as the server has them.
-        self.secrets: set[tuple[str, str]] = set()
+        # The model's claims as the server has them (Secrets are never read).
         self.pvcs: dict[tuple[str, str], dict[str, Any]] = {}
         self.reads: list[tuple[str, str, str]] = []  # (kind, namespace, name)
         self.read_error: Exception | None = None
+        # The kubelets' FailedMount reports of missing Secrets, by (namespace, Secret).
+        self.mount_reports: dict[tuple[str, str], list[MountFailure]] = {}
         # Events the API server holds, by the uid of the object they are about.
         self.object_events: dict[str, list[dict[str, Any]]] = {}
         # APIs the fake API server serves (discovery), as group/version or group.
@@ -344,12 +346,6 @@ class FakeCluster:
                     pods[i] = replace(pod, probe_request=request)
         return {}  # no resourceVersion: nothing watches this fake's pods
 
-    def secret_exists(self, namespace: str, name: str) -> bool:
-        self.reads.append(("Secret", namespace, name))
-        if self.read_error is not None:
-            raise self.read_error
-        return (namespace, name) in self.secrets
-
     def serves(self, api: str, plural: str = "") -> bool:
         self.reads.append(("APIGroup", "", api))
         return api in self.served_apis
@@ -424,6 +420,11 @@ class FakeCluster:
 
     def node_ready(self, name: str) -> bool | None:
         return self.nodes_ready.get(name)
+
+    def mount_failures(self, namespace: str, secret: str) -> Sequence[MountFailure]:
+        return sorted(
+            self.mount_reports.get((namespace, secret), []), key=lambda r: r.when, reverse=True
+        )
 
     def scalers(self, key: DeploymentKey) -> Mapping[str, ScalerSummary]:
         uid = (self.indexed.get(key) or {}).get("metadata", {}).get("uid", "")

@@ -256,10 +256,15 @@ class OperatorProcess:
 
 @contextmanager
 def operator_on(
-    plane: LocalControlPlane, api: client.ApiClient, log_dir: Path, name_guard: bool = False
+    plane: LocalControlPlane,
+    api: client.ApiClient,
+    log_dir: Path,
+    name_guard: bool = False,
+    resync_seconds: float = 2.0,
 ) -> Iterator[OperatorProcess]:
     """The CRDs installed and the real operator running against `plane` as OPERATOR_USER
-    (resync every 2 s, so tests do not wait for the chart's default); killed after the block.
+    (resync every 2 s, so tests do not wait for the chart's default, unless a test needs the
+    chart's); killed after the block.
     `name_guard`: with the chart's name-guard policy installed and named to the operator, as
     a Helm install runs it (removed after the block)."""
     install_crd(api)
@@ -268,7 +273,8 @@ def operator_on(
     try:
         if name_guard:
             install_name_guard(api)
-        proc = OperatorProcess(identity, log_dir / "operator.log", 2.0, extra_env=env).start()
+        log = log_dir / "operator.log"
+        proc = OperatorProcess(identity, log, resync_seconds, extra_env=env).start()
         try:
             yield proc
         finally:

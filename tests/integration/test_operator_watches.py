@@ -83,10 +83,19 @@ def test_nodes_are_watched_whole_once(
     assert found == {("", "")}
 
 
-def test_events_come_only_as_those_about_statefulsets(
+def test_events_come_only_as_those_about_statefulsets_and_failed_mounts(
     control_plane: LocalControlPlane, operator: OperatorProcess
 ) -> None:
     """Events carry no label of ours: the API server selects those about StatefulSets (for
-    why pods were refused), and a pass reads none."""
-    found = wait_for(lambda: selectors(control_plane, "events"), 30, what="a watch of events")
-    assert found == {("", "involvedObject.kind=StatefulSet")}
+    why pods were refused) and the pods' FailedMount (a deleted token Secret), and a pass
+    reads none."""
+    both = {
+        ("", "involvedObject.kind=StatefulSet"),
+        ("", "involvedObject.kind=Pod,reason=FailedMount"),
+    }
+    found = wait_for(
+        lambda: (s := selectors(control_plane, "events")) >= both and s,
+        30,
+        what="both watches of events",
+    )
+    assert found == both

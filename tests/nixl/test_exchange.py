@@ -177,6 +177,18 @@ def test_requests_need_the_token(procs: Processes) -> None:
     assert TOKEN not in sidecar.log()
 
 
+def test_a_new_token_in_the_file_is_served_without_a_restart(procs: Processes) -> None:
+    """The operator creates a deleted token Secret again with a new token and the kubelet
+    rewrites the volume: the running sidecar takes the new token and refuses the old one."""
+    port = free_port(PREFILL_HOST)
+    sidecar = procs.sidecar(host=PREFILL_HOST, port=port, role="prefill", pod="p", uid="u",
+                            peer_source=f"static:prefill={PREFILL_HOST}:{port}")  # fmt: skip
+    assert http("GET", f"{sidecar.url}/v1/peers", token=TOKEN)[0] == 200
+    procs.token_file.write_text("the-new-token\n")
+    assert http("GET", f"{sidecar.url}/v1/peers", token="the-new-token")[0] == 200
+    assert http("GET", f"{sidecar.url}/v1/peers", token=TOKEN)[0] == 401
+
+
 def test_ttl_expiry_unpublishes_a_dead_engines_metadata(procs: Processes) -> None:
     """The engine crashed but its pod (and sidecar) live on: without heartbeats its metadata
     expires and peers see the agent removed, while a heartbeat-free agent without TTL stays."""

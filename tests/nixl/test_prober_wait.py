@@ -16,7 +16,7 @@ from pdd_sidecar.server import Sidecar
 
 def _sidecar(wait_s: float) -> Sidecar:
     identity = Identity("kv", "ns", "prefill", "kv-prefill-0", "uid-p", "127.0.0.2")
-    config = SidecarConfig(identity, token="t", probe_peer_wait_s=wait_s)
+    config = SidecarConfig(identity, token=lambda: "t", probe_peer_wait_s=wait_s)
     return Sidecar(config, StaticPeerSource([]))
 
 

@@ -1,5 +1,6 @@
-"""The model's lookups as the API server sees them: a Secret is asked for as metadata only and
-its answer is not decoded; a 404 is an answer ("missing"), anything else is an error."""
+"""The model's lookups as the API server sees them: a claim is read, a 404 is an answer
+("missing"), anything else is an error. A Secret is never read: the sidecar token is created,
+and an existing one is known from the create's 409 alone."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ from typing import Any
 import pytest
 from kubernetes.client.exceptions import ApiException
 
-from pdd_operator.kube.client import METADATA_ONLY, KubeApi
+from pdd_operator.kube.client import KubeApi
 
 
 @dataclass
@@ -39,31 +40,20 @@ class RecordingClient:
         return Response(self.status, self.data)
 
 
-def test_a_secret_is_asked_for_as_metadata_and_the_answer_left_unread() -> None:
-    # An answer that is not even JSON: decoding it would raise.
-    api = RecordingClient(data=b"\x00 not decoded")
-    assert KubeApi(api).secret_exists("team-a", "hf-token") is True  # type: ignore[arg-type]
-    (request,) = api.requests
-    assert (request["method"], request["path"]) == (
-        "GET",
-        "/api/v1/namespaces/team-a/secrets/hf-token",
-    )
-    assert request["header_params"]["Accept"] == METADATA_ONLY
-    assert METADATA_ONLY.startswith("application/json;as=PartialObjectMetadata;g=meta.k8s.io")
+def test_an_existing_secret_is_known_from_one_create_answered_409() -> None:
+    status = b'{"kind": "Status", "reason": "AlreadyExists", "code": 409}'
+    api = RecordingClient(status=409, data=status)
+    secret = {"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "t", "namespace": "a"}}
+    assert KubeApi(api).create_if_absent(secret) is False  # type: ignore[arg-type]
+    assert [(r["method"], r["path"]) for r in api.requests] == [
+        ("POST", "/api/v1/namespaces/a/secrets")
+    ]
 
 
-@pytest.mark.parametrize(
-    ("call", "missing"),
-    [
-        (lambda k: k.secret_exists("team-a", "hf-token"), False),
-        (lambda k: k.read_pvc("team-a", "llama"), None),
-    ],
-    ids=["secret", "claim"],
-)
-def test_not_found_is_an_answer_and_forbidden_an_error(call: Any, missing: Any) -> None:
-    assert call(KubeApi(RecordingClient(status=404))) is missing  # type: ignore[arg-type]
+def test_a_missing_claim_is_an_answer_and_forbidden_an_error() -> None:
+    assert KubeApi(RecordingClient(status=404)).read_pvc("team-a", "llama") is None  # type: ignore[arg-type]
     with pytest.raises(ApiException):
-        call(KubeApi(RecordingClient(status=403)))  # type: ignore[arg-type]
+        KubeApi(RecordingClient(status=403)).read_pvc("team-a", "llama")  # type: ignore[arg-type]
 
 
 def test_a_claim_is_read_whole() -> None:

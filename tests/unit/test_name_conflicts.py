@@ -15,6 +15,7 @@ from helpers.fake_cluster import FakeCluster, reconciler_for
 from pdd_operator.api import names
 from pdd_operator.reconcile import Reconciler
 from pdd_operator.status import ownership
+from pdd_operator.status.token import MountFailure
 
 NS = "team-a"
 KEY = (NS, "llama")
@@ -184,11 +185,10 @@ async def test_a_new_deployments_token_secret_is_created_once_without_a_look() -
     assert [w for w in cluster.writes if w[1] == "Secret"] == [("create", "Secret", TOKEN)]
 
 
-async def test_a_token_secret_missing_at_a_look_is_created_even_while_held_back() -> None:
-    """Past a new deployment's first pass (an operator restarted, its children listed), the
-    Secret is looked at; found missing, it is created in that pass, before any child (its
-    name carries the deployment's uid, so a name conflict elsewhere does not hold it), and
-    not looked at again."""
+async def test_a_token_secret_reported_missing_after_a_restart_is_created_while_held_back() -> None:
+    """An operator restarted (its children listed) takes the Secret for there, asking
+    nothing; once a pod reports it cannot mount it, it is created in the next pass (its name
+    carries the deployment's uid, so a name conflict elsewhere does not hold it), never read."""
     cluster, rec, where = service_taken()
     del cluster.objects[where]
     await rec.reconcile(KEY)  # children and Secret created
@@ -196,10 +196,14 @@ async def test_a_token_secret_missing_at_a_look_is_created_even_while_held_back(
     del cluster.objects[(NS, "v1", "Secret", TOKEN)]
     cluster.objects[where] = foreign("Service", "v1", "llama-prefill", [])
     await restarted.reconcile(KEY)
-    await restarted.reconcile(KEY)  # held back by the name conflict
+    assert [w for w in cluster.writes if w[1] == "Secret"] == [("create", "Secret", TOKEN)]
 
+    message = f'MountVolume.SetUp failed for volume "sidecar-token" : secret "{TOKEN}" not found'
+    report = MountFailure("llama-decode-0", "2026-12-05T10:00:00Z", message, "e/1")
+    cluster.mount_reports[(NS, TOKEN)] = [report]
+    await restarted.reconcile(KEY)  # held back by the name conflict
     assert (NS, "v1", "Secret", TOKEN) in cluster.objects
-    assert [r for r in cluster.reads if r[0] == "Secret"] == [("Secret", TOKEN)]
+    assert [r for r in cluster.reads if r[0] == "Secret"] == []
     assert [w for w in cluster.writes if w[1] == "Secret"] == [("create", "Secret", TOKEN)] * 2
 
 

@@ -1,6 +1,7 @@
-"""The Reconciler against the fake cluster: the sidecar token Secret is created again when it
-was deleted, a Secret of its name that is not the deployment's is refused (and left as it
-is), and a StatefulSet short of pods reports its controller's FailedCreate."""
+"""The Reconciler against the fake cluster: the sidecar token Secret, which the operator may
+create but never read, is created again when a pod's kubelet reports it cannot mount it; one
+that existed before the deployment's children is refused (and left as it is); and a
+StatefulSet short of pods reports its controller's FailedCreate."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from helpers.factories import BASE_BODY
 from helpers.fake_cluster import FakeCluster, forbidden, reconciler_for
 from pdd_operator.api import names
 from pdd_operator.reconcile import Reconciler
+from pdd_operator.status.token import MountFailure
 
 NS = "team-a"
 KEY = (NS, "llama")
@@ -26,9 +28,8 @@ def body() -> dict[str, Any]:
     return result
 
 
-def reconciler(cluster: FakeCluster, token_recheck_s: float = 3600.0) -> Reconciler:
+def reconciler(cluster: FakeCluster) -> Reconciler:
     rec = reconciler_for(cluster)
-    rec.token_recheck_s = token_recheck_s
     rec.conflict_retry_seconds = 3600.0
     return rec
 
@@ -44,29 +45,53 @@ def created_secrets(cluster: FakeCluster) -> list[tuple[str, str, str]]:
     return [w for w in cluster.writes if w[:2] == ("create", "Secret")]
 
 
-async def test_a_deleted_token_secret_is_created_again_at_the_next_look() -> None:
+def kubelet_cannot_mount(cluster: FakeCluster, pod: str, when: str, count: int = 1) -> None:
+    """A FailedMount report of the token Secret (a test double of a kubelet's Event)."""
+    message = f'MountVolume.SetUp failed for volume "sidecar-token" : secret "{TOKEN}" not found'
+    report = MountFailure(pod, when, message, f"event-{pod}/{count}/{when}")
+    reports = cluster.mount_reports.setdefault((NS, TOKEN), [])
+    reports[:] = [r for r in reports if r.pod != pod] + [report]
+
+
+async def test_a_deleted_token_secret_is_created_again_when_a_pod_cannot_mount_it() -> None:
     cluster = FakeCluster(body())
-    rec = reconciler(cluster, token_recheck_s=0.0)
+    rec = reconciler(cluster)
     await rec.reconcile(KEY)
     first = cluster.objects[SECRET_KEY]
     assert first["metadata"]["ownerReferences"][0]["uid"] == UID
 
-    del cluster.objects[SECRET_KEY]  # someone deletes it; nothing watches Secrets
+    del cluster.objects[SECRET_KEY]  # someone deletes it; the operator cannot see that
+    await rec.reconcile(KEY)
+    assert SECRET_KEY not in cluster.objects
+    assert created_secrets(cluster) == [("create", "Secret", TOKEN)]  # no request per pass
+
+    kubelet_cannot_mount(cluster, "llama-prefill-0", "2026-12-05T10:00:00Z")
     await rec.reconcile(KEY)
     again = cluster.objects[SECRET_KEY]
     assert again["metadata"]["ownerReferences"][0]["uid"] == UID
     assert again["stringData"] != first["stringData"]  # a new token, never the old value
+    recreated = [e for e in cluster.events if e[1] == "TokenSecretRecreated"]
+    assert recreated and recreated[0][0] == "Warning"
+    assert "pod llama-prefill-0 could not mount it" in recreated[0][2]
+
+    await rec.reconcile(KEY)  # the same report is answered once
+    assert len(created_secrets(cluster)) == 2
+    kubelet_cannot_mount(cluster, "llama-prefill-0", "2026-12-05T10:00:00Z", count=2)
+    await rec.reconcile(KEY)  # a new report: created again, or found (409) and kept
+    assert len(created_secrets(cluster)) == 3
+    assert cluster.objects[SECRET_KEY] == again
 
 
 PREFILL = ("apps/v1", "StatefulSet", "llama-prefill")
 
 
-async def test_a_token_secret_found_missing_is_created_before_any_engine_is_written() -> None:
+async def test_a_token_secret_reported_missing_is_created_before_any_engine_is_written() -> None:
     cluster = FakeCluster(body())
-    rec = reconciler(cluster, token_recheck_s=0.0)
+    rec = reconciler(cluster)
     await rec.reconcile(KEY)
     del cluster.objects[SECRET_KEY]
     cluster.deleted_by_hand(NS, PREFILL)  # so this pass writes an engine too
+    kubelet_cannot_mount(cluster, "llama-decode-0", "2026-12-05T10:00:00Z")
     before = len(cluster.writes)
 
     await rec.reconcile(KEY)
@@ -79,10 +104,11 @@ async def test_a_token_secret_found_missing_is_created_before_any_engine_is_writ
 
 async def test_while_the_token_secret_cannot_be_created_the_engines_are_held() -> None:
     cluster = FakeCluster(body())
-    rec = reconciler(cluster, token_recheck_s=0.0)
+    rec = reconciler(cluster)
     await rec.reconcile(KEY)
     del cluster.objects[SECRET_KEY]
     cluster.deleted_by_hand(NS, PREFILL)
+    kubelet_cannot_mount(cluster, "llama-decode-0", "2026-12-05T10:00:00Z")
 
     def refuse(obj: dict[str, Any]) -> bool:
         raise forbidden("secrets is forbidden: quota exceeded")
@@ -98,16 +124,15 @@ async def test_while_the_token_secret_cannot_be_created_the_engines_are_held() -
     assert "quota exceeded" in message
 
 
-async def test_the_token_secret_is_looked_at_once_per_recheck_period() -> None:
+async def test_an_existing_token_secret_is_ours_after_a_restart_once_there_are_children() -> None:
     cluster = FakeCluster(body())
-    rec = reconciler(cluster)
-    await rec.reconcile(KEY)
-    del cluster.objects[SECRET_KEY]
-    await rec.reconcile(KEY)
-    assert SECRET_KEY not in cluster.objects  # not looked at again yet
-    # Created at once by the first pass (a new deployment's), and not looked at since.
-    assert [r for r in cluster.reads if r == ("Secret", TOKEN)] == []
-    assert created_secrets(cluster) == [("create", "Secret", TOKEN)]
+    await reconciler(cluster).reconcile(KEY)
+    token = copy.deepcopy(cluster.objects[SECRET_KEY])
+
+    await reconciler(cluster).reconcile(KEY)  # a new operator process: the create answers 409
+    assert cluster.objects[SECRET_KEY] == token
+    assert condition(cluster, "Stalled")[:2] == ("False", "NotStalled")
+    assert [r for r in cluster.reads if r[0] == "Secret"] == []  # never read
 
 
 async def test_a_planted_token_secret_is_refused_left_alone_and_holds_the_engines() -> None:
@@ -119,18 +144,24 @@ async def test_a_planted_token_secret_is_refused_left_alone_and_holds_the_engine
         "stringData": {"token": "known"},
     }
     cluster.objects[SECRET_KEY] = copy.deepcopy(planted)
-    await reconciler(cluster).reconcile(KEY)
+    rec = reconciler(cluster)
+    await rec.reconcile(KEY)
 
     assert cluster.objects[SECRET_KEY] == planted
-    # Tried once (a new deployment's Secret is created without a look first), refused as
-    # taken, then looked at to name its owner.
-    assert created_secrets(cluster) == [("create", "Secret", TOKEN)]
-    assert ("Secret", TOKEN) in cluster.reads
+    assert created_secrets(cluster) == [("create", "Secret", TOKEN)]  # answered 409
+    assert [r for r in cluster.reads if r[0] == "Secret"] == []  # never read
     assert not [w for w in cluster.writes if w[1] == "StatefulSet"]
     status, reason, message = condition(cluster, "Stalled")
     assert (status, reason) == ("True", "TokenSecretConflict")
-    assert f"{TOKEN} exists and this PDDeployment does not own it (owned by no owner)" in message
+    assert f"{TOKEN} existed before this PDDeployment's first engine pod" in message
     assert condition(cluster, "Ready")[:2] == ("False", "TokenSecretConflict")
+
+    await rec.reconcile(KEY)  # its other children exist now: still not taken for ours
+    assert condition(cluster, "Stalled")[:2] == ("True", "TokenSecretConflict")
+    del cluster.objects[SECRET_KEY]  # the user deletes it: the operator makes its own
+    await rec.reconcile(KEY)
+    assert cluster.objects[SECRET_KEY]["metadata"]["ownerReferences"][0]["uid"] == UID
+    assert [w for w in cluster.writes if w[1] == "StatefulSet"]
 
 
 async def test_a_refused_statefulset_reports_its_controllers_answer() -> None:

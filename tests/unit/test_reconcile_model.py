@@ -1,6 +1,7 @@
 """The Reconciler and the model's prerequisites, against the in-memory cluster of
-helpers.fake_cluster: the engine StatefulSets wait for a missing Secret or claim, everything
-else is applied, another pass comes by itself, and running engines are never taken away."""
+helpers.fake_cluster: the engine StatefulSets wait for a missing claim, everything else is
+applied, another pass comes by itself, and running engines are never taken away. A missing
+Secret is never looked up: the engine pods' kubelets report it, and the engines run."""
 
 from __future__ import annotations
 
@@ -12,6 +13,9 @@ from helpers.factories import BASE_BODY
 from helpers.fake_cluster import FakeCluster
 from pdd_operator.reconcile import Reconciler
 from pdd_operator.rendering.context import OperatorSettings
+from pdd_operator.status.compute import PodProblem
+from pdd_operator.status.model import CONFIG_ERROR
+from pdd_operator.status.observe import PodSummary
 
 NS = "team-a"
 KEY = (NS, "llama")
@@ -40,13 +44,28 @@ def condition(cluster: FakeCluster, type_: str) -> tuple[str, str, str]:
     return found["status"], found["reason"], found["message"]
 
 
-async def test_a_missing_secret_holds_the_engines_and_says_what_to_create() -> None:
+def kubelet_says(cluster: FakeCluster, message: str | None) -> None:
+    """The engine pods as their kubelets report them (a test double of the kubelet: a
+    container that cannot resolve its env waits in CreateContainerConfigError)."""
+    problem = None
+    if message is not None:
+        problem = PodProblem(
+            "llama-prefill-0", "prefill", CONFIG_ERROR, f"container engine: {message}"
+        )
+    pod = PodSummary("llama-prefill-0", "uid-p0", "prefill", "node-a", False, "", problem)
+    cluster.pods_of[KEY] = [pod]
+
+
+SECRET_MISSING = 'secret "hf-token" not found'
+
+
+async def test_a_secret_the_pods_report_missing_says_what_to_create_and_holds_nothing() -> None:
     cluster = FakeCluster(body(TOKEN_SOURCE))
+    kubelet_says(cluster, SECRET_MISSING)
     await reconciler(cluster).reconcile(KEY)
 
-    assert ("Secret", NS, "hf-token") in cluster.reads
-    assert not STATEFULSETS & applied(cluster)
-    assert ("Deployment", "llama-router") in applied(cluster)  # the rest is there already
+    assert applied(cluster) >= STATEFULSETS  # its pods are what tells
+    assert ("Deployment", "llama-router") in applied(cluster)
     status, reason, message = condition(cluster, "ModelReady")
     assert (status, reason) == ("False", "ModelSecretMissing")
     assert "create secret generic hf-token" in message
@@ -54,13 +73,36 @@ async def test_a_missing_secret_holds_the_engines_and_says_what_to_create() -> N
     assert ("Warning", "ModelSecretMissing", message) in cluster.events
 
 
-async def test_the_engines_start_once_the_secret_exists() -> None:
+async def test_no_secret_is_ever_read() -> None:
+    cluster = FakeCluster(body(TOKEN_SOURCE))
+    kubelet_says(cluster, SECRET_MISSING)
+    await reconciler(cluster).reconcile(KEY)
+    assert [r for r in cluster.reads if r[0] == "Secret"] == []
+
+
+async def test_a_key_the_secret_lacks_is_named() -> None:
+    cluster = FakeCluster(body(TOKEN_SOURCE))
+    kubelet_says(cluster, "couldn't find key HF_TOKEN in Secret team-a/hf-token")
+    await reconciler(cluster).reconcile(KEY)
+    status, reason, message = condition(cluster, "ModelReady")
+    assert (status, reason) == ("False", "ModelSecretKeyMissing")
+    assert "has no key HF_TOKEN" in message
+
+
+async def test_another_secrets_report_is_not_the_models() -> None:
+    cluster = FakeCluster(body(TOKEN_SOURCE))
+    kubelet_says(cluster, 'secret "hf-token-old" not found')
+    await reconciler(cluster).reconcile(KEY)
+    assert condition(cluster, "ModelReady")[:2] == ("True", "ModelAvailable")
+
+
+async def test_the_condition_clears_once_the_pods_start() -> None:
     cluster = FakeCluster(body(TOKEN_SOURCE))
     rec = reconciler(cluster)
+    kubelet_says(cluster, SECRET_MISSING)
     await rec.reconcile(KEY)
-    cluster.secrets.add((NS, "hf-token"))
+    kubelet_says(cluster, None)  # created: the kubelet starts the container
     await rec.reconcile(KEY)
-    assert applied(cluster) >= STATEFULSETS
     assert condition(cluster, "ModelReady")[:2] == ("True", "ModelAvailable")
     assert any(e[:2] == ("Normal", "ModelAvailable") for e in cluster.events)
 
@@ -83,22 +125,21 @@ async def test_a_missing_prerequisite_brings_another_pass_by_itself() -> None:
     assert applied(cluster) >= STATEFULSETS
 
 
-async def test_running_engines_are_left_alone_when_the_secret_goes_away() -> None:
+async def test_a_secret_reported_missing_holds_no_change_of_the_engines() -> None:
     cluster = FakeCluster(body(TOKEN_SOURCE))
-    cluster.secrets.add((NS, "hf-token"))
     rec = reconciler(cluster)
     await rec.reconcile(KEY)
-    cluster.secrets.clear()
-    cluster.update_spec(KEY, {"prefill": {"replicas": 3}})  # a change that would re-apply
+    kubelet_says(cluster, SECRET_MISSING)
+    cluster.update_spec(KEY, {"prefill": {"replicas": 3}})
     writes = len(cluster.writes)
     await rec.reconcile(KEY)
     verbs = {(verb, kind) for verb, kind, _ in cluster.writes[writes:]}
-    assert ("apply", "StatefulSet") not in verbs and ("delete", "StatefulSet") not in verbs
+    assert ("apply", "StatefulSet") in verbs and ("delete", "StatefulSet") not in verbs
     assert condition(cluster, "ModelReady")[1] == "ModelSecretMissing"
 
 
 async def test_a_failed_lookup_does_not_hold_the_engines() -> None:
-    cluster = FakeCluster(body(TOKEN_SOURCE))
+    cluster = FakeCluster(body({"huggingFace": {"cache": {"claimName": "hf"}}}))
     cluster.read_error = RuntimeError("connection refused")
     await reconciler(cluster).reconcile(KEY)
     assert applied(cluster) >= STATEFULSETS
@@ -119,6 +160,7 @@ async def test_a_missing_secret_is_awaited_and_the_wait_survives_a_restart() -> 
     """An ExternalSecret may create it seconds later: Reconciling, not Stalled, and the time
     the wait began is in status, so an operator restarted meanwhile counts from it too."""
     cluster = FakeCluster(body(TOKEN_SOURCE))
+    kubelet_says(cluster, SECRET_MISSING)
     await reconciler(cluster).reconcile(KEY)
     assert condition(cluster, "Stalled")[:2] == ("False", "NotStalled")
     status, reason, message = condition(cluster, "Reconciling")
@@ -136,13 +178,13 @@ async def test_a_secret_missing_past_the_grace_period_is_stalled_until_it_exists
     old = copy.deepcopy(body(TOKEN_SOURCE))
     old["status"] = {"observedGeneration": 3, "waitingSince": "2026-01-01T00:00:00Z"}
     cluster = FakeCluster(old)
+    kubelet_says(cluster, SECRET_MISSING)
     rec = reconciler(cluster)
     await rec.reconcile(KEY)
     assert condition(cluster, "Stalled")[:2] == ("True", "ModelSecretMissing")
     assert condition(cluster, "Reconciling")[0] == "False"
-    assert not STATEFULSETS & applied(cluster)
 
-    cluster.secrets.add((NS, "hf-token"))  # the fix: the engines start, nothing is stalled
+    kubelet_says(cluster, None)  # the fix: the engines start, nothing is stalled
     cluster.deliver_pdd_watch()
     await rec.reconcile(KEY)
     assert condition(cluster, "Stalled")[:2] == ("False", "NotStalled")

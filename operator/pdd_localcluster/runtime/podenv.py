@@ -64,13 +64,25 @@ def _value_from(src: Json, pod: Json, lookup_data: DataLookup) -> str | None:
     for kind, field in (("secret", "secretKeyRef"), ("configmap", "configMapKeyRef")):
         if field in src:
             ref = src[field]
-            value = (lookup_data(kind, ref["name"]) or {}).get(ref["key"])
+            data = lookup_data(kind, ref["name"])
+            value = (data or {}).get(ref["key"])
             if value is None and not ref.get("optional"):
-                raise EnvError(f"{kind} {ref['name']!r} has no key {ref['key']!r}")
+                raise EnvError(_unresolved(kind, ref, data is None, pod))
             return value
     if "resourceFieldRef" in src:
         return "0"  # nothing here enforces limits; a divisor-correct value is not worth it
     raise EnvError(f"unsupported valueFrom {sorted(src)}")
+
+
+def _unresolved(kind: str, ref: Json, missing: bool, pod: Json) -> str:
+    """The kubelet's words for a reference that does not resolve (what a
+    CreateContainerConfigError says, and what the operator reads)."""
+    if missing:
+        name = ref["name"]
+        return f'{kind} "{name}" not found'
+    title = "Secret" if kind == "secret" else "ConfigMap"
+    where = f"{pod['metadata'].get('namespace', '')}/{ref['name']}"
+    return f"couldn't find key {ref['key']} in {title} {where}"
 
 
 def container_env(
@@ -105,7 +117,8 @@ def _env_from(src: Json, lookup_data: DataLookup) -> dict[str, str]:
     if data is None:
         if ref.get("optional"):
             return {}
-        raise EnvError(f"{kind} {ref['name']!r} not found")
+        name = ref["name"]
+        raise EnvError(f'{kind} "{name}" not found')
     prefix = src.get("prefix", "")
     return {prefix + k: v for k, v in data.items()}
 

@@ -37,6 +37,11 @@ log = logging.getLogger(__name__)
 # every CONFIG_RETRY_S (a Secret created later lets it start, as with the kubelet).
 CONFIG_ERROR = "CreateContainerConfigError"
 CONFIG_RETRY_S = 2.0
+# A volume that cannot be set up is reported again (a FailedMount Event) this often.
+MOUNT_REPORT_S = 10.0
+# Secret and ConfigMap volumes of running pods are rewritten this often where their object
+# changed (the kubelet's sync is a minute or so; tests wait on it).
+VOLUME_REFRESH_S = 3.0
 Json = dict[str, Any]
 
 
@@ -65,6 +70,8 @@ class PodServices:
     images: Mapping[str, image_table.ImageFs]
     options: RuntimeOptions
     changed: Callable[[], None]
+    # Posts an Event about the pod (type, reason, message), as its kubelet does.
+    report: Callable[[str, str, str], None] = lambda kind, reason, message: None
     # Mounted into every container before its volumes: the node's hardware, if faked.
     node_mounts: Sequence[Mount] = ()
 
@@ -181,25 +188,37 @@ class PodRunner:
             self._svc.changed()
 
     def _prepare_volumes(self) -> bool:
-        """Writes the volumes' files; retried every 2 s while an object is missing (the
-        kubelet's FailedMount), shown on the containers' waiting state."""
+        """Writes the volumes' files; retried every 2 s while an object is missing. As with
+        the kubelet, the containers wait as ContainerCreating (no message) and what failed
+        is said in FailedMount Events, again every MOUNT_REPORT_S while it lasts."""
         self._volumes.prepare()
+        reported, at = "", 0.0
         while not self._stopping.is_set():
-            try:
-                for volume in self._volumes.needs_files():
-                    files = volume_files(volume, self.pod, self._svc.lookup, self._issue_token)
-                    write_files(self._volumes.source(volume["name"]), files)
+            failure = self._write_volumes()
+            if not failure:
                 return True
-            except EnvError as e:
-                for name in self._runs:
-                    self._set(
-                        name,
-                        ContainerRun(
-                            name, "waiting", "ContainerCreating", f"MountVolume failed: {e}"
-                        ),
-                    )
+            for name in self._runs:
+                self._set(name, ContainerRun(name, "waiting", "ContainerCreating"))
+            if failure != reported or time.monotonic() - at >= MOUNT_REPORT_S:
+                self._svc.report("Warning", "FailedMount", failure)
+                reported, at = failure, time.monotonic()
             self._stopping.wait(2.0)
         return False
+
+    def _write_volumes(self, refresh: bool = False) -> str:
+        """Writes every file volume; "" when all were written, else the kubelet's FailedMount
+        message for the first that could not be. `refresh`: only Secret and ConfigMap
+        volumes, rewritten where their object changed, as the kubelet's periodic sync does
+        (a missing object keeps the files it had)."""
+        for volume in self._volumes.needs_files():
+            if refresh and not ("secret" in volume or "configMap" in volume):
+                continue
+            try:
+                files = volume_files(volume, self.pod, self._svc.lookup, self._issue_token)
+            except EnvError as e:
+                return f'MountVolume.SetUp failed for volume "{volume["name"]}" : {e}'
+            write_files(self._volumes.source(volume["name"]), files)
+        return ""
 
     def _issue_token(self, audience: str, seconds: int) -> str:
         return self._svc.issue_token(self.pod, audience, seconds)
@@ -315,9 +334,13 @@ class PodRunner:
         mains = [_Main(c) for c in self._mains]
         for m in mains:
             self._start_main(m, restarts=0, last_exit=None)
+        refreshed = time.monotonic()
         while not self._stopping.wait(self._svc.options.tick_s):
             for m in mains:
                 self._tick(m, time.monotonic())
+            if time.monotonic() - refreshed >= VOLUME_REFRESH_S:
+                self._write_volumes(refresh=True)
+                refreshed = time.monotonic()
 
     def _start_main(
         self, m: _Main, restarts: int, last_exit: tuple[int, str, str, str] | None

@@ -11,6 +11,7 @@ import logging
 import subprocess
 import threading
 from collections.abc import Callable, Mapping, Sequence
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlparse
@@ -76,6 +77,7 @@ class PodRuntime:
             images=self.images,
             options=self.options,
             changed=changed,
+            report=lambda kind, reason, message: self._report(pod, kind, reason, message),
             node_mounts=hardware_mounts(self._node_hardware.get(pod["spec"].get("nodeName", ""))),
         )
         runner = PodRunner(pod, pod_ip, host_ip, self.pod_dir(pod), services)
@@ -158,6 +160,35 @@ class PodRuntime:
         if self._ca_file is None:
             return None
         return {"ca.crt": self._ca_file.read_bytes()}
+
+    def _report(self, pod: Json, kind: str, reason: str, message: str) -> None:
+        """An Event about the pod, as its kubelet posts one (FailedMount, ...). A failure to
+        post is logged, as the kubelet's event recorder drops what it cannot send."""
+        meta = pod["metadata"]
+        now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+        body = {
+            "apiVersion": "v1",
+            "kind": "Event",
+            "metadata": {"generateName": f"{meta['name']}.", "namespace": meta["namespace"]},
+            "involvedObject": {
+                "apiVersion": "v1",
+                "kind": "Pod",
+                "name": meta["name"],
+                "namespace": meta["namespace"],
+                "uid": meta["uid"],
+            },
+            "type": kind,
+            "reason": reason,
+            "message": message,
+            "source": {"component": "kubelet", "host": pod["spec"].get("nodeName", "")},
+            "firstTimestamp": now,
+            "lastTimestamp": now,
+            "count": 1,
+        }
+        try:
+            self._kube.request("POST", f"/api/v1/namespaces/{meta['namespace']}/events", body=body)
+        except (ApiException, OSError) as e:
+            log.info("pod %s: could not post a %s event: %s", meta["name"], reason, e)
 
     def _issue_token(self, pod: Json, audience: str, seconds: int) -> str:
         meta = pod["metadata"]

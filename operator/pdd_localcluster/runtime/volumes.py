@@ -2,8 +2,9 @@
 (`VolumeDirs`), and the bind mounts a container gets (`container_mounts`).
 
 emptyDir is a directory per pod shared by its containers; secret, configMap, downwardAPI and
-projected volumes are directories of files written from the API objects once, at pod start,
-like the kubelet's atomic writer (the kubelet refreshes them later; this runtime does not);
+projected volumes are directories of files written from the API objects at pod start, each
+file by a rename like the kubelet's atomic writer; Secret and ConfigMap volumes are rewritten
+while the pod runs where their object changed (podrunner.py), as the kubelet's sync does;
 hostPath is the host path itself. A persistentVolumeClaim is a directory per claim under the
 runtime's state dir (`claims/<namespace>/<claim>`), shared by every pod that mounts it, as a
 local-path provisioner would give; the claim object itself is not consulted.
@@ -133,12 +134,25 @@ def _projected_files(
 
 
 def write_files(directory: Path, files: Iterable[VolumeFile]) -> None:
+    """Each file written whole, by a rename (a reader never sees half of one), and only
+    where it changed."""
     directory.mkdir(parents=True, exist_ok=True)
     for f in files:
         path = directory / f.path
         path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_bytes(f.content)
-        os.chmod(path, f.mode)
+        if _holds(path, f):
+            continue
+        staged = path.with_name(f".{path.name}.new")
+        staged.write_bytes(f.content)
+        os.chmod(staged, f.mode)
+        os.replace(staged, path)
+
+
+def _holds(path: Path, f: VolumeFile) -> bool:
+    try:
+        return path.read_bytes() == f.content and (path.stat().st_mode & 0o7777) == f.mode
+    except OSError:
+        return False
 
 
 def decode_object_data(kind: str, obj: Json) -> dict[str, bytes]:

@@ -10,11 +10,13 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, cast
 
+from pdd_operator.api import names
 from pdd_operator.api.names import DeploymentKey
 from pdd_operator.config import OperatorConfig
 from pdd_operator.handlers.creation_events import CreationEvents, creation_event_collections
 from pdd_operator.handlers.fleet import FleetCache, FleetState, fleet_collections
 from pdd_operator.handlers.listwatch import Watches
+from pdd_operator.handlers.mount_events import MountFailures, mount_event_collections
 from pdd_operator.handlers.owned import OwnedObjects, owned_collections
 from pdd_operator.handlers.view import IndexView
 from pdd_operator.kube.client import (
@@ -71,8 +73,15 @@ class OperatorRuntime:
             if (key := owned.deployment_of_child(workload_uid)) is not None:
                 trigger(key, "events")
 
+        def token_missing(namespace: str, secret: str) -> None:  # from the Events' thread
+            for key, body in list(pdds.items()):
+                uid = str(body.get("metadata", {}).get("uid", ""))
+                if key[0] == namespace and names.token_secret_name(key[1], uid) == secret:
+                    trigger(key, "events")
+
         creations = CreationEvents(refusal_changed)
-        view = IndexView(pdds, owned, FleetCache(state), creations)
+        mounts = MountFailures(token_missing)
+        view = IndexView(pdds, owned, FleetCache(state), creations, mounts)
         reconciler = Reconciler(
             kube,
             view,
@@ -81,7 +90,6 @@ class OperatorRuntime:
             metrics,
             max_concurrent=config.max_concurrent_passes,
             coalesce_max_s=config.coalesce_max_seconds,
-            token_recheck_s=config.resync_seconds,
             names_guarded=_name_guard_in_force(kube, config.name_guard_policy),
         )
         watches = Watches(kube)
@@ -102,6 +110,7 @@ class OperatorRuntime:
             )
         )
         watches.add(creation_event_collections(creations, config.namespaces))
+        watches.add(mount_event_collections(mounts, config.namespaces))
         watches.start()
         runtime.tasks.append(asyncio.create_task(runtime.resync_forever()))
         return runtime

@@ -10,6 +10,7 @@ from typing import Any
 from pdd_operator.api.names import DeploymentKey
 from pdd_operator.handlers.creation_events import CreationEvents
 from pdd_operator.handlers.fleet import FleetCache
+from pdd_operator.handlers.mount_events import MountFailures
 from pdd_operator.handlers.owned import OwnedObjects
 from pdd_operator.planning.placement import Fleet
 from pdd_operator.status.observe import (
@@ -19,6 +20,7 @@ from pdd_operator.status.observe import (
     ScalerSummary,
     owned_pods,
 )
+from pdd_operator.status.token import MountFailure
 
 
 class IndexView:
@@ -30,11 +32,13 @@ class IndexView:
         owned: OwnedObjects,
         fleet: FleetCache | None = None,
         creations: CreationEvents | None = None,
+        mounts: MountFailures | None = None,
     ) -> None:
         self.pdds = pdds
         self.owned = owned
         self.fleet_cache = fleet or FleetCache(max_age=0)
         self.creations = creations if creations is not None else CreationEvents()  # empty: falsy
+        self.mounts = mounts if mounts is not None else MountFailures()
 
     def pdd_body(self, key: DeploymentKey) -> Mapping[str, Any] | None:
         return self.pdds.get(key)
@@ -67,6 +71,9 @@ class IndexView:
 
     def creation_refusal(self, workload_uid: str) -> str:
         return self.creations.refusal(workload_uid)
+
+    def mount_failures(self, namespace: str, secret: str) -> Sequence[MountFailure]:
+        return self.mounts.of(namespace, secret)
 
     def _uid(self, key: DeploymentKey) -> str:
         body = self.pdd_body(key)

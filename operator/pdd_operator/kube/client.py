@@ -29,7 +29,6 @@ from pdd_operator.kube.resources import (
     PDDEPLOYMENT,
     PERSISTENT_VOLUME_CLAIM,
     ROLE_SCALER,
-    SECRET,
     Kind,
     kind_of,
 )
@@ -246,12 +245,6 @@ class KubeApi:
         merge = "application/merge-patch+json"
         return _retry(lambda: self._call("PATCH", path, body, [], merge, accept=METADATA_ONLY))
 
-    def secret_exists(self, namespace: str, name: str) -> bool:
-        """Whether the Secret exists, asked for its metadata only and not even that read:
-        a Secret's value never enters the operator (RBAC: get, no list or watch)."""
-        path = SECRET.path(namespace, name)
-        return self._exists(path, METADATA_ONLY)
-
     def name_guard_problem(self, policy: str) -> str:
         """Why the name-guard admission policy of that name (and its binding of the same
         name, as the chart installs them) is not in force; "" when it is: it exists, fails
@@ -379,15 +372,6 @@ class KubeApi:
                 yield event
         finally:
             response.response.release_conn()
-
-    def _exists(self, path: str, accept: str) -> bool:
-        try:
-            _retry(lambda: self._call("GET", path, None, [], JSON, False, accept))
-        except ApiException as err:
-            if err.status == 404:
-                return False
-            raise
-        return True
 
     def _call(
         self,

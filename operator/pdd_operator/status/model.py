@@ -1,29 +1,36 @@
-"""Whether the objects ``spec.model.source`` refers to are there, before any engine pod
-starts (pure): the token Secret, the model's claim, the shared cache's claim.
+"""Whether the objects ``spec.model.source`` refers to are there (pure): the token Secret,
+the model's claim, the shared cache's claim.
 
 Without this check a missing Secret shows as six pods in CreateContainerConfigError, a
 missing claim as six pods Pending; here it is one condition (ModelReady=False) whose message
-says what to create, and the engine StatefulSets wait for it (reconcile.py).
+says what to create.
 
-What is checked, and what is left to the kubelet:
-- the Secret exists (its metadata only: the token never enters the operator, so a missing
-  *key* shows only when a pod starts, as CreateContainerConfigError in Degraded);
-- a claim exists and is not Lost. Pending is accepted: a claim of a WaitForFirstConsumer
-  class binds only when its first pod is scheduled, and one that cannot bind shows in the
-  pods' Unschedulable message;
+What is checked, and how:
+- the Secret: the operator may not read Secrets (docs/security.md), so a missing one, or one
+  without the key, is learnt from what the engine pods' kubelets report (their engine
+  container waits in CreateContainerConfigError, `secret "hf-token" not found`). The engine
+  StatefulSets are therefore not held for it: their pods are what tells;
+- a claim exists and is not Lost, read before any engine pod starts, which waits for it.
+  Pending is accepted: a claim of a WaitForFirstConsumer class binds only when its first pod
+  is scheduled, and one that cannot bind shows in the pods' Unschedulable message;
 - a claim several engine pods mount allows it across nodes: ReadOnlyMany or ReadWriteMany
   for the model (read-only), ReadWriteMany for a shared download cache (written).
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pdd_operator.api.v1alpha1 import PDDeployment, PDDeploymentSpec
 
+if TYPE_CHECKING:  # compute.py imports this module
+    from pdd_operator.status.compute import PodProblem
+
+CONFIG_ERROR = "CreateContainerConfigError"
+SECRET_REASONS = frozenset({"ModelSecretMissing", "ModelSecretKeyMissing"})
 MULTI_NODE_READ = frozenset({"ReadOnlyMany", "ReadWriteMany"})
 MULTI_NODE_WRITE = frozenset({"ReadWriteMany"})
 
@@ -61,6 +68,8 @@ class ModelFacts:
     """What a reconcile pass read. ``error``: a lookup failed (not a 404): nothing is known."""
 
     secret_exists: bool = True
+    # The Secret exists but has no such key (what the pods report then).
+    secret_key_missing: bool = False
     claims: Mapping[str, ClaimFacts | None] | None = None
     error: str = ""
 
@@ -116,6 +125,8 @@ def model_readiness(pdd: PDDeployment, facts: ModelFacts) -> ModelReadiness:
     if refs.secret is not None and not facts.secret_exists:
         secret = f"Secret {refs.secret}"
         return ModelReadiness(False, "ModelSecretMissing", _secret_missing(pdd, refs), secret)
+    if refs.secret is not None and facts.secret_key_missing:
+        return ModelReadiness(False, "ModelSecretKeyMissing", _secret_key_missing(pdd, refs))
     pods = pdd.spec.prefill.replicas + pdd.spec.decode.replicas
     for use in refs.claims:
         problem = _claim_problem(pdd.namespace, use, (facts.claims or {}).get(use.name), pods)
@@ -127,11 +138,31 @@ def model_readiness(pdd: PDDeployment, facts: ModelFacts) -> ModelReadiness:
 def _secret_missing(pdd: PDDeployment, refs: ModelReferences) -> str:
     return (
         f"Secret {refs.secret} (spec.model.source.huggingFace.tokenSecretRef) does not exist "
-        f"in namespace {pdd.namespace}: create it with the Hugging Face token under key "
-        f"{refs.secret_key}, e.g. kubectl -n {pdd.namespace} create secret generic "
-        f"{refs.secret} --from-literal={refs.secret_key}=<token>; the engine pods start "
-        "once it exists"
+        f"in namespace {pdd.namespace} (the engine pods' kubelets say so): create it with the "
+        f"Hugging Face token under key {refs.secret_key}, e.g. kubectl -n {pdd.namespace} "
+        f"create secret generic {refs.secret} --from-literal={refs.secret_key}=<token>; the "
+        "engine pods start once it exists"
     )
+
+
+def _secret_key_missing(pdd: PDDeployment, refs: ModelReferences) -> str:
+    return (
+        f"Secret {refs.secret} (spec.model.source.huggingFace.tokenSecretRef) has no key "
+        f"{refs.secret_key} (the engine pods' kubelets say so): add the Hugging Face token "
+        f"under that key, or set tokenSecretRef.key to the key that holds it; the engine pods "
+        "start once it resolves"
+    )
+
+
+def secret_reports(
+    problems: Iterable[PodProblem | None], namespace: str, secret: str
+) -> tuple[bool, bool]:
+    """(missing, key missing): what the pods' kubelets report of a Secret their containers
+    take values from, in the words of a CreateContainerConfigError."""
+    messages = [p.message for p in problems if p is not None and p.reason == CONFIG_ERROR]
+    missing = any(f'secret "{secret}" not found' in m for m in messages)
+    no_key = any(f"in Secret {namespace}/{secret}" in m for m in messages)
+    return missing, no_key and not missing
 
 
 def _claim_problem(
@@ -189,8 +220,13 @@ def _available(spec: PDDeploymentSpec) -> str:
 
 
 def engine_roles_held(readiness: ModelReadiness | None) -> bool:
-    """Whether the engine StatefulSets wait: only on a known problem."""
-    return readiness is not None and readiness.ready is False
+    """Whether the engine StatefulSets wait: only on a known problem with a claim. A Secret's
+    problem is known only from the engine pods, so they run (and wait) meanwhile."""
+    return (
+        readiness is not None
+        and readiness.ready is False
+        and readiness.reason not in SECRET_REASONS
+    )
 
 
 # How long a PDDeployment waits for an awaited object (ModelReadiness.awaited) before it is

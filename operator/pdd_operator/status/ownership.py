@@ -111,14 +111,3 @@ def scaler_conflict_message(conflict: NameConflict, role: str) -> str:
 
 
 TOKEN_REASON = "TokenSecretConflict"
-
-
-def token_conflict_message(conflict: NameConflict) -> str:
-    """The condition's message for a sidecar token Secret the operator did not create: its
-    value may be known to whoever made it, so the engine pods are not started against it."""
-    return (
-        f"the sidecar token Secret {conflict.name} exists and this PDDeployment does not own "
-        f"it (owned by {conflict.holder}): its token may be known to whoever created it, so "
-        "the operator does not use it, change it or delete it and starts no engine pods "
-        "against it: delete that Secret and the operator creates its own"
-    )

@@ -90,17 +90,24 @@ def test_env_from_with_prefix_and_optional_references() -> None:
 
 
 @pytest.mark.parametrize(
-    "ref",
+    "ref,kubelet_says",
     [
-        {"secretKeyRef": {"name": "nope", "key": "k"}},
-        {"secretKeyRef": {"name": "s", "key": "missing"}},
-        {"configMapKeyRef": {"name": "nope", "key": "k"}},
-        {"fieldRef": {"fieldPath": "status.unknown"}},
+        ({"secretKeyRef": {"name": "nope", "key": "k"}}, 'secret "nope" not found'),
+        (
+            {"secretKeyRef": {"name": "s", "key": "missing"}},
+            "couldn't find key missing in Secret ns/s",
+        ),
+        ({"configMapKeyRef": {"name": "nope", "key": "k"}}, 'configmap "nope" not found'),
+        ({"fieldRef": {"fieldPath": "status.unknown"}}, "status.unknown"),
     ],
 )
-def test_a_reference_that_does_not_resolve_is_a_config_error(ref: dict[str, Any]) -> None:
-    with pytest.raises(EnvError):
+def test_a_reference_that_does_not_resolve_is_a_config_error_in_the_kubelets_words(
+    ref: dict[str, Any], kubelet_says: str
+) -> None:
+    """The operator reads these messages (a missing model Secret): they are the kubelet's."""
+    with pytest.raises(EnvError) as raised:
         env_of({"env": [{"name": "X", "valueFrom": ref}]})
+    assert kubelet_says in str(raised.value)
 
 
 def test_command_and_args_expand_against_the_final_env() -> None:
