@@ -41,6 +41,7 @@ OPERATOR_NS, OPERATOR_SA = "pdd-system", "pdd-operator"
 # so that the modules after this one run without them, as before it.
 ADMISSION_KINDS = ("ValidatingAdmissionPolicyBinding", "ValidatingAdmissionPolicy")
 READY_S = 240.0
+PULL_SECRET = "regcred"
 
 
 @pytest.fixture(scope="module")
@@ -85,6 +86,10 @@ def operator_from_image(
     tmp_path_factory: pytest.TempPathFactory,
 ) -> Iterator[OperatorContainer]:
     [deployment] = copy.deepcopy(installed)
+    # What the chart renders for `--set imagePullSecrets[0].name=regcred` (tests/chart's
+    # test_chart_lint checks that rendering): every pod the operator renders names it.
+    [container] = deployment["spec"]["template"]["spec"]["containers"]
+    container["args"].append(f"--image-pull-secret={PULL_SECRET}")
     token = mounted_token(
         api_client, control_plane, OPERATOR_NS, OPERATOR_SA, tmp_path_factory.mktemp("sa")
     )
@@ -138,3 +143,14 @@ def test_the_operator_from_its_image_reconciles_until_a_request_is_served(
     assert answer.served.get("kv_verified") and answer.kv_bytes > 0, answer
     assert "Traceback" not in operator_from_image.logs
     print(f"\noperator image {operator_from_image.image}: {namespace}/{name} Ready and served")
+    # The private registry's pull Secret reached every pod the operator rendered.
+    pods = (
+        client.CoreV1Api(api_client)
+        .list_namespaced_pod(namespace, label_selector=f"pdd.dev/deployment={name}")
+        .items
+    )
+    roles = {(p.metadata.labels or {}).get("pdd.dev/role") for p in pods}
+    assert {"prefill", "decode", "router"} <= roles, roles
+    for pod in pods:
+        secrets = [ref.name for ref in pod.spec.image_pull_secrets or []]
+        assert PULL_SECRET in secrets, (pod.metadata.name, secrets)
