@@ -24,12 +24,12 @@ from typing import Any
 
 from pdd_sidecar.token import TokenFile
 
-# The values of pdd_contract.env and .paths, spelled out rather than imported so that this
+# The values of pdd_contract.env, .paths and .ports, spelled out rather than imported so that this
 # file alone can be copied into an engine image; a unit test keeps them equal.
 URL_ENV = "PDD_SIDECAR_URL"
 TOKEN_FILE_ENV = "PDD_SIDECAR_TOKEN_FILE"
 DEFAULT_TOKEN_FILE = "/var/run/pdd/token/token"
-DEFAULT_URL = "http://127.0.0.1:8790"
+DEFAULT_URL = "http://127.0.0.1:8099"
 
 
 class SidecarError(Exception):

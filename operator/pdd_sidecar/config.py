@@ -6,10 +6,10 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
 from pdd_contract.paths import KV_PATH_FILE
-from pdd_contract.ports import RankPorts
+from pdd_contract.ports import SIDECAR_PORT, RankPorts
 
 ROLES = ("prefill", "decode")
-DEFAULT_PORT = 8790
+DEFAULT_PORT = SIDECAR_PORT  # the port the operator renders (--port)
 
 
 def other_role(role: str) -> str:

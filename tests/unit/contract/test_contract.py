@@ -10,7 +10,7 @@ import pytest
 
 import pdd_contract
 from pdd_contract import env, paths, ports
-from pdd_sidecar import client
+from pdd_sidecar import client, config
 
 CONTRACT_DIR = Path(pdd_contract.__file__).parent
 MODULES = sorted(CONTRACT_DIR.glob("*.py"))
@@ -47,6 +47,12 @@ def test_the_engine_client_copies_match_the_contract() -> None:
     assert client.URL_ENV == env.PDD_SIDECAR_URL
     assert client.TOKEN_FILE_ENV == env.PDD_SIDECAR_TOKEN_FILE
     assert client.DEFAULT_TOKEN_FILE == paths.TOKEN_FILE
+    rendered = f"http://127.0.0.1:{ports.SIDECAR_PORT}"
+    assert rendered == client.DEFAULT_URL
+
+
+def test_the_sidecar_listens_by_default_where_the_operator_renders_it() -> None:
+    assert config.DEFAULT_PORT == ports.SIDECAR_PORT
 
 
 def test_vllm_gets_one_side_channel_port_per_rank() -> None:
