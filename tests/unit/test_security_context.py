@@ -57,6 +57,26 @@ def check_pod(pod: dict[str, Any], rdma: bool) -> None:
             assert security["readOnlyRootFilesystem"] is True, c["name"]
             # Theirs even where a podTemplate changes the pod's profile.
             assert security["seccompProfile"] == RUNTIME_DEFAULT, c["name"]
+    check_file_volumes_readable(pod)
+
+
+def check_file_volumes_readable(pod: dict[str, Any]) -> None:
+    """The kubelet writes Secret and projected files as root (group root, or the pod's fsGroup
+    where one is set) with the volume's mode: a container that runs as another user and has
+    no fsGroup to read by reads them only where the mode lets others read."""
+    volumes = {v["name"]: v for v in pod.get("volumes", [])}
+    fs_group = (pod.get("securityContext") or {}).get("fsGroup")
+    for c in containers(pod):
+        uid = c["securityContext"].get("runAsUser", 0)
+        if uid == 0 or fs_group is not None:
+            continue
+        for mount in c.get("volumeMounts", []):
+            source = volumes[mount["name"]]
+            kind = next((k for k in ("secret", "projected") if k in source), None)
+            if kind is None:
+                continue
+            mode = source[kind].get("defaultMode", 0o644)
+            assert mode & 0o004, f"{c['name']} (uid {uid}) cannot read {mount['name']}"
 
 
 @settings(max_examples=150, deadline=None)

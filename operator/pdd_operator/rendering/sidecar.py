@@ -150,7 +150,11 @@ def sidecar_volumes(pdd: PDDeployment) -> list[dict[str, Any]]:
             "name": TOKEN_VOLUME,
             "secret": {
                 "secretName": names.token_secret_name(pdd.name, pdd.uid),
-                "defaultMode": 0o440,
+                # Readable by any user: the kubelet writes the files as root, the sidecar
+                # runs as 65532 and the engine as its image's user, and no fsGroup is set
+                # (it would chown the model's volume too). Only the sidecar and the engine
+                # mount it.
+                "defaultMode": 0o444,
             },
         },
         {"name": SCRATCH_VOLUME, "emptyDir": {"sizeLimit": "256Mi"}},
