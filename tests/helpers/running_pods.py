@@ -7,7 +7,7 @@ and the session's simulated fleet is left as it was."""
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -15,7 +15,7 @@ from typing import Any
 from kubernetes import client
 
 from pdd_localcluster import LocalControlPlane, NodeSimulator, SimNode, gpu_node_labels
-from pdd_localcluster.runtime import PodRuntime, RuntimeOptions
+from pdd_localcluster.runtime import KNOWN_IMAGES, ImageFs, PodRuntime, RuntimeOptions
 from pdd_operator.engines.registry import ENGINES
 
 REFENGINE_IMAGE = "ghcr.io/pdd-dev/pdd-refengine"
@@ -51,11 +51,14 @@ def running_nodes(
     nodes: OwnNodes,
     address_block: str,
     extra: Sequence[SimNode] = (),
+    images: Mapping[str, ImageFs] | None = None,
 ) -> Iterator[PodRuntime]:
     """`nodes` (and `extra`, nodes a test labels and taints itself) registered, their pods run
     as local processes at addresses of `address_block` ("127.87": 127.87.0.1 and on); deleted
-    and stopped after the block."""
-    runtime = PodRuntime(control_plane.kubeconfig, state, options=QUICK)
+    and stopped after the block. `images` replaces entries of the runtime's image table (built
+    images run from their own files)."""
+    table = {**KNOWN_IMAGES, **(images or {})}
+    runtime = PodRuntime(control_plane.kubeconfig, state, images=table, options=QUICK)
     addresses = iter(f"{address_block}.{i // 250}.{i % 250 + 1}" for i in range(5000))
     labels = {**gpu_node_labels(clique=nodes.key.rsplit("/", 1)[-1]), nodes.key: "true"}
     specs = [SimNode(name, labels=labels, taints=(nodes.taint,)) for name in nodes.names]

@@ -5,15 +5,18 @@ image against the local control plane, with the chart's args and security settin
 the rights of the chart's ServiceAccount (manifests/ applied, `kubectl apply -k manifests/`),
 until a PDDeployment is Ready and a request through its router returns tokens.
 
-The engine pods are run by the local cluster's pod runtime, as in the request-path tests: the
-sidecar and router containers as processes of the venv (the images' programs, not the image
-files), the engine as the reference engine (the test double of a GPU image).
+The engine and router pods are run by the local cluster's pod runtime, once per engine (vLLM
+behind vllm-router, SGLang behind smg): the preflight, sidecar and router containers from the
+built images' own root filesystems (their ENV, ENTRYPOINT and files, as the user the rendered
+securityContext names, on a read-only root where it asks for one), the engine as the
+reference engine (the test double of a GPU image, a process of this machine's venv).
 """
 
 from __future__ import annotations
 
 import copy
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -24,6 +27,8 @@ from chart.support import apply, manifest_documents, wait_crd_established
 from helpers.operator_image import (
     OperatorContainer,
     build_images,
+    engine,
+    engine_env,
     mounted_token,
     operator_container,
     run_image,
@@ -33,6 +38,7 @@ from helpers.traffic import complete
 from helpers.waits import wait_for
 from pdd_localcluster import LocalControlPlane
 from pdd_localcluster.runtime import PodRuntime
+from pdd_localcluster.runtime.images import built_images, repository
 
 GROUP, VERSION, PLURAL = "pdd.dev", "v1alpha1", "pddeployments"
 NODES = OwnNodes("pdd.test/operator-image", ("oi-0",))
@@ -100,9 +106,15 @@ def operator_from_image(
 
 @pytest.fixture(scope="module")
 def runtime(
-    control_plane: LocalControlPlane, tmp_path_factory: pytest.TempPathFactory
+    control_plane: LocalControlPlane,
+    images: dict[str, str],
+    tmp_path_factory: pytest.TempPathFactory,
 ) -> Iterator[PodRuntime]:
-    with running_nodes(control_plane, tmp_path_factory.mktemp("oi"), NODES, "127.86") as rt:
+    """The nodes' pod runtime, with the sidecar and router images run from their own files."""
+    ours = [images["sidecar"], images["router"]]
+    table = built_images(ours, engine(), engine_env())
+    state = tmp_path_factory.mktemp("oi")
+    with running_nodes(control_plane, state, NODES, "127.86", images=table) as rt:
         yield rt
 
 
@@ -117,14 +129,17 @@ def test_each_image_runs_its_programs_as_the_chart_runs_them(images: dict[str, s
         assert "usage" in run_image(images["router"], ["--help"], entrypoint=router).lower()
 
 
+@pytest.mark.parametrize("engine_type", ["vllm", "sglang"])
 def test_the_operator_from_its_image_reconciles_until_a_request_is_served(
+    engine_type: str,
     operator_from_image: OperatorContainer,
     api_client: client.ApiClient,
     runtime: PodRuntime,
+    images: dict[str, str],
     namespace: str,
 ) -> None:
-    name = "from-image"
-    body = refengine_pdd(name, "vllm", NODES, replicas=1)
+    name = f"from-image-{engine_type}"
+    body = refengine_pdd(name, engine_type, NODES, replicas=1)
     objects = client.CustomObjectsApi(api_client)
     objects.create_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, body)
 
@@ -135,6 +150,9 @@ def test_the_operator_from_its_image_reconciles_until_a_request_is_served(
 
     try:
         wait_for(ready, READY_S, what=f"{namespace}/{name} Ready")
+        transfer = wait_for(
+            lambda: kv_transfer_condition(objects, namespace, name), 120, what="KVTransferVerified"
+        )
     except AssertionError as err:
         pytest.fail(f"{err}\noperator container log:\n{operator_from_image.logs}")
     url = ready_router_url(client.CoreV1Api(api_client), namespace, name)
@@ -143,6 +161,7 @@ def test_the_operator_from_its_image_reconciles_until_a_request_is_served(
     assert answer.served.get("kv_verified") and answer.kv_bytes > 0, answer
     assert "Traceback" not in operator_from_image.logs
     print(f"\noperator image {operator_from_image.image}: {namespace}/{name} Ready and served")
+    print(f"KVTransferVerified: {transfer}")
     # The private registry's pull Secret reached every pod the operator rendered.
     pods = (
         client.CoreV1Api(api_client)
@@ -154,3 +173,67 @@ def test_the_operator_from_its_image_reconciles_until_a_request_is_served(
     for pod in pods:
         secrets = [ref.name for ref in pod.spec.image_pull_secrets or []]
         assert PULL_SECRET in secrets, (pod.metadata.name, secrets)
+    ran = images_that_ran(runtime, pods, images)
+    print("\n".join(f"  {line}" for line in ran))
+    assert len(ran) == 5, ran  # the router, and each engine pod's preflight and sidecar
+
+
+def kv_transfer_condition(objects: client.CustomObjectsApi, namespace: str, name: str) -> str:
+    obj = objects.get_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, name)
+    for c in obj.get("status", {}).get("conditions", []):
+        if c["type"] == "KVTransferVerified":
+            return f"{c['status']} {c.get('reason')}: {c.get('message')}"
+    return ""
+
+
+def images_that_ran(
+    runtime: PodRuntime, pods: list[client.V1Pod], images: dict[str, str]
+) -> list[str]:
+    """Each container of our images in `pods`, as it ran: started on the image's own root
+    filesystem, as the user its securityContext names, read-only where that asks for it. For
+    a container still running this is read from its process: its root holds the image's
+    /opt/venv (this machine has none), /proc says its uid, its mount table that `/` is
+    read-only; an init container that has ended is shown by what it was started with."""
+    ours = {repository(images[t]) for t in ("sidecar", "router")}
+    ran = []
+    for pod in pods:
+        uid = pod.metadata.uid
+        for container in [*(pod.spec.init_containers or []), *pod.spec.containers]:
+            if repository(container.image) not in ours:
+                continue
+            started = runtime.started_with(uid, container.name)
+            assert started is not None, (pod.metadata.name, container.name)
+            context = container.security_context
+            assert Path(started["lower_dir"], "opt/venv/pyvenv.cfg").is_file(), started
+            assert started["user"][0] == context.run_as_user == 65532, started["user"]
+            assert started["read_only_root"] == bool(context.read_only_root_filesystem)
+            seen = "started"
+            if pid := runtime.pid(uid, container.name):
+                assert Path(f"/proc/{pid}/root/opt/venv/pyvenv.cfg").is_file()
+                assert process_uid(pid) == 65532
+                assert root_read_only(pid) == bool(context.read_only_root_filesystem)
+                seen = "running"
+            root = "read-only" if started["read_only_root"] else "writable"
+            ran.append(
+                f"{pod.metadata.name}/{container.name} ({seen}): {container.image} "
+                f"as uid {started['user'][0]}, root {root}"
+            )
+    return ran
+
+
+def process_uid(pid: int) -> int:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("Uid:"):
+            return int(line.split()[1])
+    raise AssertionError(f"no Uid line for {pid}")
+
+
+def root_read_only(pid: int) -> bool:
+    """Whether `/` is mounted read-only as the process sees it (its mountinfo)."""
+    roots = [
+        line.split()[5]
+        for line in Path(f"/proc/{pid}/mountinfo").read_text().splitlines()
+        if line.split()[4] == "/"
+    ]
+    assert roots, f"no / in the mount table of {pid}"
+    return "ro" in roots[-1].split(",")  # the last mount on / is the one seen

@@ -64,6 +64,7 @@ class ContainerProcess:
         for p in (self.spec_path, self.termination_log):
             p.parent.mkdir(parents=True, exist_ok=True)
         self.termination_log.write_bytes(b"")
+        self.termination_log.chmod(0o666)  # the container may run as any user
         self.root_dir.mkdir(parents=True, exist_ok=True)
         self.pid_file.unlink(missing_ok=True)
         pid_namespace = spec.get("pid_namespace", "host")

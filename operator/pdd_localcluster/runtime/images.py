@@ -2,12 +2,18 @@
 
 A container of a known image runs the host's root filesystem (under an overlay, see
 `sandbox`) with the image's programs put first on PATH and its Python packages on PYTHONPATH,
-the way the image's Dockerfile would set ENV. An image that is not in the table is not run:
-its pod keeps the simulated status of `podstatus` and says so in its container logs.
+the way the image's Dockerfile would set ENV. An image built here (`make images`) can run from
+its own files instead: `built_images` mounts each one's root filesystem through the container
+engine and reads its ENV, ENTRYPOINT, CMD, USER and WORKDIR, and the sandbox then runs the
+container on that root as the image's (or the pod's) user. An image that is not in the table
+is not run: its pod keeps the simulated status of `podstatus` and says so in its container
+logs.
 """
 
 from __future__ import annotations
 
+import json
+import subprocess
 import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -42,9 +48,16 @@ class ImageFs:
     # tag names into the image's ENV (the reference engine's tag names the engine release
     # whose protocol it speaks).
     tag_env: str = ""
+    # A built image's own root filesystem on this machine, with its USER ("uid[:gid]") and
+    # WORKDIR; None: the host's root with the programs above.
+    root: Path | None = None
+    user: str = ""
+    working_dir: str = ""
 
     def env(self, image: str = "") -> dict[str, str]:
         """The image's ENV, as a Dockerfile's ENV lines would set it."""
+        if self.root is not None:
+            return dict(self.extra_env)
         path = [*map(str, self.bin_dirs), str(VENV_BIN), SYSTEM_PATH]
         python = [*map(str, self.python_dirs), str(SOURCE_ROOT)]
         tagged = {self.tag_env: tag(image)} if self.tag_env else {}
@@ -104,3 +117,35 @@ def unknown_images(pod: Mapping[str, object], table: Mapping[str, ImageFs]) -> l
     return sorted(
         {c.get("image", "") for c in containers if lookup(c.get("image", ""), table) is None}
     )
+
+
+def built_images(
+    references: Sequence[str], engine: Sequence[str], engine_env: Mapping[str, str] | None = None
+) -> dict[str, ImageFs]:
+    """Images built here, run from their own files: repository -> the image's root filesystem
+    as the container engine mounts it (`podman image mount`, which needs root) and its config.
+    A repository maps to the one tag given, as the chart names one tag per image."""
+    table = {}
+    for reference in references:
+        root = _engine(engine, engine_env, "image", "mount", reference).strip()
+        [inspected] = json.loads(_engine(engine, engine_env, "image", "inspect", reference))
+        config = inspected.get("Config") or {}
+        table[repository(reference)] = ImageFs(
+            name=repository(reference).rsplit("/", 1)[-1],
+            extra_env=dict(e.split("=", 1) for e in config.get("Env") or [] if "=" in e),
+            entrypoint=tuple(config.get("Entrypoint") or ()),
+            cmd=tuple(config.get("Cmd") or ()),
+            root=Path(root),
+            user=str(config.get("User") or ""),
+            working_dir=str(config.get("WorkingDir") or ""),
+        )
+    return table
+
+
+def _engine(engine: Sequence[str], env: Mapping[str, str] | None, *args: str) -> str:
+    result = subprocess.run(
+        [*engine, *args], capture_output=True, text=True, env=None if env is None else dict(env)
+    )
+    if result.returncode != 0:
+        raise RuntimeError(f"{' '.join([*engine, *args])}: {result.stderr.strip()}")
+    return result.stdout

@@ -39,6 +39,7 @@ class PodSandbox:
             raise SandboxError("the local runtime needs root to give pods their own namespaces")
         self._spec_path.parent.mkdir(parents=True, exist_ok=True)
         self.shm_dir.mkdir(parents=True, exist_ok=True)
+        self.shm_dir.chmod(0o1777)  # as /dev/shm is: any user's, sticky
         ns = self.namespaces
         spec = {
             "own_ipc": ns.own_ipc,

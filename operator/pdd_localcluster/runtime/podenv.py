@@ -142,3 +142,20 @@ def command_line(
     if not argv:
         raise EnvError("no command: the pod names none and the image has no entrypoint")
     return argv
+
+
+def run_as(container: Json, pod: Json, image_user: str) -> tuple[int, int]:
+    """The (uid, gid) a container's process runs as: the container's securityContext
+    runAsUser/runAsGroup over the pod's, else the image's USER ("uid[:gid]"), else root. A
+    named (non-numeric) USER is refused, as the kubelet refuses it with runAsNonRoot."""
+    pod_context = (pod.get("spec") or {}).get("securityContext") or {}
+    context = {**pod_context, **(container.get("securityContext") or {})}
+    user, _, group = image_user.partition(":")
+    try:
+        uid = int(context.get("runAsUser", user or 0))
+        gid = int(context.get("runAsGroup", group or 0))
+    except ValueError:
+        raise EnvError(f"image USER {image_user!r} is not numeric: set runAsUser") from None
+    if context.get("runAsNonRoot") and uid == 0:
+        raise EnvError("container has runAsNonRoot and image will run as root")
+    return uid, gid

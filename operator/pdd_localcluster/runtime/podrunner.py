@@ -6,6 +6,7 @@ ends them all, then the sandbox."""
 from __future__ import annotations
 
 import copy
+import json
 import logging
 import subprocess
 import threading
@@ -20,7 +21,7 @@ from pdd_localcluster.runtime import images as image_table
 from pdd_localcluster.runtime.containers import ContainerProcess
 from pdd_localcluster.runtime.namespaces import pod_namespaces
 from pdd_localcluster.runtime.pod_sandbox import PodSandbox
-from pdd_localcluster.runtime.podenv import EnvError, command_line, container_env
+from pdd_localcluster.runtime.podenv import EnvError, command_line, container_env, run_as
 from pdd_localcluster.runtime.probes import ProbeTracker, run_probe
 from pdd_localcluster.runtime.volumes import (
     BytesLookup,
@@ -137,6 +138,10 @@ class PodRunner:
     def pid(self, container: str) -> int | None:
         return self._procs[container].pid
 
+    def started_with(self, container: str) -> dict[str, Any] | None:
+        path = self._procs[container].spec_path
+        return json.loads(path.read_text()) if path.exists() else None
+
     def exec(
         self, container: str, argv: Sequence[str], timeout: float
     ) -> subprocess.CompletedProcess[bytes]:
@@ -240,6 +245,7 @@ class PodRunner:
             )
             argv = command_line(container, fs.entrypoint, env, fs.cmd)
             mounts = [*self._svc.node_mounts, *container_mounts(container, self._volumes)]
+            own_root = _image_root_spec(container, self.pod, fs)
         except EnvError as e:
             self._set(
                 name,
@@ -257,14 +263,15 @@ class PodRunner:
         spec = {
             "argv": argv,
             "env": env,
-            "working_dir": container.get("workingDir") or "/",
+            "working_dir": container.get("workingDir") or fs.working_dir or "/",
             "mounts": [
                 {"source": str(m.source), "target": m.target, "read_only": m.read_only}
                 for m in mounts
             ],
             "netshim": str(self._svc.netshim),
             "pod_ip": self.pod_ip,
-            "keep_visible": list(image_table.IMAGE_CONTENT),
+            "keep_visible": [] if fs.root else list(image_table.IMAGE_CONTENT),
+            **own_root,
             **self._sandbox.container_spec(),
         }
         proc = self._procs[name]
@@ -437,3 +444,18 @@ class PodRunner:
         log.info("pod %s: container %s %s, restarting it", self.dir.name, name, why)
         grace = float(self.pod["spec"].get("terminationGracePeriodSeconds", 30))
         self._procs[name].stop(min(grace, self._svc.options.max_grace_s))
+
+
+def _image_root_spec(container: Json, pod: Json, fs: image_table.ImageFs) -> dict[str, Any]:
+    """For an image run from its own files: that root, the user and the read-only root the
+    pod asks for. The host-backed stand-ins (the reference engine) keep the host's root and
+    run as root, since their files are the host's."""
+    if fs.root is None:
+        return {}
+    uid, gid = run_as(container, pod, fs.user)
+    context = container.get("securityContext") or {}
+    return {
+        "lower_dir": str(fs.root),
+        "user": [uid, gid],
+        "read_only_root": bool(context.get("readOnlyRootFilesystem")),
+    }

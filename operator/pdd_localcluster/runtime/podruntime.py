@@ -125,6 +125,11 @@ class PodRuntime:
         runner = self._runner(uid)
         return runner.pid(container) if runner else None
 
+    def started_with(self, uid: str, container: str) -> dict[str, Any] | None:
+        """The sandbox spec the container's last run started with (root, user, mounts, ...)."""
+        runner = self._runner(uid)
+        return runner.started_with(container) if runner else None
+
     def exec(
         self, uid: str, container: str, argv: Sequence[str], timeout: float = 30
     ) -> subprocess.CompletedProcess[bytes]:

@@ -12,12 +12,15 @@ signals to the container's process and reaps orphans; when the container's proce
 the init ends and the kernel kills whatever is left in the namespace, so nothing escapes
 the pod's deletion by leaving its process group.
 
-The root is an overlay whose lower layer is the host's `/` and whose upper layer is a tmpfs
-of this container, so the container sees the host's programs (the venv, the repository) but
-its writes stay its own. /proc, /sys and /dev come from the host (bound recursively: the
-overlay shows no submounts), the pod's volumes are bound at their mountPaths, and
-/etc/ld.so.preload in the upper layer loads the pod-network shim (`netshim.c`) into every
-dynamically linked program of the container without adding a variable to its environment.
+The root is an overlay whose lower layer is the host's `/` (or a built image's own root
+filesystem, `lower_dir`) and whose upper layer is a tmpfs of this container, so the container
+sees the host's programs (the venv, the repository) or the image's, but its writes stay its
+own; `read_only_root` then makes it read-only, as readOnlyRootFilesystem does, and `user`
+is the uid and gid the container's process runs as. /proc, /sys and /dev come from the host
+(bound recursively: the overlay shows no submounts), the pod's volumes are bound at their
+mountPaths, and /etc/ld.so.preload in the upper layer loads the pod-network shim (`netshim.c`)
+into every dynamically linked program of the container without adding a variable to its
+environment.
 
 There is no network or user namespace: pods share the host's loopback, where the apiserver
 listens, and the shim gives each pod its own address on it. The pod's /dev/shm is a directory
@@ -122,7 +125,8 @@ def build_root(spec: dict[str, object]) -> Path:
     for d in ("upper", "work", "root"):
         (base / d).mkdir()
     root = base / "root"
-    options = f"lowerdir=/,upperdir={base / 'upper'},workdir={base / 'work'}"
+    lower = spec.get("lower_dir") or "/"
+    options = f"lowerdir={lower},upperdir={base / 'upper'},workdir={base / 'work'}"
     mount("overlay", str(root), "overlay", 0, options)
     for host in HOST_MOUNTS:
         if host == "/proc" and spec.get("pid_namespace", "host") != "host":
@@ -142,6 +146,9 @@ def build_root(spec: dict[str, object]) -> Path:
     if not any(m["target"] == "/sys" for m in spec["mounts"]):  # type: ignore[attr-defined]
         _show_only_loopback(root)
     _install_netshim(root, spec)
+    if spec.get("read_only_root"):
+        # Only the root itself: the volumes bound on top keep their own modes.
+        mount("none", str(root), None, MS_BIND | MS_REMOUNT | MS_RDONLY)
     return root
 
 
@@ -208,6 +215,11 @@ def _exec(spec: dict[str, object]) -> None:
     argv = [str(a) for a in spec["argv"]]  # type: ignore[attr-defined]
     for sig in FORWARDED_SIGNALS:
         signal.signal(sig, signal.SIG_DFL)
+    user = spec.get("user")
+    if isinstance(user, list):
+        os.setgroups([])
+        os.setgid(int(user[1]))
+        os.setuid(int(user[0]))
     try:
         os.execvpe(argv[0], argv, spec["env"])  # type: ignore[arg-type]
     except OSError as e:

@@ -198,6 +198,9 @@ class VolumeDirs:
         for name, volume in self._volumes.items():
             if "emptyDir" in volume or "persistentVolumeClaim" in volume:
                 self.source(name).mkdir(parents=True, exist_ok=True)
+                # World-writable, as the kubelet makes an emptyDir: containers of any user
+                # share it.
+                self.source(name).chmod(0o777)
             elif (volume.get("hostPath") or {}).get("type") == "DirectoryOrCreate":
                 Path(volume["hostPath"]["path"]).mkdir(parents=True, exist_ok=True)
 

@@ -8,7 +8,13 @@ from typing import Any
 
 import pytest
 
-from pdd_localcluster.runtime.podenv import EnvError, command_line, container_env, expand
+from pdd_localcluster.runtime.podenv import (
+    EnvError,
+    command_line,
+    container_env,
+    expand,
+    run_as,
+)
 
 POD: dict[str, Any] = {
     "metadata": {"name": "p-0", "namespace": "ns", "uid": "u-1", "labels": {"app": "x"}},
@@ -131,3 +137,38 @@ def test_the_image_entrypoint_and_cmd_follow_the_pod_spec(
     container: dict[str, Any], argv: list[str]
 ) -> None:
     assert command_line(container, ["pdd-operator"], {}, ["run"]) == argv
+
+
+@pytest.mark.parametrize(
+    ("pod_context", "container_context", "image_user", "want"),
+    [
+        ({}, {}, "", (0, 0)),  # no USER, no securityContext: root
+        ({}, {}, "65532:65532", (65532, 65532)),  # the image's USER
+        ({}, {}, "1000", (1000, 0)),  # a USER without group: group 0, as runc does
+        ({"runAsUser": 7}, {}, "65532:65532", (7, 65532)),  # the pod's over the image's
+        ({"runAsUser": 7, "runAsGroup": 8}, {"runAsUser": 9}, "", (9, 8)),  # container's first
+    ],
+)
+def test_a_container_runs_as_its_security_context_says_else_as_the_image_user(
+    pod_context: dict[str, Any],
+    container_context: dict[str, Any],
+    image_user: str,
+    want: tuple[int, int],
+) -> None:
+    pod = {**POD, "spec": {**POD["spec"], "securityContext": pod_context}}
+    container = {"name": "c", "securityContext": container_context}
+    assert run_as(container, pod, image_user) == want
+
+
+@pytest.mark.parametrize(
+    ("context", "image_user", "message"),
+    [
+        ({"runAsNonRoot": True}, "", "runAsNonRoot and image will run as root"),
+        ({}, "nonroot", "image USER 'nonroot' is not numeric"),
+    ],
+)
+def test_a_user_the_kubelet_would_refuse_is_a_config_error(
+    context: dict[str, Any], image_user: str, message: str
+) -> None:
+    with pytest.raises(EnvError, match=message):
+        run_as({"name": "c", "securityContext": context}, POD, image_user)
