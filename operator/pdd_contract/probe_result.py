@@ -103,6 +103,10 @@ class ProbeResult:
     # whether the peer was beyond a pod boundary ("pod") or in the same namespaces ("none").
     operation: str = "WRITE"
     peer_boundary: str = ""
+    # Where the pod may not make the boundary's namespaces (an unprivileged pod under the
+    # runtime's default seccomp profile), how it was emulated instead: the peer's UCX_TLS,
+    # kept to the transports that cross it, and why ("": the namespaces were made).
+    boundary_emulation: str = ""
     # UCX moved the bytes by software emulation (through the CPU, over its active-message
     # lane) rather than by a zero-copy or RDMA protocol.
     emulated: bool = False

@@ -85,4 +85,6 @@ def summary(result: ProbeResult) -> str:
             f"; {engine.gbps:.1f} GB/s at the engine's {engine.block_size}-byte descriptors "
             f"(one request, {result.engine_nixl_threads} NIXL threads)"
         )
+    if result.boundary_emulation:
+        line += f"; the boundary emulated: peer kept to {result.boundary_emulation}"
     return line

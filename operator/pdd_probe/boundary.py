@@ -20,6 +20,14 @@ created directly; without it (a pod that drops every capability), inside a new u
 that maps this user to itself. Where neither is allowed the command is not run: the exit
 status is ``BOUNDARY_REFUSED`` and stderr says why, because measuring without the boundary
 would report a lane the KV cannot take.
+
+That is the case in an ordinary pod: the container runtimes' default seccomp profile (the
+`RuntimeDefault` the operator renders) allows ``unshare`` only with CAP_SYS_ADMIN, and the
+preflight drops every capability. ``refusal`` asks beforehand, and a caller that is refused
+emulates the boundary instead: the peer runs here with ``UCX_TLS`` narrowed by
+``crossing_tls`` to the transports that reach across that boundary (what the namespaces do
+to UCX: a PID namespace stops ``cuda_ipc`` and ``cma``, an IPC namespace every shared-memory
+transport), so UCX picks the lane it would pick for the other pod's process.
 """
 
 from __future__ import annotations
@@ -70,6 +78,53 @@ def enter_new_namespaces(keep_pid: bool = False, keep_ipc: bool = False) -> str:
         )
     _map_self(uid, gid)
     return "user-namespace"
+
+
+# What each boundary stops (UCX transport names): see the module's docstring.
+SHARED_MEMORY = ("posix", "sysv", "cma", "xpmem", "knem")
+STOPPED_BY = {
+    "pod": ("cuda_ipc", *SHARED_MEMORY),
+    "host-pid": SHARED_MEMORY,
+    "host-pid-ipc": (),
+}
+
+
+def crossing_tls(ucx_tls: str, peer_boundary: str) -> str:
+    """``UCX_TLS`` without the transports ``peer_boundary`` stops, in UCX's own syntax
+    (``^x,y`` excludes x and y; a list keeps only what it names)."""
+    return without_transports(ucx_tls, STOPPED_BY.get(peer_boundary, ()))
+
+
+def without_transports(ucx_tls: str, transports: Sequence[str]) -> str:
+    value = ucx_tls.strip()
+    if not transports:
+        return value
+    if value in ("", "all"):
+        return "^" + ",".join(transports)
+    if value.startswith("^"):
+        excluded = [t for t in value[1:].split(",") if t.strip()]
+        return "^" + ",".join([*excluded, *(t for t in transports if t not in excluded)])
+    return ",".join(t for t in value.split(",") if t.strip() not in transports)
+
+
+def refusal(keep_pid: bool = False, keep_ipc: bool = False) -> str:
+    """Why this process may not make the boundary's namespaces ("": it may), asked of a
+    child that tries and exits."""
+    read, write = os.pipe()
+    child = os.fork()
+    if child == 0:
+        os.close(read)
+        try:
+            enter_new_namespaces(keep_pid, keep_ipc)
+            os._exit(0)
+        except OSError as exc:
+            os.write(write, str(exc.strerror or exc).encode())
+            os._exit(1)
+    os.close(write)
+    with os.fdopen(read, "rb") as pipe:
+        said = pipe.read().decode(errors="replace")
+    _, status = os.waitpid(child, 0)
+    return "" if os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0 else said or "refused"
 
 
 def _map_self(uid: int, gid: int) -> None:

@@ -17,6 +17,7 @@ from dataclasses import dataclass, replace
 
 from pdd_contract.env import UCX_NET_DEVICES, UCX_TLS
 from pdd_contract.probe_result import ProbeResult
+from pdd_probe.boundary import without_transports
 from pdd_probe.probe import (
     BOUNDARIES,
     LINK_CONCURRENCY,
@@ -87,12 +88,7 @@ def plan_device_check(
 
 def without_cuda_ipc(ucx_tls: str) -> str:
     """``UCX_TLS`` with cuda_ipc taken out, in UCX's own syntax (``^x`` excludes x)."""
-    value = ucx_tls.strip()
-    if value in ("", "all"):
-        return "^cuda_ipc"
-    if value.startswith("^"):
-        return value if "cuda_ipc" in value[1:].split(",") else f"{value},cuda_ipc"
-    return ",".join(t for t in value.split(",") if t.strip() != "cuda_ipc")
+    return without_transports(ucx_tls, ("cuda_ipc",))
 
 
 def run_device_check(

@@ -198,8 +198,42 @@ def worker_command(role: str, peer_boundary: str = "none") -> list[str]:
     argv = [sys.executable, "-m", "pdd_probe.worker", role]
     if peer_boundary == "none":
         return argv
+    return boundary.command(argv, **_kept_namespaces(peer_boundary))
+
+
+def _kept_namespaces(peer_boundary: str) -> dict[str, bool]:
     host_pid = peer_boundary in ("host-pid", "host-pid-ipc")
-    return boundary.command(argv, keep_pid=host_pid, keep_ipc=peer_boundary == "host-pid-ipc")
+    return {"keep_pid": host_pid, "keep_ipc": peer_boundary == "host-pid-ipc"}
+
+
+@dataclass(frozen=True)
+class TargetLaunch:
+    """How the target runs beyond ``peer_boundary``: in namespaces of its own, or, where this
+    process may not make them (``refused`` says why), here with ``env``'s UCX_TLS kept to the
+    transports that cross the boundary (``boundary.crossing_tls``)."""
+
+    peer_boundary: str
+    env: Mapping[str, str]
+    refused: str = ""
+
+    @classmethod
+    def plan(cls, peer_boundary: str, env: Mapping[str, str]) -> TargetLaunch:
+        if peer_boundary == "none":
+            return cls(peer_boundary, env)
+        refused = boundary.refusal(**_kept_namespaces(peer_boundary))
+        if not refused:
+            return cls(peer_boundary, env)
+        tls = boundary.crossing_tls(env.get("UCX_TLS", ""), peer_boundary)
+        # An empty UCX_TLS is an error to UCX: nothing to take out leaves the variable as is.
+        return cls("none", {**env, "UCX_TLS": tls} if tls else dict(env), refused)
+
+    @property
+    def emulation(self) -> str:
+        """For the result: how the boundary was emulated ("": it was not)."""
+        if not self.refused:
+            return ""
+        tls = self.env.get("UCX_TLS") or "all (nothing stopped)"
+        return f"UCX_TLS={tls} (namespaces refused: {self.refused})"
 
 
 def worker_env(
@@ -241,9 +275,10 @@ def run_local_probe(
     """Target and initiator as two processes on this machine; always returns a result."""
     spec.validate()
     child_env = worker_env(extra_paths, env)
+    launch = TargetLaunch.plan(spec.peer_boundary, child_env)
     deadline = time.monotonic() + spec.timeout_s + 30
     with (
-        _Worker("target", child_env, spec.peer_boundary) as target,
+        _Worker("target", launch.env, launch.peer_boundary) as target,
         _Worker("initiator", child_env) as initiator,
     ):
         try:
@@ -259,12 +294,16 @@ def run_local_probe(
                 block_sizes=list(spec.block_sizes),
                 operation=spec.operation,
                 peer_boundary=spec.peer_boundary,
+                boundary_emulation=launch.emulation,
                 error=f"{exc}; {target.stderr_tail()} {initiator.stderr_tail()}".strip(),
             )
         if measured.get("error"):
             # What the other side said is often the cause (a crash, a refused memory key).
             measured["error"] = f"{measured['error']}; {target.stderr_tail()}".strip("; ")
-    return merge_results(measured, verdict)
+    result = merge_results(measured, verdict)
+    result.peer_boundary = spec.peer_boundary
+    result.boundary_emulation = launch.emulation
+    return result
 
 
 class _Worker:

@@ -162,6 +162,9 @@ def test_the_operator_from_its_image_reconciles_until_a_request_is_served(
     assert "Traceback" not in operator_from_image.logs
     print(f"\noperator image {operator_from_image.image}: {namespace}/{name} Ready and served")
     print(f"KVTransferVerified: {transfer}")
+    # The preflight, unprivileged, may not make the peer's namespaces: it emulates the
+    # boundary (pdd_probe.boundary) rather than fail the check.
+    assert "ProbeFailed" not in transfer and "boundary emulated" in transfer, transfer
     # The private registry's pull Secret reached every pod the operator rendered.
     pods = (
         client.CoreV1Api(api_client)

@@ -10,6 +10,8 @@ engine's direction, as a TCPFallback whose message says why.
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -87,3 +89,59 @@ def test_the_preflight_check_follows_the_operators_direction_and_boundary(
     assert written["operation"] == "READ" and written["peer_boundary"] == "pod"
     assert written["link"] == "host" and written["measured_by"] == "preflight"
     assert result.transport == "tcp", result.lanes
+
+
+NO_UNSHARE = Path(__file__).resolve().parents[1] / "helpers" / "no_unshare.py"
+
+
+def tls_env(tls: str) -> dict[str, str]:
+    """The probe's environment with UCX_TLS set to `tls`, or unset where it is empty."""
+    env = child_env()
+    env.pop("UCX_TLS", None)
+    return {**env, "UCX_TLS": tls} if tls else env
+
+
+def check_without_namespaces(
+    boundary: str, operation: str, tls: str = FORCED_TLS
+) -> dict[str, object]:
+    """The preflight's check (`pdd_probe.device_check`, host memory) where `unshare` is refused,
+    as in a pod that drops every capability under the runtime's default seccomp profile."""
+    argv = [
+        sys.executable, str(NO_UNSHARE), "--", sys.executable, "-m", "pdd_probe.device_check",
+        "--gpus", "0", "--operation", operation, "--peer-boundary", boundary,
+    ]  # fmt: skip
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=120, env=tls_env(tls))
+    assert done.stdout, done.stderr
+    result: dict[str, object] = json.loads(done.stdout)
+    return result
+
+
+@pytest.mark.parametrize("operation", ["WRITE", "READ"])
+@pytest.mark.parametrize("boundary", ["pod", "host-pid", "host-pid-ipc"])
+def test_where_namespaces_are_refused_the_boundary_is_emulated_and_takes_the_same_lanes(
+    boundary: str, operation: str
+) -> None:
+    """Refused namespaces do not fail the check: the peer runs in this pod on the transports
+    that cross the boundary, and UCX takes the lanes it takes across the real boundary
+    (made here, as root, by `pdd_probe.boundary`)."""
+    real = run_local_probe(spec(operation, boundary), env=child_env(UCX_TLS=FORCED_TLS))
+    assert real.error is None and real.verified and not real.boundary_emulation, real
+
+    emulated = check_without_namespaces(boundary, operation)
+    assert emulated["error"] is None and emulated["verified"], emulated
+    assert emulated["peer_boundary"] == boundary
+    assert (emulated["transport"], emulated["lanes"]) == (real.transport, real.lanes)
+    emulation = str(emulated["boundary_emulation"])
+    assert "namespaces refused" in emulation and "EPERM" in emulation, emulation
+    if boundary == "host-pid-ipc":
+        assert emulation.startswith(f"UCX_TLS={FORCED_TLS} "), emulation  # nothing stopped
+    else:
+        assert emulation.startswith("UCX_TLS=tcp,self "), emulation  # cma taken out
+
+
+def test_with_nothing_to_take_out_the_engines_transports_are_left_as_they_are() -> None:
+    """Between two hostPID+hostIPC pods no transport is stopped: an unset UCX_TLS stays unset
+    (UCX refuses an empty one)."""
+    emulated = check_without_namespaces("host-pid-ipc", "WRITE", tls="")
+    assert emulated["error"] is None and emulated["verified"], emulated
+    assert str(emulated["boundary_emulation"]).startswith("UCX_TLS=all (nothing stopped)")

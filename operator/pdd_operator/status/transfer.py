@@ -260,6 +260,10 @@ def _where(result: Mapping[str, Any]) -> str:
         where += ", to a peer in another pod's IPC and mount namespaces, in the host's PID one"
     elif result.get("peer_boundary") == "host-pid-ipc":
         where += ", to a peer in another pod's mount namespace, in the host's PID and IPC ones"
+    if result.get("boundary_emulation"):
+        # An unprivileged pod may not make namespaces: the peer ran in this pod, on the
+        # transports that cross the boundary only (pdd_probe.boundary).
+        where += f"; boundary emulated: peer kept to {result['boundary_emulation']}"
     return where + ")"
 
 
