@@ -15,6 +15,9 @@ reference engine (the test double of a GPU image, a process of this machine's ve
 from __future__ import annotations
 
 import copy
+import subprocess
+import sys
+import zipfile
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -25,6 +28,7 @@ from kubernetes.dynamic import DynamicClient
 
 from chart.support import apply, manifest_documents, wait_crd_established
 from helpers.operator_image import (
+    ROOT,
     OperatorContainer,
     build_images,
     engine,
@@ -127,6 +131,32 @@ def test_each_image_runs_its_programs_as_the_chart_runs_them(images: dict[str, s
     assert run_image(images["sidecar"], ["-c", nixl], entrypoint="python").strip()
     for router in ("vllm-router", "smg"):
         assert "usage" in run_image(images["router"], ["--help"], entrypoint=router).lower()
+
+
+TEST_INFRASTRUCTURE = ("pdd_localcluster", "pdd_refengine")
+
+
+def test_neither_the_wheel_nor_an_image_holds_test_infrastructure(
+    images: dict[str, str], tmp_path: Path
+) -> None:
+    """The local cluster and the reference engine run from the source tree only: the default
+    wheel (`pip wheel .`, what the Dockerfile installs) and the images lack them."""
+    built = subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "-w", str(tmp_path), str(ROOT)],
+        capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert built.returncode == 0, built.stderr[-2000:]
+    [wheel] = tmp_path.glob("pdd_operator-*.whl")
+    with zipfile.ZipFile(wheel) as archive:
+        packages = {name.split("/", 1)[0] for name in archive.namelist()}
+    assert {"pdd_operator", "pdd_sidecar", "pdd_node", "pdd_probe", "pdd_contract"} <= packages
+    assert not packages & set(TEST_INFRASTRUCTURE), packages
+    probe = (
+        f"import importlib.util as u; print([m for m in {TEST_INFRASTRUCTURE} if u.find_spec(m)])"
+    )
+    for target in ("operator", "sidecar"):
+        shown = run_image(images[target], ["-c", probe], entrypoint="python")
+        assert shown.strip() == "[]", (target, shown)
 
 
 @pytest.mark.parametrize("engine_type", ["vllm", "sglang"])
