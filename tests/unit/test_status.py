@@ -3,6 +3,7 @@ from __future__ import annotations
 import pytest
 
 from helpers.factories import make_pdd
+from pdd_operator.api import condition_types
 from pdd_operator.api.v1alpha1 import PDDeployment, PDDeploymentStatus, TransferStatus
 from pdd_operator.planning.placement import Placement, PlacementResult
 from pdd_operator.status.compute import (
@@ -46,6 +47,13 @@ def test_pending_pods_are_not_ready_and_progressing(pdd: PDDeployment) -> None:
     assert status.decodeReplicas == "0/4"
     assert status.prefillReplicas == "2/2"
     assert status.observedGeneration == 3
+
+
+def test_every_condition_written_is_one_of_the_apis_types(pdd: PDDeployment) -> None:
+    status = compute_status(pdd, observed(settled(2), settled(4)), T0)
+    written = {c.type for c in status.conditions}
+    assert {"Ready", "Progressing", "Degraded", "Reconciling", "Stalled"} <= written
+    assert written <= set(condition_types.TYPES)
 
 
 def test_all_ready_is_ready_and_complete(pdd: PDDeployment) -> None:

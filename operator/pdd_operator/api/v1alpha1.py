@@ -15,6 +15,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 from pdd_contract import env as contract_env
 from pdd_contract.env import GpuDirectRequest, NicSelectionMode
 from pdd_contract.ports import SGLANG_BOOTSTRAP_PORT, SIDECAR_PORT, VLLM_SIDE_CHANNEL_BASE_PORT
+from pdd_operator.api import condition_types
 from pdd_operator.api.schema import cel, free_form, quantity
 
 GROUP = "pdd.dev"
@@ -1733,7 +1734,7 @@ PRINTER_COLUMNS: list[dict[str, Any]] = [
     {
         "name": "Ready",
         "type": "string",
-        "jsonPath": '.status.conditions[?(@.type=="Ready")].status',
+        "jsonPath": f'.status.conditions[?(@.type=="{condition_types.READY}")].status',
     },
     {"name": "Transfer", "type": "string", "jsonPath": ".status.transfer.path", "priority": 1},
     {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"},

@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+from pdd_operator.api import condition_types
 from pdd_operator.api.v1alpha1 import (
     Condition,
     PDDeployment,
@@ -175,15 +176,23 @@ def compute_status(pdd: PDDeployment, observed: Observed, now: str) -> PDDeploym
         progressing, prog_reason, prog_msg = False, observed.gang.reason, observed.gang.message
         stalled, stall_reason, stall_msg = True, observed.gang.reason, observed.gang.message
     conditions = [
-        set_condition(previous, "Ready", ready, ready_reason, ready_msg, gen, now),
-        set_condition(previous, "Progressing", progressing, prog_reason, prog_msg, gen, now),
-        set_condition(previous, "Degraded", degraded, deg_reason, deg_msg, gen, now),
+        set_condition(previous, condition_types.READY, ready, ready_reason, ready_msg, gen, now),
         set_condition(
-            previous, "Reconciling", progressing and not stalled, prog_reason, prog_msg, gen, now
+            previous, condition_types.PROGRESSING, progressing, prog_reason, prog_msg, gen, now
+        ),
+        set_condition(previous, condition_types.DEGRADED, degraded, deg_reason, deg_msg, gen, now),
+        set_condition(
+            previous,
+            condition_types.RECONCILING,
+            progressing and not stalled,
+            prog_reason,
+            prog_msg,
+            gen,
+            now,
         ),
         set_condition(
             previous,
-            "Stalled",
+            condition_types.STALLED,
             stalled,
             stall_reason if stalled else "NotStalled",
             stall_msg if stalled else "",
@@ -326,7 +335,15 @@ def _model_condition(
     if model is None:
         return []
     return [
-        set_condition(previous, "ModelReady", model.ready, model.reason, model.message, gen, now)
+        set_condition(
+            previous,
+            condition_types.MODEL_READY,
+            model.ready,
+            model.reason,
+            model.message,
+            gen,
+            now,
+        )
     ]
 
 
@@ -347,10 +364,14 @@ def _placement_condition(
     if result is None:
         return []
     message = result.message
-    old = find(previous, "Placed")
+    old = find(previous, condition_types.PLACED)
     if old is not None and old.status == "True" and result.placed and old.reason == result.reason:
         message = old.message  # the same decision, recorded once (see _placement_status)
-    return [set_condition(previous, "Placed", result.placed, result.reason, message, gen, now)]
+    return [
+        set_condition(
+            previous, condition_types.PLACED, result.placed, result.reason, message, gen, now
+        )
+    ]
 
 
 def _transfer_condition(
@@ -365,7 +386,7 @@ def _transfer_condition(
     return [
         set_condition(
             previous,
-            "KVTransferVerified",
+            condition_types.KV_TRANSFER_VERIFIED,
             observed.transfer_ok,
             observed.transfer_reason,
             transfer.message,
@@ -446,10 +467,16 @@ def _scaled_to_zero_condition(
     if observed.scaled_to_zero:
         return [
             set_condition(
-                previous, "ScaledToZero", True, "ScaledToZero", SCALED_TO_ZERO_MESSAGE, gen, now
+                previous,
+                condition_types.SCALED_TO_ZERO,
+                True,
+                "ScaledToZero",
+                SCALED_TO_ZERO_MESSAGE,
+                gen,
+                now,
             )
         ]
-    return [set_condition(previous, "ScaledToZero", False, "Serving", "", gen, now)]
+    return [set_condition(previous, condition_types.SCALED_TO_ZERO, False, "Serving", "", gen, now)]
 
 
 def _scaling_held_condition(
@@ -462,7 +489,13 @@ def _scaling_held_condition(
     if observed.scaling_held:
         return [
             set_condition(
-                previous, "ScalingHeld", True, "KVPathDegraded", observed.scaling_held, gen, now
+                previous,
+                condition_types.SCALING_HELD,
+                True,
+                "KVPathDegraded",
+                observed.scaling_held,
+                gen,
+                now,
             )
         ]
-    return [set_condition(previous, "ScalingHeld", False, "NotHeld", "", gen, now)]
+    return [set_condition(previous, condition_types.SCALING_HELD, False, "NotHeld", "", gen, now)]

@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import NamedTuple
 
+from pdd_operator.api import condition_types
 from pdd_operator.api.v1alpha1 import Condition
 
 
@@ -67,27 +68,41 @@ def transition_events(before: Sequence[Condition], after: Sequence[Condition]) -
 def _just_created(cond: Condition) -> bool:
     """Replicas not ready in a deployment's first status: it was just created, and its
     `kubectl describe` would open with a NotReady event that says nothing new."""
-    return cond.type == "Ready" and cond.status != "True" and cond.reason == "ReplicasNotReady"
+    return (
+        cond.type == condition_types.READY
+        and cond.status != "True"
+        and cond.reason == "ReplicasNotReady"
+    )
 
 
 def event_for(cond: Condition) -> Event | None:
     """The event a condition's new state is worth; None for those a user need not be told."""
-    if cond.type == "Ready":
+    if cond.type == condition_types.READY:
         if cond.status == "True":
-            return Event("Normal", "Ready", cond.message)
+            return Event("Normal", condition_types.READY, cond.message)
         if cond.reason == "ReplicasNotReady" and not cond.message:
             return None
         return Event("Normal", "NotReady", cond.message)
-    if cond.type == "EngineVersionSupported":  # told once it is False; True says nothing new
+    if (
+        cond.type == condition_types.ENGINE_VERSION_SUPPORTED
+    ):  # told once it is False; True says nothing new
         return Event("Warning", cond.reason, cond.message) if cond.status == "False" else None
-    if cond.type == "ParallelismSupported":  # Unknown (shape not known) is a note, no event
+    if (
+        cond.type == condition_types.PARALLELISM_SUPPORTED
+    ):  # Unknown (shape not known) is a note, no event
         return Event("Warning", cond.reason, cond.message) if cond.status == "False" else None
-    if cond.type in ("Degraded", "Stalled"):
+    if cond.type in (condition_types.DEGRADED, condition_types.STALLED):
         return Event("Warning", cond.reason, cond.message) if cond.status == "True" else None
-    if cond.type == "ScaledToZero":  # scaling up again is told by Ready's own events
+    if (
+        cond.type == condition_types.SCALED_TO_ZERO
+    ):  # scaling up again is told by Ready's own events
         return Event("Normal", cond.reason, cond.message) if cond.status == "True" else None
-    if cond.type == "ScalingHeld":  # resuming is told by the scale step itself
+    if cond.type == condition_types.SCALING_HELD:  # resuming is told by the scale step itself
         return Event("Warning", cond.reason, cond.message) if cond.status == "True" else None
-    if cond.type in ("Placed", "KVTransferVerified", "ModelReady"):
+    if cond.type in (
+        condition_types.PLACED,
+        condition_types.KV_TRANSFER_VERIFIED,
+        condition_types.MODEL_READY,
+    ):
         return Event("Normal" if cond.status == "True" else "Warning", cond.reason, cond.message)
     return None

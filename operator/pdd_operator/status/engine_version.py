@@ -8,12 +8,13 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from pdd_operator.api import condition_types
 from pdd_operator.api.v1alpha1 import Condition, PDDeploymentSpec
 from pdd_operator.engines.registry import adapter_for
 from pdd_operator.engines.version import ResolvedVersion
 from pdd_operator.status.conditions import set_condition
 
-CONDITION = "EngineVersionSupported"
+CONDITION = condition_types.ENGINE_VERSION_SUPPORTED
 
 
 def engine_version_condition(

@@ -12,13 +12,14 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from pdd_operator.api import condition_types
 from pdd_operator.api.v1alpha1 import Condition
 from pdd_operator.status.conditions import set_condition
 
 REASON = "InvalidSpec"
 # Conditions an unreadable spec sets; the others keep what the last readable one observed
 # (their observedGeneration says which generation that was).
-NOT_TRUE = ("Ready", "Progressing", "Reconciling")
+NOT_TRUE = (condition_types.READY, condition_types.PROGRESSING, condition_types.RECONCILING)
 
 _ROOTS = {"PDDeploymentSpec": "spec", "PDDeploymentStatus": "status"}
 
@@ -54,6 +55,8 @@ def invalid_spec_conditions(
         type_: set_condition(previous, type_, False, REASON, message, generation, now)
         for type_ in NOT_TRUE
     }
-    updated["Stalled"] = set_condition(previous, "Stalled", True, REASON, message, generation, now)
+    updated[condition_types.STALLED] = set_condition(
+        previous, condition_types.STALLED, True, REASON, message, generation, now
+    )
     result = [updated.pop(c.type, c) for c in previous]
-    return result + [updated[t] for t in (*NOT_TRUE, "Stalled") if t in updated]
+    return result + [updated[t] for t in (*NOT_TRUE, condition_types.STALLED) if t in updated]

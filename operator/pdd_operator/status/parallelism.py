@@ -18,6 +18,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from pdd_operator.api import condition_types
 from pdd_operator.api.v1alpha1 import Condition, PDDeploymentSpec
 from pdd_operator.engines.registry import adapter_for
 from pdd_operator.planning.kv_layout import model_shape, shape_source
@@ -35,7 +36,7 @@ from pdd_operator.planning.parallelism_fit import (
 )
 from pdd_operator.status.conditions import set_condition
 
-CONDITION = "ParallelismSupported"
+CONDITION = condition_types.PARALLELISM_SUPPORTED
 FITS = "FitsModel"
 SHAPE_UNKNOWN = "ModelShapeUnknown"
 SHAPE_INCOMPLETE = "ModelShapeIncomplete"

@@ -1,0 +1,32 @@
+"""The condition types a PDDeployment's status carries: one spelling each, for the status
+code, its events, the printer columns and the docs (docs/api.md lists what each means)."""
+
+from __future__ import annotations
+
+READY = "Ready"
+PROGRESSING = "Progressing"
+RECONCILING = "Reconciling"
+DEGRADED = "Degraded"
+STALLED = "Stalled"
+PLACED = "Placed"
+KV_TRANSFER_VERIFIED = "KVTransferVerified"
+MODEL_READY = "ModelReady"
+PARALLELISM_SUPPORTED = "ParallelismSupported"
+ENGINE_VERSION_SUPPORTED = "EngineVersionSupported"
+SCALED_TO_ZERO = "ScaledToZero"
+SCALING_HELD = "ScalingHeld"
+
+TYPES = (
+    READY,
+    PROGRESSING,
+    RECONCILING,
+    DEGRADED,
+    STALLED,
+    PLACED,
+    KV_TRANSFER_VERIFIED,
+    MODEL_READY,
+    PARALLELISM_SUPPORTED,
+    ENGINE_VERSION_SUPPORTED,
+    SCALED_TO_ZERO,
+    SCALING_HELD,
+)
