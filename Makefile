@@ -11,16 +11,17 @@ export PYTHONPATH := $(CURDIR)/operator
 CLUSTER_DIR ?= $(CURDIR)/.tmp/cluster
 NIXL_WHEEL ?= nixl-cu12==1.5.1
 PYTEST := $(PY) -m pytest
-# TEST_WORKERS=4: `make test` runs its modules on that many pytest-xdist workers, each with a
-# control plane and fleet of its own (a session fixture per worker), a module's tests on one
-# worker. Off by default until three consecutive clean-clone runs pass with it (issue 39).
-TEST_WORKERS ?= 1
+# `make test` runs its modules on TEST_WORKERS pytest-xdist workers, each with a control plane
+# and fleet of its own (a session fixture per worker), a module's tests on one worker; most of
+# a run is waiting on watches and processes, so 4 workers fit these 2 cores (issue 39).
+# TEST_WORKERS=1 runs the suite in one process, in pytest's order.
+TEST_WORKERS ?= 4
 # --no-loadscope-reorder: xdist would otherwise hand out the modules with the most tests first,
 # which leaves the long modules of few tests (tests/conftest.py, LONG_MODULES) for last.
 XDIST := $(if $(filter-out 1,$(TEST_WORKERS)),-n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder,)
 ONCE ?=
 
-.PHONY: reliability help venv binaries generate check-generated lint unit integration nixl chart docs test demo cluster cluster-down bench e2e-kind clean images
+.PHONY: test-prebuild reliability help venv binaries generate check-generated lint unit integration nixl chart docs test demo cluster cluster-down bench e2e-kind clean images
 
 help:
 	@echo "make demo       local control plane + simulated GPU nodes + operator + example (ONCE=1 exits when Ready)"
@@ -80,11 +81,19 @@ docs: venv binaries
 # chart tier's test_committed_files_match_the_generator runs the same `generate --check`.
 test: venv binaries
 	@mkdir -p .tmp && : > .tmp/make-steps; \
-	for step in lint; do \
+	for step in lint test-prebuild; do \
 	  start=$$(date +%s%N); $(MAKE) --no-print-directory $$step || exit $$?; \
 	  echo "$$step=$$(( ($$(date +%s%N) - start) / 1000000 ))" >> .tmp/make-steps; \
 	done
 	PDD_MAKE_STEPS_MS="$$(paste -sd, .tmp/make-steps)" $(PYTEST) tests -q -p no:cacheprovider $(XDIST)
+
+# What the tiers build, built once before pytest starts, each once: the Go health tool of the
+# CD health tests, and the images (the image tier and the docs tier's `make images` then find
+# them built). On a fresh machine these take minutes; beside parallel workers' control planes
+# they took over ten and ran into the tests' time limits, and two workers built the same images.
+test-prebuild: venv
+	$(PY) tests/helpers/health_tool.py >/dev/null
+	bash hack/images.sh >/dev/null
 
 demo: venv binaries
 	$(PY) hack/demo.py --state-dir $(CLUSTER_DIR)-demo $(if $(ONCE),--once,)

@@ -11,7 +11,6 @@ The first test runs before this module's operator starts: the object nobody has 
 
 from __future__ import annotations
 
-import hashlib
 import json
 import re
 import subprocess
@@ -22,6 +21,7 @@ import pytest
 from kubernetes import client, watch
 
 from helpers.factories import small_pdd_body
+from helpers.health_tool import health_tool as build_health_tool
 from helpers.operator_proc import OperatorProcess, install_crd
 from helpers.waits import wait_for
 from pdd_contract.labels import LABEL_ROLE
@@ -30,7 +30,6 @@ from pdd_localcluster.controlplane import resolve_bin_dir
 from pdd_localcluster.nodesim import NodeSimulator
 
 ROOT = Path(__file__).resolve().parents[2]
-HEALTH_SRC = ROOT / "hack" / "health"
 GITOPS = ROOT / "docs" / "gitops.md"
 GROUP, VERSION, PLURAL = "pdd.dev", "v1alpha1", "pddeployments"
 # A finalizer of the user's (a backup tool's, say) that keeps a deleted object visible.
@@ -40,18 +39,9 @@ ROWS: dict[str, dict[str, str]] = {}
 
 
 @pytest.fixture(scope="module")
-def health_tool(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """hack/health built once per source (the Go build cache keeps the modules)."""
-    digest = hashlib.sha256(
-        b"".join((HEALTH_SRC / f).read_bytes() for f in ("main.go", "go.mod", "go.sum"))
-    ).hexdigest()[:12]
-    binary = ROOT / ".tmp" / f"health-{digest}"
-    if not binary.exists():
-        binary.parent.mkdir(parents=True, exist_ok=True)
-        subprocess.run(
-            ["go", "build", "-o", str(binary), "."], cwd=HEALTH_SRC, check=True, timeout=600
-        )
-    return binary
+def health_tool() -> Path:
+    """hack/health built once per source (`make test` builds it before pytest starts)."""
+    return build_health_tool()
 
 
 @pytest.fixture(scope="module")
