@@ -113,7 +113,8 @@ def main(argv: list[str] | None = None) -> int:
         log.error("NODE_NAME is not set: give the container env NODE_NAME from spec.nodeName")
         return 2
     # Imported only now, so the pure functions above load without the Kubernetes client.
-    from pdd_node.kube import KubernetesNodeClient, core_v1_api
+    from pdd_kubeconfig import core_v1_api
+    from pdd_node.kube import KubernetesNodeClient
 
     client = KubernetesNodeClient(core_v1_api(args.kubeconfig))
     stop = threading.Event()

@@ -1,4 +1,5 @@
-"""The node agent's access to the API server: credentials, and reading and patching one Node.
+"""The node agent's access to the API server: reading and patching one Node (credentials come
+from pdd_kubeconfig, as for every process of the project).
 
 Its own, not the operator's client: the node side needs two calls, none of the operator's
 retries, caches or field manager.
@@ -9,23 +10,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from kubernetes import client, config
-
 FIELD_MANAGER = "pdd-topology-agent"
-
-
-def core_v1_api(kubeconfig: str | None) -> Any:
-    """A CoreV1Api with in-cluster credentials in a pod, else the kubeconfig (the argument or
-    KUBECONFIG)."""
-    configuration = client.Configuration()
-    if kubeconfig:
-        config.load_kube_config(config_file=kubeconfig, client_configuration=configuration)
-    else:
-        try:
-            config.load_incluster_config(client_configuration=configuration)
-        except config.ConfigException:
-            config.load_kube_config(client_configuration=configuration)
-    return client.CoreV1Api(client.ApiClient(configuration))
 
 
 class KubernetesNodeClient:

@@ -78,13 +78,9 @@ class PodAnnotations:
 
     def _core(self) -> Any:
         if self._api is None:
-            from kubernetes import client, config
+            from pdd_kubeconfig import core_v1_api
 
-            try:
-                config.load_incluster_config()
-            except config.ConfigException:
-                config.load_kube_config()
-            self._api = client.CoreV1Api()
+            self._api = core_v1_api()
         return self._api
 
     # The client is made in the worker thread too: importing ``kubernetes`` and loading the

@@ -149,7 +149,14 @@ def test_neither_the_wheel_nor_an_image_holds_test_infrastructure(
     [wheel] = tmp_path.glob("pdd_operator-*.whl")
     with zipfile.ZipFile(wheel) as archive:
         packages = {name.split("/", 1)[0] for name in archive.namelist()}
-    assert {"pdd_operator", "pdd_sidecar", "pdd_node", "pdd_probe", "pdd_contract"} <= packages
+    assert {
+        "pdd_operator",
+        "pdd_sidecar",
+        "pdd_node",
+        "pdd_probe",
+        "pdd_contract",
+        "pdd_kubeconfig",
+    } <= packages
     assert not packages & set(TEST_INFRASTRUCTURE), packages
     probe = (
         f"import importlib.util as u; print([m for m in {TEST_INFRASTRUCTURE} if u.find_spec(m)])"

@@ -18,9 +18,10 @@ from typing import Any, TypeVar
 
 import orjson
 import urllib3
-from kubernetes import client, config
+from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
+import pdd_kubeconfig
 from pdd_operator.kube.decoding import WHOLE, Decode, Decoding
 from pdd_operator.kube.resources import (
     ADMISSION_POLICY,
@@ -60,17 +61,9 @@ METADATA_ONLY = "application/json;as=PartialObjectMetadata;g=meta.k8s.io;v=v1"
 
 
 def load_configuration(kubeconfig: str | None = None) -> client.Configuration:
-    """The given kubeconfig; without one, in-cluster credentials in a pod, else the client
-    library's default kubeconfig."""
-    configuration = RefreshLimitedConfiguration()
-    if kubeconfig:
-        config.load_kube_config(config_file=kubeconfig, client_configuration=configuration)
-    else:
-        try:
-            config.load_incluster_config(client_configuration=configuration)
-        except config.ConfigException:
-            config.load_kube_config(client_configuration=configuration)
-    return configuration
+    """The project's one rule for credentials (pdd_kubeconfig), on a configuration that
+    limits how often they refresh."""
+    return pdd_kubeconfig.load_configuration(kubeconfig, RefreshLimitedConfiguration())
 
 
 class RefreshLimitedConfiguration(client.Configuration):
