@@ -2,7 +2,7 @@
 
     .venv/bin/python bench/list_cost.py --kubeconfig PATH [--gc-threshold 700,10,10] [--page N]
 
-Starts the operator's informers (handlers/listwatch.py: the fleet, its own objects, the
+Starts the operator's informers (informers/listwatch.py: the fleet, its own objects, the
 StatefulSets' Events) against the cluster, waits until each was listed once, and prints the
 seconds that took, the process's CPU (user and system), its peak RSS, its RSS once every
 list was read, and the cycle collector's runs per generation. Read-only: nothing is written.
@@ -21,10 +21,10 @@ import json
 import resource
 import time
 
-from pdd_operator.handlers.creation_events import CreationEvents, creation_event_collections
-from pdd_operator.handlers.fleet import FleetState, fleet_collections
-from pdd_operator.handlers.listwatch import Watches
-from pdd_operator.handlers.owned import OwnedObjects, owned_collections
+from pdd_operator.informers.creation_events import CreationEvents, creation_event_collections
+from pdd_operator.informers.fleet import FleetState, fleet_collections
+from pdd_operator.informers.listwatch import Watches
+from pdd_operator.informers.owned import OwnedObjects, owned_collections
 from pdd_operator.kube.client import KubeApi, load_api_client
 from pdd_operator.rendering.context import OperatorSettings
 

@@ -1086,7 +1086,7 @@ class Reconciler:
         """Whether the sidecar token Secret is there and this PDDeployment's. The operator
         may create Secrets but not read them: it creates this one on the deployment's first
         pass here, and again whenever a pod reports it cannot mount it (its kubelet's
-        FailedMount Event, handlers/mount_events.py). An existing Secret (the create answers
+        FailedMount Event, informers/mount_events.py). An existing Secret (the create answers
         409) is this deployment's once the deployment has children (the operator created it
         before them; a restarted operator does not ask again); before that, someone else made
         it, and may know its token."""

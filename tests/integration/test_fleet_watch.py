@@ -1,5 +1,5 @@
-"""The operator's own list+watch of Nodes and bound Pods (handlers/fleet.py, listwatch.py) on a real
-API server: what it keeps and what it drops (tests/unit/test_fleet_store.py has the rest)."""
+"""The operator's own list+watch of Nodes and bound Pods (informers/fleet.py, listwatch.py) on a
+real API server: what it keeps and what it drops (tests/unit/test_fleet_store.py has the rest)."""
 
 from __future__ import annotations
 
@@ -16,8 +16,8 @@ from helpers.waits import wait_for
 from pdd_contract.resources import GPU_RESOURCE
 from pdd_localcluster import LocalControlPlane, NodeSimulator
 from pdd_localcluster.nodes import SimNode, gpu_node_capacity, gpu_node_labels
-from pdd_operator.handlers.fleet import FleetState, fleet_collections
-from pdd_operator.handlers.listwatch import Watches
+from pdd_operator.informers.fleet import FleetState, fleet_collections
+from pdd_operator.informers.listwatch import Watches
 from pdd_operator.kube.client import KubeApi, load_api_client
 
 TAINT = {"key": "pdd.test/fleet-watch", "value": "true", "effect": "NoSchedule"}

@@ -1,17 +1,17 @@
-"""The Events informer's store (handlers/creation_events.py): the newest pod-creation Event of
+"""The Events informer's store (informers/creation_events.py): the newest pod-creation Event of
 each StatefulSet, and a pass asked for only when what it says changes."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from pdd_operator.handlers.creation_events import (
+from pdd_operator.informers.creation_events import (
     STATEFULSET_EVENTS,
     CreationEvents,
     creation_event_collections,
 )
-from pdd_operator.handlers.owned import OwnedObjects
-from pdd_operator.handlers.view import IndexView
+from pdd_operator.informers.owned import OwnedObjects
+from pdd_operator.informers.view import IndexView
 
 STS = "uid-sts"
 QUOTA = 'pods "kv-prefill-0" is forbidden: exceeded quota: gpus'

@@ -12,7 +12,7 @@ import pytest
 
 from helpers.factories import make_pdd
 from pdd_operator.api import names
-from pdd_operator.handlers.owned import _pod_deployment
+from pdd_operator.informers.owned import _pod_deployment
 from pdd_operator.kube.client import WatchExpired, _json_lines, _watch_error
 from pdd_operator.kube.decoding import PODS, WHOLE
 from pdd_operator.planning.compact import compact_pod

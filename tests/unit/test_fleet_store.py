@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 from pdd_contract.labels import LABEL_DEPLOYMENT
 from pdd_contract.resources import GPU_RESOURCE
-from pdd_operator.handlers.fleet import FleetCache, FleetState
+from pdd_operator.informers.fleet import FleetCache, FleetState
 from pdd_operator.kube.client import WatchExpired, _json_lines, _watch_error
 from pdd_operator.kube.decoding import WHOLE
 from pdd_operator.planning.node_facts import GpuUsage, gpu_usage

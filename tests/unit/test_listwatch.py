@@ -1,4 +1,4 @@
-"""How an informer lists a collection (handlers/listwatch.py): page by page, each page read by
+"""How an informer lists a collection (informers/listwatch.py): page by page, each page read by
 the sink before the next is asked for, and a failed page leaving the sink as it was. The API
 server is a stand-in answering pages here; tests/integration/test_fleet_watch.py lists from a
 real one."""
@@ -10,8 +10,8 @@ from typing import Any, cast
 
 import pytest
 
-from pdd_operator.handlers.fleet import FleetState
-from pdd_operator.handlers.listwatch import Collection, Watches
+from pdd_operator.informers.fleet import FleetState
+from pdd_operator.informers.listwatch import Collection, Watches
 from pdd_operator.kube.client import KubeApi
 from pdd_operator.kube.decoding import WHOLE, Decoding
 

@@ -1,4 +1,4 @@
-"""A deployment's children and pods are found by owner uid (handlers.view over the stores),
+"""A deployment's children and pods are found by owner uid (informers.view over the stores),
 never by labels or annotations that another object can copy."""
 
 from __future__ import annotations
@@ -7,8 +7,8 @@ import copy
 from typing import Any
 
 from pdd_operator.api import names
-from pdd_operator.handlers.owned import OwnedObjects, owned_collections
-from pdd_operator.handlers.view import IndexView
+from pdd_operator.informers.owned import OwnedObjects, owned_collections
+from pdd_operator.informers.view import IndexView
 from pdd_operator.status.own_writes import OwnObjectWrites
 
 Body = dict[str, Any]
@@ -50,7 +50,7 @@ def replicaset(uid: str, deployment_uid: str) -> dict[str, Any]:
 
 
 def view(children: list[Body], pods: list[Body], sets: dict[str, str]) -> IndexView:
-    """The stores as the informers fill them (handlers/owned.py), from these bodies."""
+    """The stores as the informers fill them (informers/owned.py), from these bodies."""
     owned = OwnedObjects()
     for collection in owned_collections(owned, (), "pdd-operator", None):
         plural = collection.path.rsplit("/", 1)[-1]

@@ -1,12 +1,12 @@
 """How the operator learns, without reading Secrets, that a sidecar token Secret is gone: the
 pods' FailedMount Events, as a kubelet writes them (parsed in status/token.py, kept per
-Secret and pod in handlers/mount_events.py), and what Degraded says meanwhile."""
+Secret and pod in informers/mount_events.py), and what Degraded says meanwhile."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from pdd_operator.handlers.mount_events import MountFailures
+from pdd_operator.informers.mount_events import MountFailures
 from pdd_operator.status.observe import PodSummary
 from pdd_operator.status.token import MountFailure, missing_secret, token_mount_problems
 

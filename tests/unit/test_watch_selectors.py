@@ -6,8 +6,8 @@ from __future__ import annotations
 from kopf._core.intents.registries import get_default_registry
 
 import pdd_operator.handlers.operator  # noqa: F401  (registers the kopf handlers)
-from pdd_operator.handlers.fleet import FleetState, fleet_collections
-from pdd_operator.handlers.owned import OwnedObjects, owned_collections
+from pdd_operator.informers.fleet import FleetState, fleet_collections
+from pdd_operator.informers.owned import OwnedObjects, owned_collections
 from pdd_operator.kube.resources import CHILD_KINDS
 
 OURS = ("labelSelector", "app.kubernetes.io/managed-by=pdd-operator")

@@ -1,7 +1,7 @@
 """kopf registrations: the operator's start and stop, and the PDDeployment's one handler.
 
 kopf watches PDDeployments only. Children, pods, Nodes and scale targets come from the
-operator's own informers (handlers/listwatch.py), which trigger passes themselves: kopf's
+operator's own informers (informers/listwatch.py), which trigger passes themselves: kopf's
 per-object handling of those many objects was the operator's cost at scale.
 
 No change-detecting handlers (on.create/update/resume) and no timers: those make kopf write

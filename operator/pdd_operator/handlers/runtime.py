@@ -13,12 +13,12 @@ from typing import Any, cast
 from pdd_operator.api import names
 from pdd_operator.api.names import DeploymentKey
 from pdd_operator.config import OperatorConfig
-from pdd_operator.handlers.creation_events import CreationEvents, creation_event_collections
-from pdd_operator.handlers.fleet import FleetCache, FleetState, fleet_collections
-from pdd_operator.handlers.listwatch import Watches
-from pdd_operator.handlers.mount_events import MountFailures, mount_event_collections
-from pdd_operator.handlers.owned import OwnedObjects, owned_collections
-from pdd_operator.handlers.view import IndexView
+from pdd_operator.informers.creation_events import CreationEvents, creation_event_collections
+from pdd_operator.informers.fleet import FleetCache, FleetState, fleet_collections
+from pdd_operator.informers.listwatch import Watches
+from pdd_operator.informers.mount_events import MountFailures, mount_event_collections
+from pdd_operator.informers.owned import OwnedObjects, owned_collections
+from pdd_operator.informers.view import IndexView
 from pdd_operator.kube.client import (
     API_CONNECTIONS,
     KubeApi,

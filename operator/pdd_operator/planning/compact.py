@@ -44,7 +44,7 @@ def compact_pod(pod: Mapping[str, Any]) -> dict[str, Any] | None:
     """Only pods that hold GPUs matter; None for the rest (not indexed at all). The pod's
     effective GPU request (init containers, sidecars and overhead counted by Kubernetes'
     rule) is worked out once, here, and kept as one container's request, as the fleet's
-    GPU ledger counts it (handlers/fleet.py)."""
+    GPU ledger counts it (informers/fleet.py)."""
     spec = pod.get("spec", {})
     phase = pod.get("status", {}).get("phase")
     if phase in ("Succeeded", "Failed"):

@@ -97,7 +97,7 @@ def pod_holding(pod: Mapping[str, Any], deployment_label: str | None = None) -> 
 
 def gpu_usage(pods: Iterable[Mapping[str, Any]], deployment_label: str | None = None) -> GpuUsage:
     """One pass over the pods: the count by definition (the operator keeps it current event by
-    event in handlers/fleet.GpuLedger, and the tests hold the two to each other). `held` (by
+    event in informers/fleet.GpuLedger, and the tests hold the two to each other). `held` (by
     the value of `deployment_label`, when given) comes from the same pods as `used`, so that
     what a plan counts as its own (free to place again) or as another slice's (reserved until
     bound) matches the used GPUs it sees."""

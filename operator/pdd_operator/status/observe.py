@@ -202,7 +202,7 @@ def counted_from_pods(
     Under load the StatefulSet controller writes its counts seconds after the pods change: a
     pass asked by a pod's event would read the old counts, write nothing, and need another
     pass for the counts' own event. Counted here, the pod's event is the one that matters, and
-    the counts' events ask for no pass (handlers.owned). The revisions and generations still
+    the counts' events ask for no pass (informers.owned). The revisions and generations still
     come from the StatefulSet: only its controller knows them."""
     by_owner: dict[str, list[PodSummary]] = {}
     for pod in pods:

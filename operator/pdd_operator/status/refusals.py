@@ -5,7 +5,7 @@ so nothing about it reaches the pod index: the StatefulSet only stays short of p
 (`status.replicas` < `spec.replicas`) and its controller records each refusal as a
 `FailedCreate` Event on it (checked on kube-apiserver v1.35: a StatefulSet has no condition
 for it; a ReplicaSet's ReplicaFailure condition has no StatefulSet counterpart). The operator
-watches StatefulSets' Events (handlers/creation_events.py) and keeps the newest creation Event
+watches StatefulSets' Events (informers/creation_events.py) and keeps the newest creation Event
 of each; a workload that is short of pods is refused when that one is a FailedCreate.
 """
 

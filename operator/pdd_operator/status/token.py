@@ -1,7 +1,7 @@
 """What status and Events say of the sidecar token Secret (pure).
 
 The operator creates that Secret and never reads it (docs/security.md): it learns that the
-Secret is gone from the pods that cannot mount it (handlers/mount_events.py), and that a
+Secret is gone from the pods that cannot mount it (informers/mount_events.py), and that a
 Secret of its name exists only from a create that answers 409.
 """
 

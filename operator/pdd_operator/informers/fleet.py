@@ -1,6 +1,6 @@
 """The fleet the planner places on: every Node and every bound pod that holds GPUs.
 
-Listed and watched by the operator's own informers (handlers/listwatch.py), keeping a few
+Listed and watched by the operator's own informers (informers/listwatch.py), keeping a few
 hundred bytes per object (planning/compact.py). Only pods bound to a node are asked for (a
 field selector), and only others' (a label selector): the GPUs of our own pods are counted
 from the owned-pod informer's summaries. Which pods hold GPUs is not something the API server
@@ -19,7 +19,7 @@ from typing import Any
 from pdd_contract.labels import LABEL_DEPLOYMENT
 from pdd_operator.api import names
 from pdd_operator.api.names import DeploymentKey
-from pdd_operator.handlers.listwatch import Collection
+from pdd_operator.informers.listwatch import Collection
 from pdd_operator.kube.decoding import PODS
 from pdd_operator.kube.resources import NODE, POD
 from pdd_operator.planning.compact import compact_node, compact_pod

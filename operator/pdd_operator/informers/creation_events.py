@@ -15,7 +15,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from pdd_operator.handlers.listwatch import Collection
+from pdd_operator.informers.listwatch import Collection
 from pdd_operator.kube.resources import EVENT
 from pdd_operator.status.refusals import (
     FAILED_CREATE,

@@ -14,7 +14,7 @@ import threading
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
-from pdd_operator.handlers.listwatch import Collection
+from pdd_operator.informers.listwatch import Collection
 from pdd_operator.kube.resources import EVENT
 from pdd_operator.status.token import MountFailure, missing_secret
 

@@ -18,7 +18,7 @@ from typing import Any
 
 from pdd_operator.api import names
 from pdd_operator.api.names import DeploymentKey
-from pdd_operator.handlers.listwatch import Collection
+from pdd_operator.informers.listwatch import Collection
 from pdd_operator.kube.decoding import PODS, WHOLE
 from pdd_operator.kube.resources import CHILD_KINDS, POD, ROLE_SCALER, Kind
 from pdd_operator.status.drift import LiveDigests

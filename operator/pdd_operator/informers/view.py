@@ -8,10 +8,10 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from pdd_operator.api.names import DeploymentKey
-from pdd_operator.handlers.creation_events import CreationEvents
-from pdd_operator.handlers.fleet import FleetCache
-from pdd_operator.handlers.mount_events import MountFailures
-from pdd_operator.handlers.owned import OwnedObjects
+from pdd_operator.informers.creation_events import CreationEvents
+from pdd_operator.informers.fleet import FleetCache
+from pdd_operator.informers.mount_events import MountFailures
+from pdd_operator.informers.owned import OwnedObjects
 from pdd_operator.planning.placement import Fleet
 from pdd_operator.status.observe import (
     ChildKey,
