@@ -18,7 +18,7 @@ import logging
 import secrets
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, dataclass, replace
 from datetime import UTC, datetime
 from typing import Any, Protocol
 
@@ -31,6 +31,7 @@ from pdd_operator.engines.base import role_spec
 from pdd_operator.kube.client import api_error_message, namespace_unavailable, transient
 from pdd_operator.kube.resources import POD, ROLE_SCALER, Kind, kind_of
 from pdd_operator.metrics import OperatorMetrics
+from pdd_operator.pass_queue import PassQueue
 from pdd_operator.planning.autoscaling import (
     ScalingPlan,
     discovery_wait,
@@ -163,21 +164,6 @@ class ApiWriter(Protocol):
 
 
 EventSink = Callable[[Mapping[str, Any], str, str, str], None]  # body, type, reason, message
-
-
-@dataclass
-class _KeyState:
-    lock: asyncio.Lock = field(default_factory=asyncio.Lock)
-    dirty: bool = False
-    due: bool = False  # a delayed pass is already waiting to start
-    last_ask: float = 0.0  # when the latest delayed trigger came (the event loop's clock)
-    asks: int = 0  # delayed triggers so far
-    read: int = 0  # of those, how many came before the latest pass began to read
-    # Versions of the PDDeployment that came while a pass ran: the status that pass was
-    # writing, or someone else's change; told apart once the pass knows what it wrote.
-    unconfirmed: set[str] = field(default_factory=set)
-    conflict_retries: int = 0  # passes in a row that found a child's name taken
-    transient_retries: int = 0  # passes in a row whose writes failed in a way time may cure
 
 
 @dataclass(frozen=True)
@@ -322,13 +308,14 @@ class Reconciler:
         self.settings = settings
         self.emit_event = emit_event
         self.metrics = metrics
-        self._states: dict[DeploymentKey, _KeyState] = {}
-        # Bounds the passes in flight (kopf's per-object workers are unbounded): each holds
-        # rendered children and API calls; beyond the API pool more only queue.
-        self._passes = asyncio.Semaphore(max_concurrent)
-        # The longest a delayed pass waits for its burst to end (0: the delay after its first
-        # trigger, however many follow).
-        self.coalesce_max_s = coalesce_max_s
+        self._queue: PassQueue[DeploymentKey] = PassQueue(
+            lambda key: self._reconcile_once(key),  # late-bound: tests replace the pass
+            self.is_own_status_write,
+            lambda key: self.view.pdd_body(key) is not None,
+            lambda key: self._forget(key),
+            max_concurrent,
+            coalesce_max_s,
+        )
         # The versions this operator's writes to children and pods produced: their watch
         # events ask no pass.
         self.own_object_writes = OwnObjectWrites()
@@ -345,8 +332,6 @@ class Reconciler:
         self.conflict_retry_seconds = CONFLICT_RETRY_SECONDS
         # Discovery of the gang schedulers' APIs: (api, plural) -> (when, served).
         self._served: dict[tuple[str, str], tuple[float, bool]] = {}
-        # One timed pass per deployment at most (_retry_later): when it is due, and its task.
-        self._retries: dict[DeploymentKey, tuple[float, asyncio.Task[None]]] = {}
         # Deployments that had a pass in this process (dropped when they are gone).
         self._passed: set[DeploymentKey] = set()
         if metrics:
@@ -358,9 +343,8 @@ class Reconciler:
         status ledgers are keyed alike and cleared by the same `_forget`). Called from the
         metrics server's thread: set() and union() copy the keys in C, under the GIL, so a
         pass changing a table meanwhile cannot break the iteration."""
-        tables = (self._rendered, self._tokens, self._slices, self._model_attempts,
-                  self._retries, self._passed)  # fmt: skip
-        return len(set(self._states).union(*tables))
+        tables = (self._rendered, self._tokens, self._slices, self._model_attempts, self._passed)
+        return len(self._queue.keys().union(*tables))
 
     def is_own_status_write(self, key: DeploymentKey, resource_version: str) -> bool:
         """Whether this version of the PDDeployment is the status this operator just wrote:
@@ -371,13 +355,8 @@ class Reconciler:
         """A PDDeployment's watch event: a pass, unless it is the echo of our own status
         write. The echo can come before the pass that wrote it has the write's answer; while a
         pass runs, its version waits for that pass to end."""
-        if self.is_own_status_write(key, resource_version):
-            return
-        state = self._states.get(key)
-        if state is not None and state.lock.locked() and resource_version:
-            state.unconfirmed.add(resource_version)
-            return
-        await self.reconcile(key, cause="pddeployments")
+        if self._queue.needs_pass(key, resource_version):
+            await self.reconcile(key, cause="pddeployments")
 
     async def reconcile(self, key: DeploymentKey, delay: float = 0.0, cause: str = "") -> None:
         """Coalesce triggers: while one pass runs, later triggers collapse into one more pass;
@@ -391,58 +370,11 @@ class Reconciler:
         """
         if self.metrics and cause:
             self.metrics.count_pass_request(cause)
-        state = self._states.setdefault(key, _KeyState())
-        if delay > 0:
-            state.last_ask = asyncio.get_running_loop().time()
-            state.asks += 1
-            if state.due:
-                return
-            state.due = True
-            try:
-                await self._until_quiet(state, delay)
-            finally:
-                state.due = False
-            if state.read == state.asks:
-                return  # a pass began after the last of them: it read what they announced
-        if state.lock.locked():
-            state.dirty = True
-            return
-        async with state.lock:
-            state.dirty = True
-            while state.dirty:
-                async with self._passes:
-                    # Cleared once a pass slot is ours, not before: triggers that come while
-                    # this deployment waits for one are answered by the pass about to read.
-                    state.dirty, before, state.read = False, state.read, state.asks
-                    try:
-                        await self._reconcile_once(key)
-                    except BaseException:
-                        state.read = before  # it answered nothing: the asks it took run
-                        raise
-                state.dirty |= self._changed_by_others(key, state)
-        if self.view.pdd_body(key) is None:
-            self._forget(key)
-
-    def _changed_by_others(self, key: DeploymentKey, state: _KeyState) -> bool:
-        """Whether a version of the PDDeployment that came during the pass is not the
-        status the pass wrote."""
-        versions, state.unconfirmed = state.unconfirmed, set()
-        return not all(self.is_own_status_write(key, v) for v in versions)
-
-    async def _until_quiet(self, state: _KeyState, quiet: float) -> None:
-        """Until no trigger came for `quiet` seconds, or `coalesce_max_s` after the first: a
-        steady stream of triggers still gets a pass that often."""
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + max(quiet, self.coalesce_max_s)
-        while True:  # each trigger meanwhile moves the end on: sleep to the latest end
-            wait = min(state.last_ask + quiet, deadline) - loop.time()
-            if wait <= 0:
-                return
-            await asyncio.sleep(wait)
+        await self._queue.request(key, delay)
 
     def _forget(self, key: DeploymentKey) -> None:
         """The deployment is gone: its reservation and everything remembered about it."""
-        self._states.pop(key, None)
+        self._queue.forget(key)
         self._reservations.release(key)
         self._slices.pop(key, None)
         self._own_writes.forget(key)
@@ -453,8 +385,6 @@ class Reconciler:
         self._passed.discard(key)
         if self.metrics:
             self.metrics.forget_kv_transfer(key)
-        if (retry := self._retries.pop(key, None)) is not None:
-            retry[1].cancel()
 
     async def _reconcile_once(self, key: DeploymentKey) -> None:
         body = self.view.pdd_body(key)
@@ -554,26 +484,19 @@ class Reconciler:
 
     def _retry_while_conflicting(self, key: DeploymentKey, blocked: _Blocked) -> None:
         """Schedule the next look at a name conflict, backing off while it lasts."""
-        state = self._states.setdefault(key, _KeyState())
-        if blocked.reason != ownership.REASON:
-            state.conflict_retries = 0
-            return
-        delay = min(
-            self.conflict_retry_seconds * 2**state.conflict_retries, CONFLICT_RETRY_MAX_SECONDS
-        )
-        state.conflict_retries += 1
-        self._retry_later(key, delay)
+        lasting = blocked.reason == ownership.REASON
+        first, most = self.conflict_retry_seconds, CONFLICT_RETRY_MAX_SECONDS
+        delay = self._queue.back_off(key, "conflict", lasting, first, most)
+        if lasting:
+            self._retry_later(key, delay)
 
     def _retry_while_transient(self, key: DeploymentKey, blocked: _Blocked) -> None:
         """Schedule another pass after a write that failed in a way time may cure, backing
         off while the failures last."""
-        state = self._states.setdefault(key, _KeyState())
-        if not blocked.transient:
-            state.transient_retries = 0
-            return
-        delay = min(TRANSIENT_RETRY_FIRST_S * 2**state.transient_retries, TRANSIENT_RETRY_MAX_S)
-        state.transient_retries += 1
-        self._retry_later(key, delay)
+        first, most = TRANSIENT_RETRY_FIRST_S, TRANSIENT_RETRY_MAX_S
+        delay = self._queue.back_off(key, "transient", blocked.transient, first, most)
+        if blocked.transient:
+            self._retry_later(key, delay)
 
     # ------------------------------------------------------------------------------ model
 
@@ -667,22 +590,8 @@ class Reconciler:
 
     def _retry_later(self, key: DeploymentKey, delay: float) -> None:
         """A pass `delay` seconds from now (a model or a name that waits, a pod's discovery
-        grace), whatever passes run before it: one in between may still find the wait going on
-        and asks again. The sooner of two asks wins."""
-        loop = asyncio.get_running_loop()
-        due = loop.time() + delay
-        pending = self._retries.get(key)
-        if pending is not None and not pending[1].done():
-            if pending[0] <= due:
-                return
-            pending[1].cancel()  # still asleep: a due one leaves the table before its pass
-
-        async def pass_when_due() -> None:
-            await asyncio.sleep(delay)
-            self._retries.pop(key, None)
-            await self.reconcile(key, cause="retry")
-
-        self._retries[key] = (due, asyncio.create_task(pass_when_due()))
+        grace); the sooner of two asks wins (pass_queue)."""
+        self._queue.later(key, delay, lambda: self.reconcile(key, cause="retry"))
 
     # ------------------------------------------------------------------------------ plan
 
