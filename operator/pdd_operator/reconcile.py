@@ -415,7 +415,9 @@ class Reconciler:
         # From here on the spec says the counts being run: what the scale targets ask for,
         # within spec.autoscaling's bounds and ratio (the spec's own counts without it).
         # The home slice's counts, that is; slices beyond it are rendered from scaling.slices.
-        scaling = self._scaling(pdd)
+        # The KV path's verdict, once per pass: the autoscaling guard and the status read it.
+        transfer = _transfer_outcome(pdd, self.view.pods(_key(pdd)))
+        scaling = self._scaling(pdd, transfer)
         pdd = pdd.model_copy(update={"spec": with_replicas(pdd.spec, scaling.home)})
         observed = self.view.children(_key(pdd))
         placement = self._place(pdd)
@@ -449,7 +451,7 @@ class Reconciler:
                 return
         if not blocked.message:
             await self._restart_broken_instances(pdd, body)
-        observed_now = self._observed(pdd, desired, placement, blocked, scaling)
+        observed_now = self._observed(pdd, desired, placement, blocked, scaling, transfer)
         autoscaled = pdd.spec.autoscaling is not None
         status = await self._status(
             pdd,
@@ -595,7 +597,7 @@ class Reconciler:
 
     # ------------------------------------------------------------------------------ plan
 
-    def _scaling(self, pdd: PDDeployment) -> _Scaling:
+    def _scaling(self, pdd: PDDeployment, transfer: TransferOutcome | None) -> _Scaling:
         """The counts to run, from what the deployment's scale targets ask for."""
         if pdd.spec.autoscaling is None:
             return _Scaling(plan_scaling(pdd.spec, {}))
@@ -605,7 +607,7 @@ class Reconciler:
         running, home, further = self._running(pdd, domain)
         # The KV-path guard holds decode at what runs in all slices together.
         total = {role: n + sum(s.replicas(role) for s in further) for role, n in running.items()}
-        hold = hold_decode_growth(pdd.spec, asked, total, self._kv_path_problem(pdd))
+        hold = hold_decode_growth(pdd.spec, asked, total, _kv_path_problem(transfer))
         plan = plan_scaling(pdd.spec, hold.asks)
         if domain is None or len(running) < len(names.ROLES):
             self._slices.pop(key, None)
@@ -655,19 +657,6 @@ class Reconciler:
         home = Slice(0, domain[0], domain[1], running["prefill"], running["decode"])
         further = [s for s in known[1:] if s.level == home.level and s.domain != home.domain]
         return running, home, further
-
-    def _kv_path_problem(self, pdd: PDDeployment) -> str:
-        """How the KV path is degraded, from the prober pods' latest answers (the source of
-        KVTransferVerified: every prefill rank's where instances span nodes); "" while it is
-        verified or not measured yet."""
-        outcome = _transfer_outcome(pdd, self.view.pods(_key(pdd)))
-        if outcome is None or outcome.ok is not False:
-            return ""
-        measured = outcome.status
-        return (
-            f"KVTransferVerified=False, {outcome.reason}: {measured.measuredGBps:g} GB/s "
-            f"measured, {measured.expectedGBps:g} GB/s expected"
-        )
 
     def _scale_by_slices(
         self, pdd: PDDeployment, plan: ScalingPlan, home: Slice, further: Sequence[Slice]
@@ -1126,13 +1115,13 @@ class Reconciler:
         placement: PlacementResult,
         blocked: _Blocked,
         scaling: _Scaling,
+        outcome: TransferOutcome | None,
     ) -> Observed:
         key = _key(pdd)
         pods = self.view.pods(key)
         counted = self._found_by_routers(pdd, pods) if pdd.spec.autoscaling else pods
         children = counted_from_pods(self.view.children(key).values(), counted)
         workloads = _role_workloads(pdd, children, desired.hashes)
-        outcome = _transfer_outcome(pdd, pods)
         routers = pdd.spec.router.replicas * max(len(scaling.slices), 1)
         wanted = {
             "prefill": scaling.plan.replicas["prefill"],
@@ -1329,6 +1318,19 @@ def _engine_workloads(desired: _Desired) -> frozenset[ChildKey]:
     """The prefill and decode StatefulSets: what waits while the model is not available.
     Existing ones keep running as they are (their pods loaded the model already)."""
     return frozenset(key for key in desired.hashes if key[1] == "StatefulSet")
+
+
+def _kv_path_problem(outcome: TransferOutcome | None) -> str:
+    """How the KV path is degraded, from the prober pods' latest answers (the source of
+    KVTransferVerified: every prefill rank's where instances span nodes); "" while it is
+    verified or not measured yet."""
+    if outcome is None or outcome.ok is not False:
+        return ""
+    measured = outcome.status
+    return (
+        f"KVTransferVerified=False, {outcome.reason}: {measured.measuredGBps:g} GB/s "
+        f"measured, {measured.expectedGBps:g} GB/s expected"
+    )
 
 
 def _transfer_outcome(pdd: PDDeployment, pods: Sequence[PodSummary]) -> TransferOutcome | None:
