@@ -11,11 +11,12 @@ export PYTHONPATH := $(CURDIR)/operator
 CLUSTER_DIR ?= $(CURDIR)/.tmp/cluster
 NIXL_WHEEL ?= nixl-cu12==1.5.1
 PYTEST := $(PY) -m pytest
-# `make test` runs its modules on TEST_WORKERS pytest-xdist workers, each with a control plane
-# and fleet of its own (a session fixture per worker), a module's tests on one worker; most of
-# a run is waiting on watches and processes, so 4 workers fit these 2 cores (issue 39).
-# TEST_WORKERS=1 runs the suite in one process, in pytest's order.
-TEST_WORKERS ?= 4
+# TEST_WORKERS=3: `make test` runs its modules on that many pytest-xdist workers, each with a
+# control plane and fleet of its own (a session fixture per worker), a module's tests on one
+# worker. Clean-clone runs on this 2-core machine: about 27 min with 3 or 4 workers against 52
+# in one process; the suite is CPU-bound there (issue 39 has the tables). Off by default until
+# three consecutive clean-clone runs pass with it: one of two 4-worker runs timed out a rollout.
+TEST_WORKERS ?= 1
 # --no-loadscope-reorder: xdist would otherwise hand out the modules with the most tests first,
 # which leaves the long modules of few tests (tests/conftest.py, LONG_MODULES) for last.
 XDIST := $(if $(filter-out 1,$(TEST_WORKERS)),-n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder,)

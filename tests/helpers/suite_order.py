@@ -7,8 +7,8 @@ from __future__ import annotations
 # Modules that take minutes, slowest first (the per-module table the summary prints; a clean-
 # clone run on 4 workers of 010c5e2: the two request paths 810-890 s, the routers' module 730 s,
 # the documented commands 500 s and the image tier 420 s, all under the other workers' load).
-# Under parallel workers (`make test`, --dist loadfile) a module is one unit of work, handed out
-# in collection order: these go first, so none of them is the run's tail on a single worker.
+# Under parallel workers (`make test TEST_WORKERS=N`, --dist loadfile) a module is one unit of
+# work, handed out in collection order: these go first, so none is the run's tail on a worker.
 LONG_MODULES = (
     "tests/integration/test_autoscaling_request_path.py",
     "tests/integration/test_request_path.py",
