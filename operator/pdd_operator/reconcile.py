@@ -312,7 +312,7 @@ class Reconciler:
             lambda key: self._reconcile_once(key),  # late-bound: tests replace the pass
             self.is_own_status_write,
             lambda key: self.view.pdd_body(key) is not None,
-            lambda key: self._forget(key),
+            self._forget,
             max_concurrent,
             coalesce_max_s,
         )
