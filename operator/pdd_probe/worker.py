@@ -135,12 +135,24 @@ def nixl_api() -> Any:
         raise
 
 
-def make_agent(name: str, workers: int = 1, threads: int = 0, split_batch: int = 1) -> Any:
+def make_agent(
+    name: str,
+    workers: int = 1,
+    threads: int = 0,
+    split_batch: int = 1,
+    progress_thread: bool = True,
+) -> Any:
     """A NIXL agent with a UCX backend of ``workers`` UCX workers (one per request in flight)
     and, with ``threads``, NIXL's UCX thread pool splitting every request over them in shares
-    of ``split_batch`` descriptors (0: NIXL's default share, as the engines run it)."""
+    of ``split_batch`` descriptors (0: NIXL's default share, as the engines run it).
+
+    ``progress_thread``: NIXL's own thread progressing the UCX workers, as the engines run it.
+    NIXL's Python API starts it without a pause between its polls (``pthrDelay`` 0), which
+    keeps half a core busy per idle agent; without it, the workers progress whenever the
+    caller checks a transfer's state or asks for notifications."""
     api = nixl_api()
-    agent = api.nixl_agent(name, api.nixl_agent_config(enable_prog_thread=True, backends=[]))
+    config = api.nixl_agent_config(enable_prog_thread=progress_thread, backends=[])
+    agent = api.nixl_agent(name, config)
     params = {"num_workers": str(max(1, workers))}
     if threads:
         params["num_threads"] = str(threads)

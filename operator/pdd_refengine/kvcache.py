@@ -127,7 +127,13 @@ class KvCache:
         # GPU memory: several requests in flight, each on a UCX worker of its own (one request
         # leaves an NVLink far from full); host memory over TCP gains nothing from it.
         self.streams = LINK_CONCURRENCY if self._buffer.mem == "VRAM" else 1
-        self._agent = make_agent(agent_name, workers=self.streams)
+        # Host memory is the CPU tests' lane (TCP on loopback): there the engine's own polling
+        # progresses NIXL (every transfer's wait, the notification loop every 5 ms) instead
+        # of NIXL's progress thread, which spins half a core per idle engine (make_agent).
+        # GPU memory runs as the engines do, with the thread (bench/request_kv_two_gpu.py).
+        self._agent = make_agent(
+            agent_name, workers=self.streams, progress_thread=self._buffer.mem == "VRAM"
+        )
         register(self._agent, self._buffer)
         self.info = RegionInfo(
             agent_name,
