@@ -94,8 +94,16 @@ def metric(url: str, name: str) -> float | None:
 
 
 class Proc:
-    def __init__(self, name: str, argv: Sequence[str], env: dict[str, str], log_dir: Path) -> None:
+    def __init__(
+        self,
+        name: str,
+        argv: Sequence[str],
+        env: dict[str, str],
+        log_dir: Path,
+        stop_signal: signal.Signals = signal.SIGTERM,
+    ) -> None:
         self.name = name
+        self.stop_signal = stop_signal
         self.log_path = log_dir / f"{name}.log"
         with open(self.log_path, "wb") as log:
             self.proc = subprocess.Popen(
@@ -109,13 +117,20 @@ class Proc:
         return self.proc.poll() is None
 
     def stop(self) -> None:
+        self.terminate()
+        self.wait_stopped()
+
+    def terminate(self) -> None:
         if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(timeout=10)
+            self.proc.send_signal(self.stop_signal)
+
+    def wait_stopped(self) -> None:
+        """Wait for the exit a SIGTERM asked for; kill after 10 s."""
+        try:
+            self.proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait(timeout=10)
 
 
 class Procs:
@@ -134,12 +149,19 @@ class Procs:
         env.update(extra)
         return env
 
-    def start(self, name: str, argv: Sequence[str], env: dict[str, str]) -> Proc:
-        proc = Proc(name, argv, env, self.tmp_path)
+    def start(
+        self,
+        name: str,
+        argv: Sequence[str],
+        env: dict[str, str],
+        stop_signal: signal.Signals = signal.SIGTERM,
+    ) -> Proc:
+        proc = Proc(name, argv, env, self.tmp_path, stop_signal)
         self.started.append(proc)
         return proc
 
-    def sidecar(self, role: str, host: str, port: int, peers: str) -> str:
+    def sidecar(self, role: str, host: str, port: int, peers: str, wait: bool = True) -> str:
+        """A sidecar's URL; with ``wait``, once it answers (else `wait_sidecar` it later)."""
         argv = [
             sys.executable,
             "-m",
@@ -168,8 +190,12 @@ class Procs:
         ]
         proc = self.start(f"sidecar-{role}", argv, self.env())
         url = f"http://{host}:{port}"
-        wait_until(lambda: self._answers(proc, f"{url}/healthz"), 20, f"sidecar {role}")
+        if wait:
+            self.wait_sidecar(proc, url)
         return url
+
+    def wait_sidecar(self, proc: Proc, url: str) -> None:
+        wait_until(lambda: self._answers(proc, f"{url}/healthz"), 20, proc.name)
 
     def engine(self, name: str, argv: Sequence[str], sidecar_url: str, **env: str) -> Proc:
         environment = self.env(
@@ -192,5 +218,9 @@ class Procs:
             return False
 
     def close(self) -> None:
+        """Stop everything at once: an engine drains for a quiet spell before it exits
+        (pdd_refengine.server), and the engines' drains need not follow one another."""
         for proc in reversed(self.started):
-            proc.stop()
+            proc.terminate()
+        for proc in reversed(self.started):
+            proc.wait_stopped()

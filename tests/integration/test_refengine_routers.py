@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import importlib.metadata
 import json
+import signal
 import sys
 import time
 from collections.abc import Iterator
@@ -60,10 +61,13 @@ def _start_pair(
     procs: Procs, engine: str, release: str, host_pid: bool = False
 ) -> tuple[str, str, int]:
     sc_p, sc_d = free_port(PREFILL_IP), free_port(DECODE_IP)
-    p_side = procs.sidecar("prefill", PREFILL_IP, sc_p, f"decode={DECODE_IP}:{sc_d}")
-    d_side = procs.sidecar("decode", DECODE_IP, sc_d, f"prefill={PREFILL_IP}:{sc_p}")
+    # Both sidecars, then both engines, start at once and are waited for together.
+    p_side = procs.sidecar("prefill", PREFILL_IP, sc_p, f"decode={DECODE_IP}:{sc_d}", wait=False)
+    d_side = procs.sidecar("decode", DECODE_IP, sc_d, f"prefill={PREFILL_IP}:{sc_p}", wait=False)
+    for proc, url in zip(procs.started[-2:], (p_side, d_side), strict=True):
+        procs.wait_sidecar(proc, url)
     bootstrap = free_port(PREFILL_IP)
-    urls = []
+    started = []
     for role, ip, sidecar in (("prefill", PREFILL_IP, p_side), ("decode", DECODE_IP, d_side)):
         port = free_port(ip)
         argv = rendered_engine_argv(engine, role, ip, port, bootstrap, release, host_pid)
@@ -75,10 +79,10 @@ def _start_pair(
             "PDD_REFENGINE_IMAGE_TAG": f"{engine}-{release}",
         }
         proc = procs.engine(f"{engine}-{role}-0", argv, sidecar, **env)
-        url = f"http://{ip}:{port}"
+        started.append((proc, f"http://{ip}:{port}"))
+    for proc, url in started:
         procs.wait_healthy(proc, url)
-        urls.append(url)
-    return urls[0], urls[1], bootstrap
+    return started[0][1], started[1][1], bootstrap
 
 
 def _start_router(procs: Procs, engine: str, prefill: str, decode: str, bootstrap: int) -> str:
@@ -122,7 +126,9 @@ def _start_router(procs: Procs, engine: str, prefill: str, decode: str, bootstra
             "--disable-tokenizer-autoload",
         ]
     print(f"router: {_router_version('vllm-router' if engine == 'vllm' else 'smg')}")
-    router = procs.start(f"router-{engine}", argv, procs.env())
+    # Killed at the end: how a router shuts down is not under test here, and smg's graceful
+    # shutdown takes about 5 s of every test's teardown.
+    router = procs.start(f"router-{engine}", argv, procs.env(), signal.SIGKILL)
     url = f"http://{ROUTER_IP}:{port}"
 
     def ready() -> bool:
