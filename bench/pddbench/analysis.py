@@ -201,7 +201,8 @@ PROFILE_CATEGORIES = (
         ("informers/listwatch.py", "handlers/listwatch.py"),
     ),
     ("reconcile: API calls (worker threads: JSON, TLS, HTTP)", ("kube/client.py",)),
-    ("reconcile: other", ("pdd_operator/reconcile.py",)),
+    # reconcile.py became the reconcile/ package on 2026-12-06.
+    ("reconcile: other", ("pdd_operator/reconcile.py", "pdd_operator/reconcile/")),
     ("kopf indexing (index handlers)", ("index_resource (",)),
     ("kopf per-event cause detection (diff-base deepcopy)", ("_detect_causes (",)),
     ("kopf per-event processing (other)", ("process_resource_event (",)),

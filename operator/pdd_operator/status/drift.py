@@ -17,7 +17,7 @@ The canonical form only has to absorb how the server re-spells what was applied:
 ("1024Mi" comes back "1Gi"), numbers as strings, omitted empty values, list order. Where the
 server re-spells something this form does not know, the fingerprints differ for an undrifted
 child; the reconciler then applies once and accepts the fingerprint that apply produced
-(reconcile.py), so such a gap costs one write per child and operator start, never a loop.
+(reconcile/children.py), so such a gap costs one write per child and operator start, never a loop.
 """
 
 from __future__ import annotations

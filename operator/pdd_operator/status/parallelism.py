@@ -4,7 +4,7 @@ False where the model's shape is known and a role's layout does not divide what 
 splits (planning.parallelism_fit): every engine pod would fail at start, after it took its
 GPUs and loaded the weights. Waiting does not help, so the deployment is Stalled and not
 Ready with the sizes that fit in the message, and its engine workloads are neither created
-nor changed until the spec fits (reconcile.py holds them, as for a missing model Secret).
+nor changed until the spec fits (the reconcile pass holds them, as for a missing model Secret).
 A shape from spec.model.kvCache gets there only past the CRD's rules, which refuse it at
 admission; the operator's table of known models is the usual source.
 

@@ -1,0 +1,105 @@
+"""What the engines wait for before they are applied: the model's Secret and claims, and
+the gang scheduler's API where instances span nodes. Each check says when to look again
+while it is not met (nothing watches Secrets, claims or the served APIs)."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from dataclasses import dataclass
+from typing import Generic, TypeVar
+
+from pdd_operator.api.v1alpha1 import PDDeployment
+from pdd_operator.kube.client import api_error_message
+from pdd_operator.reconcile.memory import DeploymentRecord
+from pdd_operator.reconcile.ports import Ports, key_of
+from pdd_operator.status.gang import GangReadiness, gang_api, gang_readiness
+from pdd_operator.status.model import (
+    ModelFacts,
+    ModelReadiness,
+    claim_facts,
+    model_readiness,
+    model_references,
+    secret_reports,
+)
+
+log = logging.getLogger(__name__)
+
+# While the model's Secret or claim is missing, the pass asks again after this many seconds,
+# doubling up to the maximum: nothing watches Secrets or claims (the operator may only get
+# them), and the periodic resync is minutes apart.
+MODEL_RETRY_FIRST_S = 2.0
+MODEL_RETRY_MAX_S = 60.0
+# How long a discovery answer about a gang scheduler's API holds (it changes when a cluster
+# admin enables a feature gate or installs Kueue/Volcano: rare, and worth a pass then).
+GANG_API_RECHECK_S = 30.0
+
+
+T = TypeVar("T")
+
+
+@dataclass(frozen=True)
+class Checked(Generic[T]):
+    """A check's answer, and in how many seconds to look again (None: no need)."""
+
+    answer: T
+    again_in: float | None = None
+
+
+class Prerequisites:
+    def __init__(self, ports: Ports, model_retry: tuple[float, float]) -> None:
+        self.ports = ports
+        self.model_retry = model_retry
+        # Discovery of the gang schedulers' APIs: (api, plural) -> (when, served).
+        self._served: dict[tuple[str, str], tuple[float, bool]] = {}
+
+    async def model(self, pdd: PDDeployment, record: DeploymentRecord) -> Checked[ModelReadiness]:
+        """Whether the Secret and claims of spec.model.source are there; while one is not,
+        look again (with backoff) to notice when it appears."""
+        facts = await asyncio.to_thread(self._model_facts, pdd)
+        readiness = model_readiness(pdd, facts)
+        if readiness.ready is True:
+            record.model_attempts = 0
+            return Checked(readiness)
+        attempt = record.model_attempts
+        record.model_attempts = attempt + 1
+        first, most = self.model_retry
+        return Checked(readiness, min(first * 2**attempt, most))
+
+    def _model_facts(self, pdd: PDDeployment) -> ModelFacts:
+        refs = model_references(pdd.spec)
+        if refs.empty:
+            return ModelFacts()
+        missing, key_missing = False, False
+        if refs.secret is not None:  # never read: what the engine pods' kubelets report
+            problems = (pod.problem for pod in self.ports.view.pods(key_of(pdd)))
+            missing, key_missing = secret_reports(problems, pdd.namespace, refs.secret)
+        try:
+            claims = {
+                use.name: claim_facts(self.ports.kube.read_pvc(pdd.namespace, use.name))
+                for use in refs.claims
+            }
+        except Exception as err:  # an answer other than "not found": say so, hold nothing
+            log.warning("checking the model of %s/%s failed: %s", pdd.namespace, pdd.name, err)
+            return ModelFacts(error=api_error_message(err))
+        return ModelFacts(secret_exists=not missing, secret_key_missing=key_missing, claims=claims)
+
+    async def gang(self, pdd: PDDeployment) -> Checked[GangReadiness | None]:
+        """Whether the gang scheduler of spec.scheduling.gang is served, where instances span
+        nodes (None: no gang needed). Discovery answers are kept a while; while the API is
+        missing, look again, so enabling it later is noticed."""
+        api = gang_api(pdd)
+        if api is None:
+            return Checked(None)
+        now = time.monotonic()
+        cached = self._served.get(api)
+        if cached is None or now - cached[0] > GANG_API_RECHECK_S:
+            try:
+                served = await asyncio.to_thread(self.ports.kube.serves, *api)
+            except Exception as err:  # unknown this pass: hold nothing new, say nothing
+                log.warning("discovery of %s failed: %s", api[0], err)
+                return Checked(None)
+            self._served[api] = cached = (now, served)
+        again = None if cached[1] else GANG_API_RECHECK_S
+        return Checked(gang_readiness(pdd, cached[1]), again)
