@@ -45,7 +45,7 @@ def plan_of(fake: FakeCluster, memory: Memory, placement: str = "required") -> A
     pdd = PDDeployment.from_body(body(placement))
     record = memory.record(KEY)
     observed = fake.children(KEY)
-    return plan_pass(pdd, fake, observed, record, memory.reservations, OperatorSettings(), "")
+    return plan_pass(pdd, fake, observed, record, memory.reservations, OperatorSettings())
 
 
 def test_the_plan_reserves_nothing_until_it_is_committed() -> None:

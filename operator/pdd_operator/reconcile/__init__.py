@@ -19,12 +19,12 @@ they read and write through.
 
 from pdd_operator.reconcile.children import (
     CONFLICT_RETRY_MAX_SECONDS,
-    CONFLICT_RETRY_SECONDS,
     REFERENCED_FIRST,
     WORKLOAD_KINDS,
 )
 from pdd_operator.reconcile.ports import ApiWriter, ClusterView, EventSink
 from pdd_operator.reconcile.prerequisites import (
+    CONFLICT_RETRY_SECONDS,
     GANG_API_RECHECK_S,
     MODEL_RETRY_FIRST_S,
     MODEL_RETRY_MAX_S,

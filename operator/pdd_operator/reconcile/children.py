@@ -31,8 +31,7 @@ from pdd_operator.status.observe import ChildKey, ChildSummary
 
 log = logging.getLogger(__name__)
 
-CONFLICT_RETRY_SECONDS = 5.0
-CONFLICT_RETRY_MAX_SECONDS = 300.0
+CONFLICT_RETRY_MAX_SECONDS = 300.0  # the longest wait between looks at a taken name
 REFERENCED_FIRST = frozenset({"Role", "ServiceAccount"})
 WORKLOAD_KINDS = frozenset({"StatefulSet", "Deployment"})
 
@@ -95,13 +94,22 @@ def render(pdd: PDDeployment, ctx: RenderContext, record: DeploymentRecord) -> D
     return Desired(hashes, owned, lambda: objects)
 
 
-def engine_workloads(desired: Desired) -> frozenset[ChildKey]:
+def held_children(
+    pdd: PDDeployment, desired: Desired, engines_held: bool, gang_waiting: bool
+) -> frozenset[ChildKey]:
+    """The children a pass leaves as they are: the engine workloads while a prerequisite of
+    the engines is missing, the instances over several nodes while the gang scheduler is."""
+    held = _engine_workloads(desired) if engines_held else frozenset()
+    return held | _gang_children(pdd, desired) if gang_waiting else held
+
+
+def _engine_workloads(desired: Desired) -> frozenset[ChildKey]:
     """The prefill and decode StatefulSets: what waits while the model is not available.
     Existing ones keep running as they are (their pods loaded the model already)."""
     return frozenset(key for key in desired.hashes if key[1] == "StatefulSet")
 
 
-def gang_children(pdd: PDDeployment, desired: Desired) -> frozenset[ChildKey]:
+def _gang_children(pdd: PDDeployment, desired: Desired) -> frozenset[ChildKey]:
     """The instances over several nodes and their gang objects: what waits for the gang
     scheduler (single-node roles go ahead)."""
     wanted = set()
@@ -125,10 +133,6 @@ class Children:
         # that would make an existing object this deployment's child, so only workloads are
         # looked up before their apply (docs/security.md, "Names and ownership").
         self.names_guarded = names_guarded
-        # A name someone else holds is looked at again after this long, doubling up to
-        # CONFLICT_RETRY_MAX_SECONDS: the object holding it is not watched (it may carry no
-        # label of ours), so nothing else would say that it is gone before the next resync.
-        self.conflict_retry_seconds = CONFLICT_RETRY_SECONDS
         self._corrections = CorrectionLog()
 
     def forget(self, key: names.DeploymentKey) -> None:

@@ -5,7 +5,7 @@ context. `commit` then writes the ledger and the record once, from the plan."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -22,6 +22,7 @@ from pdd_operator.planning.autoscaling import (
     with_replicas,
 )
 from pdd_operator.planning.placement import Fleet, PlacementResult, fits_domain, plan_placement
+from pdd_operator.planning.probe_pairs import per_rank_probes
 from pdd_operator.planning.reservations import (
     Domain,
     Reservation,
@@ -36,7 +37,14 @@ from pdd_operator.reconcile.ports import ClusterView, key_of
 from pdd_operator.reconcile.workloads import slice_of
 from pdd_operator.rendering.context import OperatorSettings, RenderContext
 from pdd_operator.rendering.roles import engine_revision
-from pdd_operator.status.observe import ChildKey, ChildSummary
+from pdd_operator.status.observe import ChildKey, ChildSummary, PodSummary
+from pdd_operator.status.transfer import (
+    TransferOutcome,
+    prober,
+    rank_probers,
+    rank_transfer_outcome,
+    transfer_outcome,
+)
 
 
 class Reservations(Protocol):
@@ -74,6 +82,7 @@ NO_SLICES = SlicesUpdate(None, ())
 @dataclass(frozen=True)
 class PassPlan:
     pdd: PDDeployment  # its spec at the home slice's counts
+    transfer: TransferOutcome | None  # the KV path's verdict: the scaling guard, the status
     scaling: Scaling
     placement: PlacementResult
     context: RenderContext
@@ -88,19 +97,20 @@ def plan_pass(
     record: DeploymentRecord,
     reservations: Reservations,
     settings: OperatorSettings,
-    kv_path_problem: str,
 ) -> PassPlan:
     """From here on the spec says the counts being run: what the scale targets ask for,
     within spec.autoscaling's bounds and ratio (the spec's own counts without it); the home
     slice's counts, that is: slices beyond it are rendered from the scaling's slices."""
     fleet = view.fleet()
-    scaling, slices = _scaling(pdd, view, record, reservations, fleet, kv_path_problem)
+    transfer = pass_transfer_outcome(pdd, view.pods(key_of(pdd)))
+    problem = kv_path_problem(transfer)
+    scaling, slices = _scaling(pdd, view, record, reservations, fleet, problem)
     pdd = pdd.model_copy(update={"spec": with_replicas(pdd.spec, scaling.home)})
     placement, home_mark = _place(pdd, view, reservations, fleet)
     if pdd.spec.topology.placement == "none":
         slices = NO_SLICES
     context = _render_context(pdd, view, observed, placement, settings, scaling.slices[1:])
-    return PassPlan(pdd, scaling, placement, context, home_mark, slices)
+    return PassPlan(pdd, transfer, scaling, placement, context, home_mark, slices)
 
 
 def commit(plan: PassPlan, record: DeploymentRecord, ledger: ReservationLedger) -> None:
@@ -110,6 +120,26 @@ def commit(plan: PassPlan, record: DeploymentRecord, ledger: ReservationLedger) 
         record.slices = plan.slices.remembered
         ledger.set_slices(key, plan.slices.marks)
     ledger.set(key, plan.home_mark)
+
+
+def pass_transfer_outcome(pdd: PDDeployment, pods: Sequence[PodSummary]) -> TransferOutcome | None:
+    """The one prober's verdict, or every prefill rank's where instances span nodes."""
+    if per_rank_probes(pdd):
+        return rank_transfer_outcome(pdd, rank_probers(pdd, pods))
+    return transfer_outcome(pdd, prober(pods, pdd.name, pdd.spec.prefill.nodesPerInstance))
+
+
+def kv_path_problem(outcome: TransferOutcome | None) -> str:
+    """How the KV path is degraded, from the prober pods' latest answers (the source of
+    KVTransferVerified: every prefill rank's where instances span nodes); "" while it is
+    verified or not measured yet."""
+    if outcome is None or outcome.ok is not False:
+        return ""
+    measured = outcome.status
+    return (
+        f"KVTransferVerified=False, {outcome.reason}: {measured.measuredGBps:g} GB/s "
+        f"measured, {measured.expectedGBps:g} GB/s expected"
+    )
 
 
 def _scaling(

@@ -1,6 +1,7 @@
-"""What the engines wait for before they are applied: the model's Secret and claims, and
-the gang scheduler's API where instances span nodes. Each check says when to look again
-while it is not met (nothing watches Secrets, claims or the served APIs)."""
+"""What the engines wait for before they are applied: the model's Secret and claims, the
+sidecar token Secret (token.py), a parallelism that fits the model, and the gang scheduler's
+API where instances span nodes. Each check says when to look again while it is not met
+(nothing watches Secrets, claims or the served APIs)."""
 
 from __future__ import annotations
 
@@ -14,14 +15,21 @@ from pdd_operator.api.v1alpha1 import PDDeployment
 from pdd_operator.kube.client import api_error_message
 from pdd_operator.reconcile.memory import DeploymentRecord
 from pdd_operator.reconcile.ports import Ports, key_of
+from pdd_operator.reconcile.token import TokenCheck, check_token
 from pdd_operator.status.gang import GangReadiness, gang_api, gang_readiness
 from pdd_operator.status.model import (
     ModelFacts,
     ModelReadiness,
     claim_facts,
+    engine_roles_held,
     model_readiness,
     model_references,
     secret_reports,
+)
+from pdd_operator.status.parallelism import (
+    ParallelismVerdict,
+    engines_held_by,
+    parallelism_verdict,
 )
 
 log = logging.getLogger(__name__)
@@ -34,6 +42,7 @@ MODEL_RETRY_MAX_S = 60.0
 # How long a discovery answer about a gang scheduler's API holds (it changes when a cluster
 # admin enables a feature gate or installs Kueue/Volcano: rare, and worth a pass then).
 GANG_API_RECHECK_S = 30.0
+CONFLICT_RETRY_SECONDS = 5.0
 
 
 T = TypeVar("T")
@@ -47,12 +56,46 @@ class Checked(Generic[T]):
     again_in: float | None = None
 
 
+@dataclass(frozen=True)
+class Readiness:
+    """What the engines wait for, checked once per pass."""
+
+    model: ModelReadiness
+    token: TokenCheck
+    parallelism: ParallelismVerdict | None
+    gang: GangReadiness | None
+    # The engine workloads are neither created nor changed (running ones keep running).
+    engines_held: bool = False
+    # The instances over several nodes wait for the gang scheduler.
+    gang_waiting: bool = False
+    again_in: tuple[float, ...] = ()  # when a check not met asks to look again
+
+
 class Prerequisites:
     def __init__(self, ports: Ports, model_retry: tuple[float, float]) -> None:
         self.ports = ports
         self.model_retry = model_retry
+        # A name someone else holds is looked at again after this long (doubling, up to
+        # CONFLICT_RETRY_MAX_SECONDS for a child's): the object holding it is not watched (it
+        # may carry no label of ours), so nothing else would say it is gone before a resync.
+        self.conflict_retry_seconds = CONFLICT_RETRY_SECONDS
         # Discovery of the gang schedulers' APIs: (api, plural) -> (when, served).
         self._served: dict[tuple[str, str], tuple[float, bool]] = {}
+
+    async def check(self, pdd: PDDeployment, record: DeploymentRecord) -> Readiness:
+        """Every prerequisite. The token Secret is looked at, and created when missing,
+        before the engines are applied: their pods mount it, and a Secret of its name that
+        is not this deployment's (found, or planted before a late create) holds a token
+        someone else may know."""
+        model = await self.model(pdd, record)
+        token = await check_token(self.ports, pdd, record)
+        parallelism = parallelism_verdict(pdd.spec)
+        gang = await self.gang(pdd)
+        token_again = self.conflict_retry_seconds if token.conflicting else None
+        again = tuple(d for d in (model.again_in, token_again, gang.again_in) if d is not None)
+        held = engine_roles_held(model.answer) or not token.ours or engines_held_by(parallelism)
+        waiting = gang.answer is not None and not gang.answer.ready
+        return Readiness(model.answer, token, parallelism, gang.answer, held, waiting, again)
 
     async def model(self, pdd: PDDeployment, record: DeploymentRecord) -> Checked[ModelReadiness]:
         """Whether the Secret and claims of spec.model.source are there; while one is not,

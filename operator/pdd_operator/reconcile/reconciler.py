@@ -1,26 +1,26 @@
 """The Reconciler: when a deployment gets a pass (the pass queue), and the pass itself, a
-pipeline of parts each in a module of this package: plan -> prerequisites -> children ->
-token -> scale targets -> instance restarts -> status. Each part returns what it found
-(what blocks the deployment, when to look again); only this module schedules from that."""
+pipeline of parts each in a module of this package: plan -> prerequisites (model, token
+Secret, parallelism, gang API) -> children -> scale targets -> instance restarts -> status.
+Each part returns what it found (what blocks the deployment, when to look again); only this
+module asks the queue for the next pass."""
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Mapping
-from dataclasses import asdict, replace
 from typing import Any
 
 from pydantic import ValidationError
 
 from pdd_operator.api.names import DeploymentKey
-from pdd_operator.api.v1alpha1 import PDDeployment, SliceStatus
+from pdd_operator.api.v1alpha1 import PDDeployment
 from pdd_operator.metrics import OperatorMetrics
 from pdd_operator.pass_queue import PassQueue
 from pdd_operator.reconcile import children as child_part
 from pdd_operator.reconcile.children import CONFLICT_RETRY_MAX_SECONDS, Children
 from pdd_operator.reconcile.memory import DeploymentRecord, Memory
 from pdd_operator.reconcile.outcome import NamespaceGoingAway
-from pdd_operator.reconcile.plan import PassPlan, commit, plan_pass
+from pdd_operator.reconcile.plan import commit, plan_pass
 from pdd_operator.reconcile.ports import ApiWriter, ClusterView, EventSink, Ports, key_of
 from pdd_operator.reconcile.prerequisites import (
     MODEL_RETRY_FIRST_S,
@@ -29,22 +29,9 @@ from pdd_operator.reconcile.prerequisites import (
 )
 from pdd_operator.reconcile.restarts import restart_broken_instances
 from pdd_operator.reconcile.scalers import sync_scalers
-from pdd_operator.reconcile.status_writer import (
-    StatusWriter,
-    kv_path_problem,
-    pass_transfer_outcome,
-)
-from pdd_operator.reconcile.token import check_token
+from pdd_operator.reconcile.status_writer import StatusWriter
 from pdd_operator.rendering.context import OperatorSettings, RenderContext
 from pdd_operator.status import ownership
-from pdd_operator.status.compute import Observed
-from pdd_operator.status.gang import GangReadiness
-from pdd_operator.status.model import ModelReadiness, engine_roles_held
-from pdd_operator.status.parallelism import (
-    ParallelismVerdict,
-    engines_held_by,
-    parallelism_verdict,
-)
 
 log = logging.getLogger(__name__)
 
@@ -99,11 +86,11 @@ class Reconciler:
 
     @property
     def conflict_retry_seconds(self) -> float:
-        return self._children.conflict_retry_seconds
+        return self._prerequisites.conflict_retry_seconds
 
     @conflict_retry_seconds.setter
     def conflict_retry_seconds(self, seconds: float) -> None:
-        self._children.conflict_retry_seconds = seconds
+        self._prerequisites.conflict_retry_seconds = seconds
 
     def is_own_status_write(self, key: DeploymentKey, resource_version: str) -> bool:
         """Whether this version of the PDDeployment is the status this operator just wrote:
@@ -179,73 +166,37 @@ class Reconciler:
         record: DeploymentRecord,
         again: list[float],
     ) -> None:
-        key, view = key_of(pdd), self._ports.view
-        transfer = pass_transfer_outcome(pdd, view.pods(key))  # the KV path's verdict, once
+        """One pass, each part once, in this order: what each found is passed on, and when
+        each asks to look again is collected in `again`."""
+        key, view, ledger = key_of(pdd), self._ports.view, self._memory.reservations
         observed = view.children(key)
-        ledger = self._memory.reservations
-        problem = kv_path_problem(transfer)
-        plan = plan_pass(pdd, view, observed, record, ledger, self.settings, problem)
+        plan = plan_pass(pdd, view, observed, record, ledger, self._ports.settings)
         commit(plan, record, ledger)
         pdd = plan.pdd
-        desired = self._render(pdd, plan.context)
-        model = await self._prerequisites.model(pdd, record)
-        # Looked at, and created when missing, before the engines are applied: their pods
-        # mount it, and a Secret of its name that is not this deployment's (found, or planted
-        # before a late create) holds a token someone else may know.
-        token = await check_token(self._ports, pdd, record)
-        parallelism = parallelism_verdict(pdd.spec)
-        gang = await self._prerequisites.gang(pdd)
-        again += [d for d in (model.again_in, gang.again_in) if d is not None]
-        if token.conflicting:
-            again.append(self.conflict_retry_seconds)
-        hold = engine_roles_held(model.answer) or not token.ours or engines_held_by(parallelism)
-        held = child_part.engine_workloads(desired) if hold else frozenset()
-        if gang.answer is not None and not gang.answer.ready:
-            held |= child_part.gang_children(pdd, desired)
-        blocked = await self._children.sync(pdd, body, desired, observed, held)
-        self._back_off(key, "conflict", blocked.reason == ownership.REASON, again)
-        blocked = blocked if blocked.message else token.found
+        readiness = await self._prerequisites.check(pdd, record)
+        again += readiness.again_in
+        desired = child_part.render(pdd, plan.context, record)
+        held = child_part.held_children(
+            pdd, desired, readiness.engines_held, readiness.gang_waiting
+        )
+        conflict = await self._children.sync(pdd, body, desired, observed, held)
+        blocked = conflict if conflict.message else readiness.token.found
         if not blocked.message:
             blocked = await sync_scalers(self._ports, pdd, plan.scaling.plan)
         if not blocked.message:
             await restart_broken_instances(self._ports, pdd, body)
-        seen = self._status.observe(
-            pdd, desired.hashes, plan.placement, blocked, plan.scaling, transfer
-        )
+        seen = self._status.observe(desired.hashes, plan, blocked, readiness)
         again += [seen.again_in] if seen.again_in is not None else []
-        observed_now = _with_plan(seen.observed, plan, model.answer, gang.answer, parallelism)
-        status = await self._status.status(pdd, observed_now)
-        await self._status.write(pdd, body, status)
-        self._status.export_transfer(key, observed_now.transfer_ok, status)
-        self._back_off(key, "transient", blocked.transient, again)
-
-    def _back_off(self, key: DeploymentKey, reason: str, lasting: bool, again: list[float]) -> None:
-        """Look again at a trouble that lasts (a name conflict, a write time may cure), backing
-        off while it does; once over, its count starts again."""
-        first, most = {
-            "conflict": (self.conflict_retry_seconds, CONFLICT_RETRY_MAX_SECONDS),
-            "transient": (TRANSIENT_RETRY_FIRST_S, TRANSIENT_RETRY_MAX_S),
-        }[reason]
-        delay = self._queue.back_off(key, reason, lasting, first, most)
-        if lasting:
-            again.append(delay)
-
-
-def _with_plan(
-    observed: Observed,
-    plan: PassPlan,
-    model: ModelReadiness,
-    gang: GangReadiness | None,
-    parallelism: ParallelismVerdict | None,
-) -> Observed:
-    """What was observed, with what the pass decided and checked on the way."""
-    autoscaled = plan.pdd.spec.autoscaling is not None
-    return replace(
-        observed,
-        model=model,
-        gang=gang,
-        parallelism=parallelism,
-        scaled_to_zero=plan.scaling.plan.scaled_to_zero if autoscaled else None,
-        scaling_held=plan.scaling.plan.held if autoscaled else None,
-        slices=[SliceStatus(**asdict(piece)) for piece in plan.scaling.slices],
-    )
+        await self._status.report(pdd, body, seen.observed)
+        # Troubles that last (a name someone else holds, a write time may cure) are looked
+        # at again with backoff while they do; once over, their count starts again.
+        name_taken = conflict.reason == ownership.REASON
+        first = self._prerequisites.conflict_retry_seconds
+        conflict_delay = self._queue.back_off(
+            key, "conflict", name_taken, first, CONFLICT_RETRY_MAX_SECONDS
+        )
+        transient_delay = self._queue.back_off(
+            key, "transient", blocked.transient, TRANSIENT_RETRY_FIRST_S, TRANSIENT_RETRY_MAX_S
+        )
+        again += [conflict_delay] if name_taken else []
+        again += [transient_delay] if blocked.transient else []

@@ -10,21 +10,21 @@ import asyncio
 import logging
 import time
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import asdict, dataclass, replace
 from typing import Any
 
 from pydantic import ValidationError
 
 from pdd_operator.api import names
 from pdd_operator.api.names import DeploymentKey
-from pdd_operator.api.v1alpha1 import Condition, PDDeployment, PDDeploymentStatus
+from pdd_operator.api.v1alpha1 import Condition, PDDeployment, PDDeploymentStatus, SliceStatus
 from pdd_operator.kube.resources import POD
 from pdd_operator.planning.autoscaling import discovery_wait
-from pdd_operator.planning.placement import PlacementResult
 from pdd_operator.planning.probe_pairs import per_rank_probes
 from pdd_operator.reconcile.outcome import Blocked
-from pdd_operator.reconcile.plan import Scaling
+from pdd_operator.reconcile.plan import PassPlan
 from pdd_operator.reconcile.ports import Ports, key_of, now
+from pdd_operator.reconcile.prerequisites import Readiness
 from pdd_operator.reconcile.workloads import role_workloads
 from pdd_operator.rendering.roles import engine_revision
 from pdd_operator.rendering.sidecar import sidecar_enabled
@@ -48,15 +48,7 @@ from pdd_operator.status.observe import (
 from pdd_operator.status.own_writes import OwnStatusWrites
 from pdd_operator.status.refusals import Refusal
 from pdd_operator.status.token import token_mount_problems
-from pdd_operator.status.transfer import (
-    TransferOutcome,
-    probe_due,
-    prober,
-    rank_probe_requests,
-    rank_probers,
-    rank_transfer_outcome,
-    transfer_outcome,
-)
+from pdd_operator.status.transfer import probe_due, prober, rank_probe_requests, rank_probers
 
 log = logging.getLogger(__name__)
 
@@ -72,26 +64,6 @@ class Seen:
     again_in: float | None = None
 
 
-def pass_transfer_outcome(pdd: PDDeployment, pods: Sequence[PodSummary]) -> TransferOutcome | None:
-    """The one prober's verdict, or every prefill rank's where instances span nodes."""
-    if per_rank_probes(pdd):
-        return rank_transfer_outcome(pdd, rank_probers(pdd, pods))
-    return transfer_outcome(pdd, prober(pods, pdd.name, pdd.spec.prefill.nodesPerInstance))
-
-
-def kv_path_problem(outcome: TransferOutcome | None) -> str:
-    """How the KV path is degraded, from the prober pods' latest answers (the source of
-    KVTransferVerified: every prefill rank's where instances span nodes); "" while it is
-    verified or not measured yet."""
-    if outcome is None or outcome.ok is not False:
-        return ""
-    measured = outcome.status
-    return (
-        f"KVTransferVerified=False, {outcome.reason}: {measured.measuredGBps:g} GB/s "
-        f"measured, {measured.expectedGBps:g} GB/s expected"
-    )
-
-
 class StatusWriter:
     def __init__(self, ports: Ports) -> None:
         self.ports = ports
@@ -104,14 +76,14 @@ class StatusWriter:
 
     def observe(
         self,
-        pdd: PDDeployment,
         hashes: Mapping[ChildKey, str],
-        placement: PlacementResult,
+        plan: PassPlan,
         blocked: Blocked,
-        scaling: Scaling,
-        outcome: TransferOutcome | None,
+        readiness: Readiness,
     ) -> Seen:
-        view = self.ports.view
+        """What the pass observed of the deployment at the plan's counts, with what it
+        decided and checked on the way."""
+        pdd, scaling, outcome, view = plan.pdd, plan.scaling, plan.transfer, self.ports.view
         pods = view.pods(key_of(pdd))
         counted, again_in = _found_by_routers(pods) if pdd.spec.autoscaling else (pods, None)
         children = counted_from_pods(view.children(key_of(pdd)).values(), counted)
@@ -127,7 +99,7 @@ class StatusWriter:
             revision=engine_revision(pdd.spec),
             pod_problems=[*pod_problems(pods, view.node_ready), *self._token_problems(pdd)],
             pod_nodes=pod_nodes(pods, view.node_ready),
-            placement=placement,
+            placement=plan.placement,
             transfer=outcome.status if outcome else None,
             transfer_ok=outcome.ok if outcome else None,
             transfer_reason=outcome.reason if outcome else "",
@@ -135,6 +107,12 @@ class StatusWriter:
             apply_error_reason=blocked.reason or APPLY_FAILED,
             apply_error_transient=blocked.transient,
             refusals=self._refusals(children),
+            model=readiness.model,
+            gang=readiness.gang,
+            parallelism=readiness.parallelism,
+            scaled_to_zero=scaling.plan.scaled_to_zero if pdd.spec.autoscaling else None,
+            scaling_held=scaling.plan.held if pdd.spec.autoscaling else None,
+            slices=[SliceStatus(**asdict(piece)) for piece in scaling.slices],
         )
         return Seen(observed, again_in)
 
@@ -157,12 +135,14 @@ class StatusWriter:
             and (message := self.ports.view.creation_refusal(summary.uid))
         ]
 
-    async def status(self, pdd: PDDeployment, observed: Observed) -> PDDeploymentStatus:
-        """The status of this pass, computed once: a transfer probe asked for on the way
-        is part of what was observed."""
+    async def report(self, pdd: PDDeployment, body: Mapping[str, Any], observed: Observed) -> None:
+        """The status of this pass, computed once (a transfer probe asked for on the way is
+        part of what was observed), written when it changed, and the KV path's metrics."""
         stamp = now()
         requested = await self._request_probe_if_due(pdd, observed, stamp)
-        return compute_status(pdd, replace(observed, probe_requested_at=requested), stamp)
+        status = compute_status(pdd, replace(observed, probe_requested_at=requested), stamp)
+        await self._write(pdd, body, status)
+        self._export_transfer(key_of(pdd), observed.transfer_ok, status)
 
     async def _request_probe_if_due(self, pdd: PDDeployment, observed: Observed, at: str) -> str:
         """Stamp a probe request on the prober pod when one is due; the request time, or ""
@@ -205,7 +185,7 @@ class StatusWriter:
         result = self.ports.kube.annotate_pod(namespace, pod, annotations)
         self.ports.own_object_writes.expect(POD.plural, result)
 
-    async def write(
+    async def _write(
         self, pdd: PDDeployment, body: Mapping[str, Any], status: PDDeploymentStatus
     ) -> None:
         """Write the status when it changed; then post an event per condition that flipped."""
@@ -219,7 +199,7 @@ class StatusWriter:
             for event in transition_events(pdd.status.conditions, status.conditions):
                 self.ports.emit_event(body, *event)
 
-    def export_transfer(
+    def _export_transfer(
         self, key: DeploymentKey, ok: bool | None, status: PDDeploymentStatus
     ) -> None:
         """pdd_kv_transfer_gbps and pdd_kv_transfer_verified from the measurement this pass's

@@ -153,7 +153,7 @@ def compute_status(pdd: PDDeployment, observed: Observed, now: str) -> PDDeploym
     stalled = (degraded and blocking) or _apply_refused(observed)
     stall_reason, stall_msg = deg_reason, deg_msg
     if observed.apply_error and observed.apply_error_transient:
-        # Retried with backoff (reconcile/reconciler.py) without anyone acting: in progress, not stuck.
+        # Retried with backoff (reconcile/) without anyone acting: in progress, not stuck.
         progressing, prog_reason, prog_msg = True, observed.apply_error_reason, observed.apply_error
     since = _waiting_since(pdd, observed, now)
     if _model_missing(observed) and not observed.apply_error:
