@@ -16,6 +16,8 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
+from pdd_operator.api import condition_reasons as reasons
+
 
 class RankPod(Protocol):
     """What the rule reads of a pod (status.observe.PodSummary)."""
@@ -46,7 +48,7 @@ class InstanceRestart:
     instance: str
     cause: str  # the rank pod that broke it, for the event
     pods: tuple[tuple[str, str], ...]  # (name, uid) of every rank pod to delete
-    event: str = "InstanceRestarted"  # the event's reason
+    event: str = reasons.INSTANCE_RESTARTED  # the event's reason
 
 
 def instances_to_restart(pods: Iterable[RankPod]) -> list[InstanceRestart]:

@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
+from pdd_operator.api import condition_reasons as reasons
 from pdd_operator.planning.instance_restart import InstanceRestart, RankPod
 from pdd_operator.planning.rollout import ROLE_ORDER
 
@@ -56,7 +57,7 @@ def next_instance_to_replace(
         instance,
         f"rolling out revision {revision}",
         tuple(sorted((p.name, p.uid) for p in ranks)),
-        event="InstanceReplaced",
+        event=reasons.INSTANCE_REPLACED,
     )
 
 

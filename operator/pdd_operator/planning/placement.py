@@ -17,6 +17,7 @@ from typing import NamedTuple
 
 from pdd_contract.labels import LABEL_GPUDIRECT
 from pdd_contract.resources import GPU_RESOURCE
+from pdd_operator.api import condition_reasons as reasons
 from pdd_operator.api.v1alpha1 import PDDeploymentSpec, PlacementStatus, RoleSpec
 from pdd_operator.planning.eligibility import RoleNodes, Taint, role_nodes
 
@@ -245,7 +246,7 @@ def plan_placement(
         return PlacementResult(
             placed=True,
             placement=Placement(mode="none"),
-            reason="PlacementDisabled",
+            reason=reasons.PLACEMENT_DISABLED,
             message="spec.topology.placement is none: the scheduler puts prefill and decode "
             "pods on any node",
         )
@@ -267,7 +268,7 @@ def plan_placement(
         refusal = _refused_by_a_role(spec, fleet, gpudirect, by_role)
     if refusal is not None:
         return PlacementResult(
-            placed=False, placement=unplaced, reason="NoEligibleNodes", message=refusal
+            placed=False, placement=unplaced, reason=reasons.NO_ELIGIBLE_NODES, message=refusal
         )
     eligible = fleet.eligible(gpudirect.values, asks)
 
@@ -281,7 +282,7 @@ def plan_placement(
             placement=Placement(
                 mode=mode, level=domain.level, domain=domain.name, node_requirements=requirements
             ),
-            reason="Placed",
+            reason=reasons.PLACED,
             message=f"{who} placed in {domain.level}={domain.name} ({needed} GPUs needed, "
             f"{domain.free} free on {_count(len(domain.nodes), gpudirect.adjective)})",
             nodes=fit.nodes,
@@ -309,7 +310,7 @@ def plan_placement(
                     mode=mode, level=sticky.level, domain=sticky.name,
                     node_requirements=requirements,
                 ),
-                reason="WaitingForCapacity",
+                reason=reasons.WAITING_FOR_CAPACITY,
                 message=f"{who} kept in {sticky.level}={sticky.name}: waiting for GPUs there "
                 f"({needed} needed, {sticky.free} free now, {capacity} in all)",
             )  # fmt: skip
@@ -331,7 +332,7 @@ def plan_placement(
     if largest.free >= needed:
         message += f" but {_fragmentation(groups, largest.nodes)}"
     return PlacementResult(
-        placed=False, placement=unplaced, reason="InsufficientCapacity", message=message
+        placed=False, placement=unplaced, reason=reasons.INSUFFICIENT_CAPACITY, message=message
     )
 
 
@@ -526,7 +527,7 @@ def _without_domains(
         return PlacementResult(
             placed=True,
             placement=unplaced,
-            reason="NoTopologyLabels",
+            reason=reasons.NO_TOPOLOGY_LABELS,
             message=f"{why}, so the pods are not kept in one topology domain ({needed} GPUs "
             f"needed, {on}); label the nodes (GPU feature discovery sets nvidia.com/gpu.clique) "
             "or set spec.topology.levels",
@@ -538,7 +539,7 @@ def _without_domains(
     return PlacementResult(
         placed=False,
         placement=unplaced,
-        reason="InsufficientCapacity",
+        reason=reasons.INSUFFICIENT_CAPACITY,
         message=f"{shortage}; {why}",
     )
 
@@ -686,7 +687,7 @@ def _running_in(
             domain=domain.name,
             node_requirements=requirements,
         ),
-        reason="Placed",
+        reason=reasons.PLACED,
         message=message + ")",
         nodes=nodes,
     )

@@ -12,6 +12,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
+from pdd_operator.api import condition_reasons as reasons
 from pdd_operator.api import names
 from pdd_operator.api.v1alpha1 import PDDeployment
 from pdd_operator.engines.base import role_spec
@@ -360,7 +361,7 @@ class Children:
         self.ports.emit_event(body, "Normal", DRIFT_CORRECTED, message)
 
 
-DRIFT_CORRECTED = "DriftCorrected"
+DRIFT_CORRECTED = reasons.DRIFT_CORRECTED
 
 
 def apply_waves(objects: Sequence[dict[str, Any]]) -> list[list[dict[str, Any]]]:

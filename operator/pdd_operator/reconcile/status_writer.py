@@ -15,6 +15,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from pdd_operator.api import condition_reasons as reasons
 from pdd_operator.api import names
 from pdd_operator.api.names import DeploymentKey
 from pdd_operator.api.v1alpha1 import Condition, PDDeployment, PDDeploymentStatus, SliceStatus
@@ -52,7 +53,7 @@ from pdd_operator.status.transfer import probe_due, prober, rank_probe_requests,
 
 log = logging.getLogger(__name__)
 
-INVALID_SPEC = "InvalidSpec"
+INVALID_SPEC = reasons.INVALID_SPEC
 
 
 @dataclass(frozen=True)

@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+from pdd_operator.api import condition_reasons as reasons
 from pdd_operator.api import condition_types
 from pdd_operator.api.v1alpha1 import (
     Condition,
@@ -36,8 +37,8 @@ from pdd_operator.status.refusals import Refusal
 ROLES_WITH_ROUTER = ("prefill", "decode", "router")
 # The reasons of a failed write of the children: refused until someone changes something
 # (Stalled), or failed in a way time may cure and retried with backoff (Reconciling).
-APPLY_FAILED = "ApplyFailed"
-APPLY_RETRYING = "ApplyRetrying"
+APPLY_FAILED = reasons.APPLY_FAILED
+APPLY_RETRYING = reasons.APPLY_RETRYING
 NOT_VERIFIED_YET = (
     "not verified yet: the prober pod (prefill ordinal 0; every prefill rank where instances "
     "span nodes) is asked for a probe once the deployment is Ready"
@@ -194,7 +195,7 @@ def compute_status(pdd: PDDeployment, observed: Observed, now: str) -> PDDeploym
             previous,
             condition_types.STALLED,
             stalled,
-            stall_reason if stalled else "NotStalled",
+            stall_reason if stalled else reasons.NOT_STALLED,
             stall_msg if stalled else "",
             gen,
             now,
@@ -254,15 +255,15 @@ def _readiness(observed: Observed, roles: dict[str, RoleStatus]) -> tuple[bool, 
         return False, observed.model.reason, observed.model.message
     missing = [r for r, s in roles.items() if s.desired and s.ready < s.desired]
     if missing:
-        return False, "ReplicasNotReady", summary
+        return False, reasons.REPLICAS_NOT_READY, summary
     stale = [
         r
         for r in roles
         if r in observed.workloads and not observed.workloads[r].settled and roles[r].desired
     ]
     if stale:
-        return False, "RolloutInProgress", summary
-    return True, "AllReplicasReady", summary
+        return False, reasons.ROLLOUT_IN_PROGRESS, summary
+    return True, reasons.ALL_REPLICAS_READY, summary
 
 
 def _progress(observed: Observed, roles: dict[str, RoleStatus]) -> tuple[bool, str, str]:
@@ -279,13 +280,13 @@ def _progress(observed: Observed, roles: dict[str, RoleStatus]) -> tuple[bool, s
         )
     ]
     if not converging:
-        return False, "Complete", _summary(roles)
+        return False, reasons.COMPLETE, _summary(roles)
     if any(roles[r].updated < roles[r].desired for r in converging):
         updated = ", ".join(
             f"{role} {s.updated}/{s.desired} updated" for role, s in roles.items() if s.desired
         )
-        return True, "RollingOut", f"rolling out revision {observed.revision}: {updated}"
-    return True, "Scaling", _summary(roles)
+        return True, reasons.ROLLING_OUT, f"rolling out revision {observed.revision}: {updated}"
+    return True, reasons.SCALING, _summary(roles)
 
 
 def _degradation(observed: Observed) -> tuple[bool, str, str]:
@@ -296,7 +297,7 @@ def _degradation(observed: Observed) -> tuple[bool, str, str]:
         # Before any pod's problem: these pods do not exist, so no pod can report them.
         return True, REFUSED, "; ".join(r.describe() for r in observed.refusals)
     if not problems:
-        return False, "AsExpected", ""
+        return False, reasons.AS_EXPECTED, ""
     first = problems[0]
     more = f" (and {len(problems) - 1} more pods)" if len(problems) > 1 else ""
     return True, first.reason, f"{first.role} pod {first.pod}: {first.message}{more}"
@@ -470,13 +471,17 @@ def _scaled_to_zero_condition(
                 previous,
                 condition_types.SCALED_TO_ZERO,
                 True,
-                "ScaledToZero",
+                reasons.SCALED_TO_ZERO,
                 SCALED_TO_ZERO_MESSAGE,
                 gen,
                 now,
             )
         ]
-    return [set_condition(previous, condition_types.SCALED_TO_ZERO, False, "Serving", "", gen, now)]
+    return [
+        set_condition(
+            previous, condition_types.SCALED_TO_ZERO, False, reasons.SERVING, "", gen, now
+        )
+    ]
 
 
 def _scaling_held_condition(
@@ -492,10 +497,12 @@ def _scaling_held_condition(
                 previous,
                 condition_types.SCALING_HELD,
                 True,
-                "KVPathDegraded",
+                reasons.KV_PATH_DEGRADED,
                 observed.scaling_held,
                 gen,
                 now,
             )
         ]
-    return [set_condition(previous, condition_types.SCALING_HELD, False, "NotHeld", "", gen, now)]
+    return [
+        set_condition(previous, condition_types.SCALING_HELD, False, reasons.NOT_HELD, "", gen, now)
+    ]

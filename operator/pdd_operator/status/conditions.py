@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import NamedTuple
 
+from pdd_operator.api import condition_reasons as reasons
 from pdd_operator.api import condition_types
 from pdd_operator.api.v1alpha1 import Condition
 
@@ -71,7 +72,7 @@ def _just_created(cond: Condition) -> bool:
     return (
         cond.type == condition_types.READY
         and cond.status != "True"
-        and cond.reason == "ReplicasNotReady"
+        and cond.reason == reasons.REPLICAS_NOT_READY
     )
 
 
@@ -79,10 +80,10 @@ def event_for(cond: Condition) -> Event | None:
     """The event a condition's new state is worth; None for those a user need not be told."""
     if cond.type == condition_types.READY:
         if cond.status == "True":
-            return Event("Normal", condition_types.READY, cond.message)
-        if cond.reason == "ReplicasNotReady" and not cond.message:
+            return Event("Normal", reasons.READY, cond.message)
+        if cond.reason == reasons.REPLICAS_NOT_READY and not cond.message:
             return None
-        return Event("Normal", "NotReady", cond.message)
+        return Event("Normal", reasons.NOT_READY, cond.message)
     if (
         cond.type == condition_types.ENGINE_VERSION_SUPPORTED
     ):  # told once it is False; True says nothing new

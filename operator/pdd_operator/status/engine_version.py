@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from pdd_operator.api import condition_reasons as reasons
 from pdd_operator.api import condition_types
 from pdd_operator.api.v1alpha1 import Condition, PDDeploymentSpec
 from pdd_operator.engines.registry import adapter_for
@@ -35,7 +36,7 @@ def version_verdict(
     """(reason, message) in words a user acts on."""
     wiring = f"rendered for {engine} {resolved.wiring}, the newest supported ({supported})"
     if resolved.supported:
-        return "Supported", f"{engine} {resolved.wiring} (from the {resolved.source})"
+        return reasons.SUPPORTED, f"{engine} {resolved.wiring} (from the {resolved.source})"
     if resolved.declared is None:
         where = (
             f"spec.engine.version {spec.engine.version!r}"
@@ -43,12 +44,12 @@ def version_verdict(
             else f"the tag of spec.engine.image {spec.engine.image!r}"
         )
         return (
-            "VersionUnknown",
+            reasons.VERSION_UNKNOWN,
             f"{where} names no {engine} release: {wiring}; set spec.engine.version to the "
             "release the image runs",
         )
     return (
-        "VersionNotSupported",
+        reasons.VERSION_NOT_SUPPORTED,
         f"{engine} {resolved.declared} (from the {resolved.source}) is outside the supported "
         f"{supported}: {wiring}, whose flags this release may not accept; run a supported "
         "release (docs/engines.md)",

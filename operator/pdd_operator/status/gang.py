@@ -10,12 +10,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from pdd_operator.api import condition_reasons as reasons
 from pdd_operator.api import names
 from pdd_operator.api.v1alpha1 import PDDeployment
 from pdd_operator.engines.base import role_spec
 
-REASON_READY = "GangSchedulerAvailable"
-REASON_MISSING = "GangSchedulerUnavailable"
+REASON_READY = reasons.GANG_SCHEDULER_AVAILABLE
+REASON_MISSING = reasons.GANG_SCHEDULER_UNAVAILABLE
 
 # The API each gang scheduler serves: (group/version, plural), or (group, "") for any version.
 GANG_APIS: dict[str, tuple[str, str]] = {

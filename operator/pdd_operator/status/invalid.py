@@ -12,11 +12,12 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from pdd_operator.api import condition_reasons as reasons
 from pdd_operator.api import condition_types
 from pdd_operator.api.v1alpha1 import Condition
 from pdd_operator.status.conditions import set_condition
 
-REASON = "InvalidSpec"
+REASON = reasons.INVALID_SPEC
 # Conditions an unreadable spec sets; the others keep what the last readable one observed
 # (their observedGeneration says which generation that was).
 NOT_TRUE = (condition_types.READY, condition_types.PROGRESSING, condition_types.RECONCILING)

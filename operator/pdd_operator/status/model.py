@@ -24,13 +24,14 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
+from pdd_operator.api import condition_reasons as reasons
 from pdd_operator.api.v1alpha1 import PDDeployment, PDDeploymentSpec
 
 if TYPE_CHECKING:  # compute.py imports this module
     from pdd_operator.status.compute import PodProblem
 
 CONFIG_ERROR = "CreateContainerConfigError"
-SECRET_REASONS = frozenset({"ModelSecretMissing", "ModelSecretKeyMissing"})
+SECRET_REASONS = frozenset({reasons.MODEL_SECRET_MISSING, reasons.MODEL_SECRET_KEY_MISSING})
 MULTI_NODE_READ = frozenset({"ReadOnlyMany", "ReadWriteMany"})
 MULTI_NODE_WRITE = frozenset({"ReadWriteMany"})
 
@@ -120,19 +121,23 @@ def model_readiness(pdd: PDDeployment, facts: ModelFacts) -> ModelReadiness:
     refs = model_references(pdd.spec)
     if facts.error:
         return ModelReadiness(
-            None, "ModelCheckFailed", f"could not check the model's sources: {facts.error}"
+            None, reasons.MODEL_CHECK_FAILED, f"could not check the model's sources: {facts.error}"
         )
     if refs.secret is not None and not facts.secret_exists:
         secret = f"Secret {refs.secret}"
-        return ModelReadiness(False, "ModelSecretMissing", _secret_missing(pdd, refs), secret)
+        return ModelReadiness(
+            False, reasons.MODEL_SECRET_MISSING, _secret_missing(pdd, refs), secret
+        )
     if refs.secret is not None and facts.secret_key_missing:
-        return ModelReadiness(False, "ModelSecretKeyMissing", _secret_key_missing(pdd, refs))
+        return ModelReadiness(
+            False, reasons.MODEL_SECRET_KEY_MISSING, _secret_key_missing(pdd, refs)
+        )
     pods = pdd.spec.prefill.replicas + pdd.spec.decode.replicas
     for use in refs.claims:
         problem = _claim_problem(pdd.namespace, use, (facts.claims or {}).get(use.name), pods)
         if problem is not None:
             return problem
-    return ModelReadiness(True, "ModelAvailable", _available(pdd.spec))
+    return ModelReadiness(True, reasons.MODEL_AVAILABLE, _available(pdd.spec))
 
 
 def _secret_missing(pdd: PDDeployment, refs: ModelReferences) -> str:
@@ -174,7 +179,7 @@ def _claim_problem(
         fill = "for the shared download cache" if use.written else "holding the model"
         return ModelReadiness(
             False,
-            "ModelPVCMissing",
+            reasons.MODEL_PVC_MISSING,
             f"{what} does not exist in namespace {namespace}: create it ({_modes(needed)}, "
             f"{fill}) or correct the name; the engine pods start once it exists",
             f"PersistentVolumeClaim {use.name}",
@@ -182,7 +187,7 @@ def _claim_problem(
     if claim.phase == "Lost":
         return ModelReadiness(
             False,
-            "ModelPVCLost",
+            reasons.MODEL_PVC_LOST,
             f"{what} is Lost (its PersistentVolume is gone): restore the volume, or create "
             "a new claim and point the field at it",
         )
@@ -190,7 +195,7 @@ def _claim_problem(
         have = ", ".join(sorted(claim.access_modes))
         return ModelReadiness(
             False,
-            "ModelPVCAccessMode",
+            reasons.MODEL_PVC_ACCESS_MODE,
             f"{what} allows only {have}, but {pods} engine pods on different nodes mount "
             f"it{' read-write' if use.written else ''}: use a claim with {_modes(needed)}",
         )

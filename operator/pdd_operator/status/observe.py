@@ -12,6 +12,7 @@ from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any
 
+from pdd_operator.api import condition_reasons as reasons
 from pdd_operator.api import names
 from pdd_operator.planning.node_facts import pod_gpu_request
 from pdd_operator.status.compute import PodProblem, WorkloadState
@@ -358,7 +359,7 @@ def pod_problem(pod: str, role: str, status: Mapping[str, Any]) -> PodProblem | 
         )
         if term and term.get("exitCode", 0) != 0:
             message = (term.get("message") or term.get("reason") or "failed").strip()
-            return PodProblem(pod, role, "PreflightFailed", message, blocking=True)
+            return PodProblem(pod, role, reasons.PREFLIGHT_FAILED, message, blocking=True)
     for container in status.get("containerStatuses") or []:
         waiting = (container.get("state") or {}).get("waiting") or {}
         if waiting.get("reason") in (

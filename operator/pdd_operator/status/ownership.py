@@ -17,9 +17,10 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from pdd_operator.api import condition_reasons as reasons
 from pdd_operator.api import names
 
-REASON = "NameConflict"
+REASON = reasons.NAME_CONFLICT
 
 
 @dataclass(frozen=True)
@@ -110,4 +111,4 @@ def scaler_conflict_message(conflict: NameConflict, role: str) -> str:
     )
 
 
-TOKEN_REASON = "TokenSecretConflict"
+TOKEN_REASON = reasons.TOKEN_SECRET_CONFLICT

@@ -18,6 +18,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from pdd_operator.api import condition_reasons as reasons
 from pdd_operator.api import condition_types
 from pdd_operator.api.v1alpha1 import Condition, PDDeploymentSpec
 from pdd_operator.engines.registry import adapter_for
@@ -37,13 +38,13 @@ from pdd_operator.planning.parallelism_fit import (
 from pdd_operator.status.conditions import set_condition
 
 CONDITION = condition_types.PARALLELISM_SUPPORTED
-FITS = "FitsModel"
-SHAPE_UNKNOWN = "ModelShapeUnknown"
-SHAPE_INCOMPLETE = "ModelShapeIncomplete"
+FITS = reasons.FITS_MODEL
+SHAPE_UNKNOWN = reasons.MODEL_SHAPE_UNKNOWN
+SHAPE_INCOMPLETE = reasons.MODEL_SHAPE_INCOMPLETE
 NOT_DIVISIBLE = {
-    ATTENTION_HEADS: "AttentionHeadsNotDivisible",
-    KV_HEADS: "KVHeadsNotDivisible",
-    EXPERTS: "ExpertsNotDivisible",
+    ATTENTION_HEADS: reasons.ATTENTION_HEADS_NOT_DIVISIBLE,
+    KV_HEADS: reasons.KV_HEADS_NOT_DIVISIBLE,
+    EXPERTS: reasons.EXPERTS_NOT_DIVISIBLE,
 }
 # The spec.model.kvCache field that gives each count.
 COUNT_FIELDS = {ATTENTION_HEADS: "attentionHeads", EXPERTS: "experts"}

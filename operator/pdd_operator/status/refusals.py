@@ -15,7 +15,9 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-REASON = "PodsRefused"
+from pdd_operator.api import condition_reasons as reasons
+
+REASON = reasons.PODS_REFUSED
 FAILED_CREATE = "FailedCreate"
 SUCCESSFUL_CREATE = "SuccessfulCreate"
 # The StatefulSet controller's message: "create Pod x-0 in StatefulSet x failed error: <why>".

@@ -13,12 +13,13 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
+from pdd_operator.api import condition_reasons as reasons
 from pdd_operator.status.compute import PodProblem
 from pdd_operator.status.observe import PodSummary
 from pdd_operator.status.refusals import event_time
 
-TOKEN_RECREATED = "TokenSecretRecreated"
-TOKEN_MISSING = "TokenSecretMissing"
+TOKEN_RECREATED = reasons.TOKEN_SECRET_RECREATED
+TOKEN_MISSING = reasons.TOKEN_SECRET_MISSING
 # A kubelet reports a mount that still fails again within about two minutes (its retry
 # backoff's ceiling): an older report is of a mount that has worked since, or of a pod gone.
 MOUNT_REPORT_FRESH_S = 150.0

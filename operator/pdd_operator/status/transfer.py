@@ -18,6 +18,7 @@ from datetime import datetime
 from typing import Any
 
 from pdd_contract.probe_result import REASON_VERIFIED, classify_probe
+from pdd_operator.api import condition_reasons as reasons
 from pdd_operator.api import names
 from pdd_operator.api.v1alpha1 import PDDeployment, RankTransferStatus, TransferStatus
 from pdd_operator.engines.registry import adapter_for
@@ -34,7 +35,7 @@ DEFAULT_RDMA_GBPS = 50.0
 # setting moves it.
 ENGINE_FRACTION_HINT = 0.5
 # KVTransferVerified's reason where instances span nodes and a rank's own path fails.
-REASON_RANK_DEGRADED = "RankPathDegraded"
+REASON_RANK_DEGRADED = reasons.RANK_PATH_DEGRADED
 
 
 @dataclass(frozen=True)
