@@ -160,8 +160,12 @@ class Procs:
         self.started.append(proc)
         return proc
 
-    def sidecar(self, role: str, host: str, port: int, peers: str, wait: bool = True) -> str:
-        """A sidecar's URL; with ``wait``, once it answers (else `wait_sidecar` it later)."""
+    def sidecar(
+        self, role: str, host: str, port: int, peers: str, wait: bool = True, pod: str = ""
+    ) -> str:
+        """A sidecar's URL; with ``wait``, once it answers (else `wait_sidecar` it later).
+        ``pod``: its pod's name (default ROLE-0)."""
+        pod = pod or f"{role}-0"
         argv = [
             sys.executable,
             "-m",
@@ -176,9 +180,9 @@ class Procs:
             "--role",
             role,
             "--pod-name",
-            f"{role}-0",
+            pod,
             "--pod-uid",
-            f"uid-{role}",
+            f"uid-{pod}",
             "--deployment",
             "demo",
             "--namespace",
@@ -188,7 +192,7 @@ class Procs:
             "--peer-source",
             f"static:{peers}",
         ]
-        proc = self.start(f"sidecar-{role}", argv, self.env())
+        proc = self.start(f"sidecar-{pod}", argv, self.env())
         url = f"http://{host}:{port}"
         if wait:
             self.wait_sidecar(proc, url)

@@ -43,6 +43,16 @@ INVALID: list[tuple[str, dict[str, Any], list[str]]] = [
             "not 3 and 4",
         ],
     ),
+    (
+        "router policy the engine's router lacks",
+        {"router.policy": "prefix_hash"},
+        ["spec.router.policy must be one of the vllm router's policies", "cache_aware"],
+    ),
+    (
+        "router policy for a router of your own",
+        {"router.command": ["my-router"], "router.decodePolicy": "round_robin"},
+        ["with a custom engine or spec.router.command", "spec.router.args"],
+    ),
     ("negative replicas", {"prefill.replicas": -1}, ["spec.prefill.replicas", "between 0 and 512"]),
     ("absurd replicas", {"decode.replicas": 100000}, ["spec.decode.replicas", "between 0 and 512"]),
     (
@@ -563,6 +573,10 @@ INVALID: list[tuple[str, dict[str, Any], list[str]]] = [
 # Specs that look close to a refused one and are accepted: the rules refuse what cannot work,
 # nothing more.
 ACCEPTED: list[tuple[str, dict[str, Any]]] = [
+    (
+        "a routing policy per role",
+        {"router.prefillPolicy": "cache_aware", "router.decodePolicy": "power_of_two"},
+    ),
     ("other UCX variables in env", {"engine.env": [{"name": "UCX_RNDV_THRESH", "value": "8k"}]}),
     ("PDD-like but not PDD_", {"engine.env": [{"name": "PDDX", "value": "1"}]}),
     ("exclusion list", {"kvTransfer.ucx.transports": ["^tcp", "cuda_ipc"]}),

@@ -832,6 +832,60 @@ class RouterResources(ResourceRequirements):
     ] = Field(default_factory=lambda: {"memory": "2Gi"})
 
 
+# The routing policies each engine's router offers that run with what the operator renders
+# (their own `--policy` names: vllm-router 0.1.17, smg 1.13.0; tests/fixtures/routers holds
+# their help). Left out: vllm-router's kv_aware, which needs the engines' KV events that the
+# operator does not wire yet, and smg's passthrough, manual and (prefill only) bucket, which
+# need request headers or a bucket configuration of their own.
+ROUTER_POLICIES: dict[str, tuple[str, ...]] = {
+    "vllm": (
+        "cache_aware",
+        "round_robin",
+        "random",
+        "power_of_two",
+        "consistent_hash",
+        "sticky_least_loaded",
+    ),
+    "sglang": (
+        "cache_aware",
+        "round_robin",
+        "random",
+        "power_of_two",
+        "least_load",
+        "consistent_hashing",
+        "prefix_hash",
+    ),
+}
+POLICY_FIELDS = ("policy", "prefillPolicy", "decodePolicy")
+
+
+def _router_policy_rules() -> list[tuple[str, str]]:
+    """Per engine and policy field: a policy that engine's router offers; none where the
+    operator does not run the router (a custom engine, or a router command of your own)."""
+    rules = []
+    for engine, policies in ROUTER_POLICIES.items():
+        for name in POLICY_FIELDS:
+            field = f"self.router.{name}"
+            rules.append(
+                (
+                    f"self.engine.type != '{engine}' || !has({field}) || "
+                    f"{field} in {_cel_list(policies)}",
+                    f"spec.router.{name} must be one of the {engine} router's policies: "
+                    + ", ".join(policies),
+                )
+            )
+    given = " || ".join(f"has(self.router.{name})" for name in POLICY_FIELDS)
+    rules.append(
+        (
+            f"!({given}) || (self.engine.type != 'custom' && !has(self.router.command))",
+            "spec.router.policy, prefillPolicy and decodePolicy choose the policy of the "
+            "engine's own router: with a custom engine or spec.router.command, set your "
+            "router's policy in spec.router.args instead",
+        )
+    )
+    return rules
+
+
 class RouterSpec(Model):
     """The request router in front of the two roles (prefill first, then decode).
 
@@ -869,6 +923,23 @@ class RouterSpec(Model):
         json_schema_extra=cel(
             "self >= 0 && self <= 64", "spec.router.replicas must be between 0 and 64"
         ),
+    )
+    policy: str | None = Field(
+        default=None,
+        max_length=32,
+        description="How the router picks a pod of either role (`--policy`): the router's "
+        "own policy names, per engine (docs/engines.md lists them). Unset: the router's "
+        "default, cache_aware (a prefix tree of what each pod was sent).",
+    )
+    prefillPolicy: str | None = Field(
+        default=None,
+        max_length=32,
+        description="The prefill pods' policy (`--prefill-policy`), over `policy`.",
+    )
+    decodePolicy: str | None = Field(
+        default=None,
+        max_length=32,
+        description="The decode pods' policy (`--decode-policy`), over `policy`.",
     )
     args: Args = Field(
         default_factory=list, description="Extra router arguments, after the engine's router's."
@@ -1530,6 +1601,7 @@ SPEC_RULES = cel(
         ),
         _reserved_flags_rule("vllm"),
         _reserved_flags_rule("sglang"),
+        *_router_policy_rules(),
         *_layout_rules("prefill"),
         *_layout_rules("decode"),
         *_shape_rules("prefill"),

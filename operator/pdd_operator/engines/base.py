@@ -340,6 +340,7 @@ def pd_router_args(
         "--port",
         str(router.port),
         *mode,
+        *policy_args(router),
         *service_discovery_args(discovery),
         "--prometheus-host",
         "0.0.0.0",
@@ -348,6 +349,17 @@ def pd_router_args(
         "--request-timeout-secs",
         str(router.requestTimeoutSeconds),
     )
+
+
+def policy_args(router: RouterSpec) -> tuple[str, ...]:
+    """spec.router's routing policies, spelled alike by vllm-router 0.1.17 and smg 1.13.0
+    (none set: the router's default, cache_aware, for both roles)."""
+    chosen = (
+        ("--policy", router.policy),
+        ("--prefill-policy", router.prefillPolicy),
+        ("--decode-policy", router.decodePolicy),
+    )
+    return tuple(arg for flag, value in chosen if value for arg in (flag, value))
 
 
 def service_discovery_args(discovery: RouterDiscovery) -> tuple[str, ...]:

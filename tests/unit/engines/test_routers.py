@@ -18,7 +18,7 @@ import pytest
 
 from helpers.factories import make_pdd
 from pdd_operator.api import names
-from pdd_operator.api.v1alpha1 import DEFAULT_ROUTER_IMAGE, PDDeployment
+from pdd_operator.api.v1alpha1 import DEFAULT_ROUTER_IMAGE, ROUTER_POLICIES, PDDeployment
 from pdd_operator.engines.sglang import BOOTSTRAP_PORT_ANNOTATION
 from pdd_operator.engines.vllm import SMG_KV_CONNECTOR_ANNOTATION
 from pdd_operator.rendering.children import render_children
@@ -160,6 +160,28 @@ def test_every_rendered_flag_is_one_the_pinned_router_declares(engine: str) -> N
     assert "--service-discovery" in flags
     assert flags["--service-discovery-namespace"] == ["team-a"]
     assert flags["--service-discovery-port"] == [str(pdd.spec.engine.port)]
+
+
+@pytest.mark.parametrize("engine", sorted(ROUTERS))
+def test_every_policy_the_api_offers_is_a_choice_of_the_pinned_router(engine: str) -> None:
+    """spec.router.policy, prefillPolicy and decodePolicy render as the router's own flags,
+    each value among the choices its --help declares (check_args)."""
+    for policy in ROUTER_POLICIES[engine]:
+        router = {"image": DEFAULT_ROUTER_IMAGE, "policy": policy}
+        router |= {"prefillPolicy": policy, "decodePolicy": policy}
+        flags = rendered_flags(engine, {"router": router})
+        assert flags["--policy"] == flags["--prefill-policy"] == [policy]
+        assert flags["--decode-policy"] == [policy]
+
+
+@pytest.mark.parametrize("engine", sorted(ROUTERS))
+def test_without_a_policy_the_router_keeps_its_default(engine: str) -> None:
+    flags = rendered_flags(engine)
+    assert not {"--policy", "--prefill-policy", "--decode-policy"} & set(flags)
+    router = {"image": DEFAULT_ROUTER_IMAGE, "decodePolicy": "round_robin"}
+    flags = rendered_flags(engine, {"router": router})
+    assert flags["--decode-policy"] == ["round_robin"]
+    assert "--policy" not in flags and "--prefill-policy" not in flags
 
 
 def test_vllm_router_runs_vllm_pd_mode_with_the_nixl_connector() -> None:
