@@ -12,7 +12,8 @@ import subprocess
 import sys
 import urllib.error
 import urllib.request
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -228,3 +229,47 @@ class Procs:
             proc.terminate()
         for proc in reversed(self.started):
             proc.wait_stopped()
+
+    def router(
+        self,
+        engine: str,
+        host: str,
+        prefills: Sequence[tuple[str, int]],
+        decode: str,
+        extra: Sequence[str] = (),
+    ) -> str:
+        """The engine's real router (vllm-router, smg) in static PD mode on ``host``: each
+        prefill's URL with its bootstrap port (SGLang's), one decode, ``extra`` flags; its
+        URL once it says it is ready. Killed at the end: how a router shuts down is not under
+        test here, and smg's graceful shutdown takes about 5 s of every teardown."""
+        port, metrics_port = free_port(host), free_port(host)
+        common = ["--host", host, "--port", str(port)]
+        common += ["--prometheus-host", host, "--prometheus-port", str(metrics_port), *extra]
+        bin_dir = Path(sys.executable).parent
+        if engine == "vllm":
+            argv = [str(bin_dir / "vllm-router"), *common, "--vllm-pd-disaggregation"]
+            argv += [arg for url, _ in prefills for arg in ("--prefill", url)]
+            argv += ["--decode", decode, "--kv-connector", "nixl"]
+        else:
+            argv = [str(bin_dir / "smg"), "launch", *common, "--pd-disaggregation"]
+            argv += [arg for url, boot in prefills for arg in ("--prefill", url, str(boot))]
+            argv += ["--decode", decode, "--disable-tokenizer-autoload"]
+        router = self.start(f"router-{engine}", argv, self.env(), signal.SIGKILL)
+        url = f"http://{host}:{port}"
+        wait_until(lambda: self._answers(router, f"{url}/readiness"), 60, f"{engine} router")
+        return url
+
+
+@contextmanager
+def running(tmp_path: Path) -> Iterator[Procs]:
+    """Processes started for one test: each one's log printed when the test fails, every one
+    stopped at the end."""
+    procs = Procs(tmp_path)
+    try:
+        yield procs
+    except BaseException:
+        for proc in procs.started:
+            print(f"--- {proc.name}\n{proc.log()}")
+        raise
+    finally:
+        procs.close()

@@ -10,8 +10,6 @@ from __future__ import annotations
 
 import importlib.metadata
 import json
-import signal
-import sys
 import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -27,7 +25,7 @@ from helpers.refengine import (
     http,
     metric,
     rendered_engine_argv,
-    wait_until,
+    running,
 )
 from pdd_refengine.kv_params import RemotePrefill, protocol_generation
 
@@ -86,61 +84,8 @@ def _start_pair(
 
 
 def _start_router(procs: Procs, engine: str, prefill: str, decode: str, bootstrap: int) -> str:
-    port, metrics_port = free_port(ROUTER_IP), free_port(ROUTER_IP)
-    common = [
-        "--host",
-        ROUTER_IP,
-        "--port",
-        str(port),
-        "--prometheus-host",
-        ROUTER_IP,
-        "--prometheus-port",
-        str(metrics_port),
-    ]
-    bin_dir = Path(sys.executable).parent
-    if engine == "vllm":
-        binary = str(bin_dir / "vllm-router")
-        argv = [
-            binary,
-            *common,
-            "--vllm-pd-disaggregation",
-            "--prefill",
-            prefill,
-            "--decode",
-            decode,
-            "--kv-connector",
-            "nixl",
-        ]
-    else:
-        binary = str(bin_dir / "smg")
-        argv = [
-            binary,
-            "launch",
-            *common,
-            "--pd-disaggregation",
-            "--prefill",
-            prefill,
-            str(bootstrap),
-            "--decode",
-            decode,
-            "--disable-tokenizer-autoload",
-        ]
     print(f"router: {_router_version('vllm-router' if engine == 'vllm' else 'smg')}")
-    # Killed at the end: how a router shuts down is not under test here, and smg's graceful
-    # shutdown takes about 5 s of every test's teardown.
-    router = procs.start(f"router-{engine}", argv, procs.env(), signal.SIGKILL)
-    url = f"http://{ROUTER_IP}:{port}"
-
-    def ready() -> bool:
-        if not router.alive():
-            pytest.fail(f"router exited: {router.log()}")
-        try:
-            return http("GET", f"{url}/readiness", timeout=2)[0] == 200
-        except OSError:
-            return False
-
-    wait_until(ready, 60, f"{engine} router readiness")
-    return url
+    return procs.router(engine, ROUTER_IP, [(prefill, bootstrap)], decode)
 
 
 # Each engine at both ends of its supported range: the wiring the operator renders for that
@@ -152,19 +97,12 @@ RELEASES = ["vllm-0.33.0", "vllm-0.33.0-hostpid", "vllm-0.11.0", "sglang-0.5.23"
 
 @pytest.fixture(params=RELEASES)
 def deployment(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Deployment]:
-    procs = Procs(tmp_path)
     engine, release, *variant = request.param.split("-")
-    try:
+    with running(tmp_path) as procs:
         prefill, decode, bootstrap = _start_pair(procs, engine, release, variant == ["hostpid"])
         router = _start_router(procs, engine, prefill, decode, bootstrap)
         push = variant == ["hostpid"] and engine == "vllm"
         yield Deployment(engine, prefill, decode, router, procs, release, push, bootstrap)
-    except BaseException:
-        for proc in procs.started:
-            print(f"--- {proc.name}\n{proc.log()}")
-        raise
-    finally:
-        procs.close()
 
 
 def _complete(url: str, body: dict[str, object]) -> dict[str, object]:

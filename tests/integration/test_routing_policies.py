@@ -11,8 +11,6 @@ went to. No Kubernetes; all on 127.93.0.0/24; every process stopped at teardown.
 from __future__ import annotations
 
 import json
-import signal
-import sys
 from collections import Counter
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -21,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from helpers.refengine import Proc, Procs, free_port, http, rendered_engine_argv, wait_until
+from helpers.refengine import Proc, Procs, free_port, http, rendered_engine_argv, running
 from pdd_operator.api.v1alpha1 import RouterSpec
 from pdd_operator.engines.base import policy_args
 
@@ -81,39 +79,11 @@ def _start(procs: Procs, engine: str, policy: str) -> Fleet:
     for proc, url in engines:
         procs.wait_healthy(proc, url)
     prefills = [url for _, url in engines[:2]]
-    return Fleet(engine, _start_router(procs, engine, prefills, engines[2][1], boots, policy))
-
-
-def _start_router(
-    procs: Procs, engine: str, prefills: list[str], decode: str, boots: list[int], policy: str
-) -> str:
-    port, metrics_port = free_port(ROUTER_IP), free_port(ROUTER_IP)
-    bin_dir = Path(sys.executable).parent
-    common = ["--host", ROUTER_IP, "--port", str(port)]
-    common += ["--prometheus-host", ROUTER_IP, "--prometheus-port", str(metrics_port)]
-    common += list(policy_args(RouterSpec(policy=policy)))
-    if engine == "vllm":
-        argv = [str(bin_dir / "vllm-router"), *common, "--vllm-pd-disaggregation"]
-        argv += [arg for url in prefills for arg in ("--prefill", url)]
-        argv += ["--decode", decode, "--kv-connector", "nixl"]
-    else:
-        argv = [str(bin_dir / "smg"), "launch", *common, "--pd-disaggregation"]
-        for url, boot in zip(prefills, boots, strict=True):
-            argv += ["--prefill", url, str(boot)]
-        argv += ["--decode", decode, "--disable-tokenizer-autoload"]
-    router = procs.start(f"router-{engine}", argv, procs.env(), signal.SIGKILL)
-    url = f"http://{ROUTER_IP}:{port}"
-
-    def ready() -> bool:
-        if not router.alive():
-            pytest.fail(f"router exited: {router.log()}")
-        try:
-            return http("GET", f"{url}/readiness", timeout=2)[0] == 200
-        except OSError:
-            return False
-
-    wait_until(ready, 60, f"{engine} router readiness")
-    return url
+    flags = policy_args(RouterSpec(policy=policy))  # as the operator renders them
+    router = procs.router(
+        engine, ROUTER_IP, list(zip(prefills, boots, strict=True)), engines[2][1], flags
+    )
+    return Fleet(engine, router)
 
 
 # vllm-router 0.1.17's cache_aware, measured here: once load sends a prefix's first request to
@@ -134,15 +104,8 @@ CASES = [
 @pytest.fixture(params=CASES)
 def fleet(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[tuple[Fleet, str]]:
     engine, policy = request.param.split("-")
-    procs = Procs(tmp_path)
-    try:
+    with running(tmp_path) as procs:
         yield _start(procs, engine, policy), policy
-    except BaseException:
-        for proc in procs.started:
-            print(f"--- {proc.name}\n{proc.log()}")
-        raise
-    finally:
-        procs.close()
 
 
 def _prefill_of(router: str, prompt: str) -> str:

@@ -16,10 +16,9 @@ from pdd_operator.api import condition_reasons as reasons
 from pdd_operator.api import names
 from pdd_operator.api.v1alpha1 import PDDeployment
 from pdd_operator.engines.base import role_spec
-from pdd_operator.kube.client import namespace_unavailable
 from pdd_operator.kube.resources import kind_of
 from pdd_operator.reconcile.memory import DeploymentRecord
-from pdd_operator.reconcile.outcome import Blocked, NamespaceGoingAway, write_failed
+from pdd_operator.reconcile.outcome import Blocked, writes_failed
 from pdd_operator.reconcile.ports import Ports, key_of
 from pdd_operator.rendering import dependencies
 from pdd_operator.rendering.children import child_key, render_children
@@ -161,12 +160,8 @@ class Children:
             claims = await self._look_up(pdd, self._to_look_up(pdd, changes, observed))
             claims = await self._apply(pdd, body, changes, desired, observed, claims)
             await self._prune(pdd.namespace, changes.stale, observed)
-        except Exception as err:  # surfaced as a condition + event, not a trace
-            if namespace_unavailable(err):
-                raise NamespaceGoingAway from err
-            blocked = write_failed("could not apply children", err)
-            log.warning("%s/%s: %s", pdd.namespace, pdd.name, blocked.message)
-            return blocked
+        except Exception as err:
+            return writes_failed(pdd, "could not apply children", err)
         if claims.conflicts:
             return _report_conflicts(pdd, claims)
         return Blocked()

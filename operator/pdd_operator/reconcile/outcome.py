@@ -3,10 +3,14 @@ and the user's message), and whether time may cure it."""
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
 
-from pdd_operator.kube.client import api_error_message, transient
+from pdd_operator.api.v1alpha1 import PDDeployment
+from pdd_operator.kube.client import api_error_message, namespace_unavailable, transient
 from pdd_operator.status.compute import APPLY_FAILED, APPLY_RETRYING
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -27,6 +31,17 @@ def write_failed(what: str, err: Exception) -> Blocked:
     if transient(err):
         return Blocked(APPLY_RETRYING, f"{message} (retrying)", transient=True)
     return Blocked(APPLY_FAILED, message)
+
+
+def writes_failed(pdd: PDDeployment, what: str, err: Exception) -> Blocked:
+    """A part's writes failed: surfaced as a condition and an event, not a trace. Raises
+    NamespaceGoingAway where the namespace is being deleted (nothing to create, nobody to
+    tell)."""
+    if namespace_unavailable(err):
+        raise NamespaceGoingAway from err
+    blocked = write_failed(what, err)
+    log.warning("%s/%s: %s", pdd.namespace, pdd.name, blocked.message)
+    return blocked
 
 
 class NamespaceGoingAway(Exception):

@@ -8,10 +8,9 @@ import asyncio
 import logging
 
 from pdd_operator.api.v1alpha1 import PDDeployment
-from pdd_operator.kube.client import namespace_unavailable
 from pdd_operator.kube.resources import ROLE_SCALER
 from pdd_operator.planning.autoscaling import ScalingPlan, scale_target_roles
-from pdd_operator.reconcile.outcome import Blocked, NamespaceGoingAway, write_failed
+from pdd_operator.reconcile.outcome import Blocked, writes_failed
 from pdd_operator.reconcile.ports import Ports, key_of
 from pdd_operator.reconcile.workloads import role_workloads
 from pdd_operator.rendering.scalers import render_scaler, scaler_status
@@ -47,12 +46,8 @@ async def sync_scalers(ports: Ports, pdd: PDDeployment, scaling: ScalingPlan) ->
                     ports.kube.delete, ROLE_SCALER, pdd.namespace, scaler.name, scaler.uid
                 )
                 ports.count_write("delete", ROLE_SCALER.kind)
-    except Exception as err:  # surfaced as a condition + event, not a trace
-        if namespace_unavailable(err):
-            raise NamespaceGoingAway from err
-        blocked = write_failed("could not write the scale targets", err)
-        log.warning("%s/%s: %s", pdd.namespace, pdd.name, blocked.message)
-        return blocked
+    except Exception as err:
+        return writes_failed(pdd, "could not write the scale targets", err)
     return Blocked()
 
 
