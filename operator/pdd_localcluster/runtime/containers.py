@@ -59,6 +59,16 @@ class ContainerProcess:
         except (OSError, ValueError):
             return None  # the sandbox has not forked yet
 
+    def forked_pid(self, timeout: float) -> int | None:
+        """`namespace_pid`, waiting up to `timeout` seconds for a started sandbox to fork: a
+        container already counted as running may not have written its pid file yet."""
+        deadline = time.monotonic() + timeout
+        while (pid := self.namespace_pid) is None and time.monotonic() < deadline:
+            if self._proc is None or self._proc.poll() is not None:
+                return None  # not started, or ended
+            time.sleep(0.02)
+        return pid
+
     def start(self, spec: dict[str, Any]) -> None:
         """Starts a fresh run; `spec` is the sandbox's (argv, env, mounts, ...)."""
         for p in (self.spec_path, self.termination_log):

@@ -146,7 +146,7 @@ class PodRunner:
         self, container: str, argv: Sequence[str], timeout: float
     ) -> subprocess.CompletedProcess[bytes]:
         """Runs `argv` inside the running container (its namespaces, root, working dir, env)."""
-        pid = self._procs[container].namespace_pid
+        pid = self._procs[container].forked_pid(timeout=min(timeout, 10.0))
         if pid is None:
             raise RuntimeError(f"container {container} is not running")
         cmd = ["nsenter", "-t", str(pid), "-m", "-i", "-u", "-p", "-r", "-w", "--", *argv]

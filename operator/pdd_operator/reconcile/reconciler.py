@@ -173,9 +173,12 @@ class Reconciler:
         plan = plan_pass(pdd, view, observed, record, ledger, self._ports.settings)
         commit(plan, record, ledger)
         pdd = plan.pdd
+        # Rendered before the prerequisites, so that the token Secret is created as shortly
+        # as can be before the children are applied: a restarted operator takes a Secret of a
+        # deployment without children for someone else's (token.py).
+        desired = child_part.render(pdd, plan.context, record)
         readiness = await self._prerequisites.check(pdd, record)
         again += readiness.again_in
-        desired = child_part.render(pdd, plan.context, record)
         held = child_part.held_children(
             pdd, desired, readiness.engines_held, readiness.gang_waiting
         )
