@@ -353,10 +353,7 @@ class Children:
         if self.ports.metrics:
             self.ports.metrics.drift_corrections.labels(kind=kind).inc()
         log.info("%s/%s: %s", pdd.namespace, pdd.name, message)
-        self.ports.emit_event(body, "Normal", DRIFT_CORRECTED, message)
-
-
-DRIFT_CORRECTED = reasons.DRIFT_CORRECTED
+        self.ports.emit_event(body, "Normal", reasons.DRIFT_CORRECTED, message)
 
 
 def apply_waves(objects: Sequence[dict[str, Any]]) -> list[list[dict[str, Any]]]:

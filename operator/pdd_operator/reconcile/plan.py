@@ -163,6 +163,9 @@ def _scaling(
     plan = plan_scaling(pdd.spec, hold.asks)
     if domain is None or len(running) < len(names.ROLES):
         return Scaling(with_hold(plan, hold, asked)), NO_SLICES  # the planner's first job
+    grows = any(plan.replicas[role] > running.get(role, 0) for role in names.ROLES)
+    if home is None and not grows:
+        return Scaling(with_hold(plan, hold, asked)), None  # nothing to find room for
     reserved = reservations.reserved_elsewhere(key, fleet)
     own = fleet.held.get(key, {})
     if home is not None:
@@ -170,8 +173,6 @@ def _scaling(
         marks = tuple(slice_reservation(pdd.spec, piece) for piece in sliced.slices[1:])
         scaling = Scaling(with_hold(plan, hold, asked), sliced.slices)
         return scaling, SlicesUpdate(sliced.slices, marks)
-    if not any(plan.replicas[role] > running.get(role, 0) for role in names.ROLES):
-        return Scaling(with_hold(plan, hold, asked)), None
 
     def fits(counts: Mapping[str, int]) -> bool:
         spec = with_replicas(pdd.spec, counts)

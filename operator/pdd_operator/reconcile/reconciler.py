@@ -6,7 +6,6 @@ module asks the queue for the next pass."""
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Mapping
 from typing import Any
 
@@ -32,8 +31,7 @@ from pdd_operator.reconcile.scalers import sync_scalers
 from pdd_operator.reconcile.status_writer import StatusWriter
 from pdd_operator.rendering.context import OperatorSettings, RenderContext
 from pdd_operator.status import ownership
-
-log = logging.getLogger(__name__)
+from pdd_operator.status.own_writes import OwnObjectWrites
 
 # After a write that failed in a way time may cure (outcome.write_failed), the pass is tried
 # again after this many seconds, doubling up to the maximum: nothing else would trigger one
@@ -79,7 +77,7 @@ class Reconciler:
         return self._ports.settings
 
     @property
-    def own_object_writes(self) -> Any:
+    def own_object_writes(self) -> OwnObjectWrites:
         """The versions this operator's writes to children and pods produced: their watch
         events ask no pass (informers/owned.py)."""
         return self._ports.own_object_writes
@@ -166,8 +164,8 @@ class Reconciler:
         record: DeploymentRecord,
         again: list[float],
     ) -> None:
-        """One pass, each part once, in this order: what each found is passed on, and when
-        each asks to look again is collected in `again`."""
+        """One pass, its parts in this order: what each found is passed on, and when each
+        asks to look again is collected in `again`."""
         key, view, ledger = key_of(pdd), self._ports.view, self._memory.reservations
         observed = view.children(key)
         plan = plan_pass(pdd, view, observed, record, ledger, self._ports.settings)

@@ -53,8 +53,6 @@ from pdd_operator.status.transfer import probe_due, prober, rank_probe_requests,
 
 log = logging.getLogger(__name__)
 
-INVALID_SPEC = reasons.INVALID_SPEC
-
 
 @dataclass(frozen=True)
 class Seen:
@@ -98,7 +96,7 @@ class StatusWriter:
             workloads=role_workloads(pdd, children, hashes),
             wanted=wanted,
             revision=engine_revision(pdd.spec),
-            pod_problems=[*pod_problems(pods, view.node_ready), *self._token_problems(pdd)],
+            pod_problems=[*pod_problems(pods, view.node_ready), *self._token_problems(pdd, pods)],
             pod_nodes=pod_nodes(pods, view.node_ready),
             placement=plan.placement,
             transfer=outcome.status if outcome else None,
@@ -117,12 +115,12 @@ class StatusWriter:
         )
         return Seen(observed, again_in)
 
-    def _token_problems(self, pdd: PDDeployment) -> list[PodProblem]:
+    def _token_problems(self, pdd: PDDeployment, pods: Sequence[PodSummary]) -> list[PodProblem]:
         if not sidecar_enabled(pdd.spec):
             return []
         name = names.token_secret_name(pdd.name, pdd.uid)
         reports = self.ports.view.mount_failures(pdd.namespace, name)
-        return token_mount_problems(self.ports.view.pods(key_of(pdd)), reports, name, now())
+        return token_mount_problems(pods, reports, name, now())
 
     def _refusals(self, children: Iterable[ChildSummary]) -> list[Refusal]:
         """The engine StatefulSets short of pods whose newest pod creation was refused (a
@@ -235,7 +233,7 @@ class StatusWriter:
         version = await asyncio.to_thread(self.ports.kube.patch_status, *key, patch)
         self.own_writes.remember(key, body, version, {**old, **patch})
         self.ports.count_write("status", "PDDeployment")
-        self.ports.emit_event(body, "Warning", INVALID_SPEC, message)
+        self.ports.emit_event(body, "Warning", reasons.INVALID_SPEC, message)
         log.warning("invalid PDDeployment %s/%s: %s", *key, message)
 
 

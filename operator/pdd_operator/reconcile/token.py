@@ -95,7 +95,7 @@ def _existing_token_is_ours(last: TokenCheck | None, uid: str, has_children: boo
     or its predecessor). Seen before: ours while it was, someone else's until it is gone."""
     if last is None or last.uid != uid:
         return has_children
-    if last.found.reason == ownership.TOKEN_REASON:
+    if last.conflicting:
         return False
     return last.ours or has_children
 
