@@ -82,11 +82,18 @@ def cluster(
         doc = copy.deepcopy(doc)
         doc["metadata"].pop("ownerReferences", None)  # no PDDeployment of that uid here
         apply(dynamic, doc)
+    # The admission plugin loads each policy and its binding on its own: wait for both.
     operator = impersonating(control_plane, OPERATOR_USER)
     wait_for(
         lambda: POD_RULE in refusal(lambda: annotate(operator, "kube-system", "coredns-x")),
         timeout=60,
         what="the operator-pods policy to be enforced",
+    )
+    agent = impersonating(control_plane, AGENT_USER)
+    wait_for(
+        lambda: NO_CLAIM_RULE in refusal(lambda: label_node(agent, NODE_A, dry_run="All")),
+        timeout=60,
+        what="the topology agent's node policy to be enforced",
     )
     yield
     for node in (NODE_A, NODE_B):
@@ -183,13 +190,15 @@ def patch_pod(api: Api, namespace: str, pod: str, body: dict[str, Any]) -> Any:
     return client.CoreV1Api(api).patch_namespaced_pod(pod, namespace, body)
 
 
-def label_node(api: Api, node: str, key: str = LABEL_GPUDIRECT, value: str = "dmabuf") -> Any:
-    return patch_node(api, node, {"metadata": {"labels": {key: value}}})
+def label_node(
+    api: Api, node: str, key: str = LABEL_GPUDIRECT, value: str = "dmabuf", **kw: Any
+) -> Any:
+    return patch_node(api, node, {"metadata": {"labels": {key: value}}}, **kw)
 
 
-def patch_node(api: Api, node: str, body: dict[str, Any]) -> Any:
+def patch_node(api: Api, node: str, body: dict[str, Any], **kw: Any) -> Any:
     return client.CoreV1Api(api).patch_node(
-        node, body, _content_type="application/merge-patch+json"
+        node, body, _content_type="application/merge-patch+json", **kw
     )
 
 
