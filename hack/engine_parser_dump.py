@@ -64,10 +64,30 @@ def vllm_extras() -> dict[str, Any]:
             "fields": sorted(f.name for f in dataclasses.fields(KVTransferConfig)),
             "kv_roles": roles,
             "connectors": sorted(KVConnectorFactory._registry),
+            "offloading_size_keys": offloading_size_keys(Path(vllm.__file__).parent),
         },
         "nixl_kv_transfer_params": nixl_kv_transfer_params(),
         "env": sorted(vllm.envs.environment_variables),
     }
+
+
+# Where the OffloadingConnector's CPU spec reads its size: up to 0.19 one module, from 0.20 a
+# package.
+OFFLOADING_CPU_SPECS = ("v1/kv_offload/cpu.py", "v1/kv_offload/cpu/spec.py")
+OFFLOADING_SIZE_KEYS = ("cpu_bytes_to_use", "num_cpu_blocks")
+
+
+def offloading_size_keys(vllm_root: Path) -> list[str]:
+    """The size keys the OffloadingConnector's CPU spec reads from kv_connector_extra_config
+    (`extra_config.get("<key>")`), read from the release's source: its config is a free-form
+    dict, which no parser describes."""
+    found: set[str] = set()
+    for relative in OFFLOADING_CPU_SPECS:
+        path = vllm_root / relative
+        if path.exists():
+            text = path.read_text()
+            found |= {k for k in OFFLOADING_SIZE_KEYS if f'extra_config.get("{k}")' in text}
+    return sorted(found)
 
 
 NIXL_PULL_SCHEDULERS = (

@@ -120,13 +120,36 @@ def kv_transfer_config_problems(version: Version, value: str) -> list[str]:
         config = json.loads(value)
     except json.JSONDecodeError as exc:
         return [f"--kv-transfer-config is not JSON: {exc}"]
-    problems = [f"--kv-transfer-config: no field {k!r}" for k in config if k not in known["fields"]]
+    return _connector_problems(version, config, known, "--kv-transfer-config")
+
+
+def _connector_problems(
+    version: Version, config: dict[str, Any], known: dict[str, Any], where: str
+) -> list[str]:
+    """One KVTransferConfig's problems; a MultiConnector's children are KVTransferConfigs of
+    their own (multi_connector.py builds each with KVTransferConfig(**child))."""
+    problems = [f"{where}: no field {k!r}" for k in config if k not in known["fields"]]
+    connector = config.get("kv_connector")
     if config.get("kv_role") not in known["kv_roles"]:
-        problems.append(f"--kv-transfer-config: kv_role {config.get('kv_role')!r} unknown")
-    if config.get("kv_connector") not in known["connectors"]:
-        problems.append(f"--kv-transfer-config: no connector {config.get('kv_connector')!r}")
-    if config.get("kv_role") == "kv_both" and version >= Version(0, 23, 0):
-        problems.append("--kv-transfer-config: kv_both is deprecated with NixlConnector")
+        problems.append(f"{where}: kv_role {config.get('kv_role')!r} unknown")
+    if connector not in known["connectors"]:
+        problems.append(f"{where}: no connector {connector!r}")
+    nixl = connector in ("NixlConnector", "NixlPushConnector")
+    if nixl and config.get("kv_role") == "kv_both" and version >= Version(0, 23, 0):
+        problems.append(f"{where}: kv_both is deprecated with NixlConnector")
+    extra = config.get("kv_connector_extra_config") or {}
+    if connector == "MultiConnector":
+        children = extra.get("connectors") or []
+        if not children:
+            problems.append(f"{where}: a MultiConnector without connectors")
+        for i, child in enumerate(children):
+            problems += _connector_problems(version, child, known, f"{where} connectors[{i}]")
+    if connector == "OffloadingConnector":
+        sizes = set(known["offloading_size_keys"])
+        if not sizes & set(extra):
+            problems.append(f"{where}: the OffloadingConnector needs one of {sorted(sizes)}")
+        unread = [k for k in extra if k not in sizes]
+        problems += [f"{where}: {k!r} is not a size key vLLM {version} reads" for k in unread]
     return problems
 
 

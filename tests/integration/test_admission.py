@@ -44,6 +44,35 @@ INVALID: list[tuple[str, dict[str, Any], list[str]]] = [
         ],
     ),
     (
+        "KV offload tier below 1Gi",
+        {"kvCache.offload.cpu": "512Mi"},
+        ["spec.kvCache.offload.cpu must be at least 1Gi"],
+    ),
+    (
+        "KV offload tier not a quantity",
+        {"kvCache.offload.cpu": "lots"},
+        ["spec.kvCache.offload.cpu must be a quantity such as 64Gi"],
+    ),
+    (
+        "KV offload for a custom engine",
+        {"engine.type": "custom", "kvCache.offload.cpu": "64Gi"},
+        ["spec.kvCache.offload is rendered for vllm and sglang engines"],
+    ),
+    (
+        "SGLang hierarchical cache in args beside the offload field",
+        {
+            "engine.type": "sglang",
+            "kvCache.offload.cpu": "64Gi",
+            "prefill.args": ["--hicache-ratio=2"],
+        },
+        ["spec.kvCache.offload.cpu renders SGLang's hierarchical cache: remove"],
+    ),
+    (
+        "vLLM offload flag that replaces the NIXL connector",
+        {"engine.args": ["--kv-offloading-size", "64"]},
+        ["--kv-offloading-size (spec.kvCache.offload.cpu)"],
+    ),
+    (
         "router policy the engine's router lacks",
         {"router.policy": "prefix_hash"},
         ["spec.router.policy must be one of the vllm router's policies", "cache_aware"],
@@ -576,6 +605,11 @@ ACCEPTED: list[tuple[str, dict[str, Any]]] = [
     (
         "a routing policy per role",
         {"router.prefillPolicy": "cache_aware", "router.decodePolicy": "power_of_two"},
+    ),
+    ("a CPU tier of the KV cache", {"kvCache.offload.cpu": "64Gi"}),
+    (
+        "SGLang's hierarchical cache in args without the offload field",
+        {"engine.type": "sglang", "prefill.args": ["--enable-hierarchical-cache"]},
     ),
     ("other UCX variables in env", {"engine.env": [{"name": "UCX_RNDV_THRESH", "value": "8k"}]}),
     ("PDD-like but not PDD_", {"engine.env": [{"name": "PDDX", "value": "1"}]}),

@@ -10,7 +10,9 @@ reference (secretKeyRef), and a missing one is what those pods report
 
 And the model's shape: a tensor-parallel size a known model cannot be split by (the engine
 would fail at start on a real cluster) is Stalled with the sizes that fit, without engine pods,
-and the deployment becomes Ready once it is one of them."""
+and the deployment becomes Ready once it is one of them. A CPU tier of the KV cache that the
+release counts in blocks of the model's KV waits for the shape without holding anything: the
+pods serve without the tier until it is known."""
 
 from __future__ import annotations
 
@@ -283,3 +285,67 @@ def test_a_tp_the_model_cannot_use_is_stalled_with_the_sizes_that_fit_until_it_i
     fits = next(c for c in body["status"]["conditions"] if c["type"] == "ParallelismSupported")
     assert (fits["status"], fits["reason"]) == ("True", "FitsModel")
     assert len(engine_pods(api_client, namespace)) == 2
+
+
+def offload_condition(api_client: client.ApiClient, namespace: str) -> dict[str, Any]:
+    return conditions(api_client, namespace).get("KVCacheOffloaded", {})
+
+
+def engine_memory(api_client: client.ApiClient, namespace: str, role: str) -> dict[str, Any]:
+    sts = client.AppsV1Api(api_client).read_namespaced_stateful_set(f"llama-{role}", namespace)
+    pod = sts.to_dict()["spec"]["template"]["spec"]
+    engine = next(c for c in pod["containers"] if c["name"] == "engine")
+    shm = next(v for v in pod["volumes"] if (v.get("empty_dir") or {}).get("medium") == "Memory")
+    return {
+        "request": (engine["resources"].get("requests") or {}).get("memory"),
+        "shm": shm["empty_dir"]["size_limit"],
+    }
+
+
+def test_a_cpu_tier_the_release_sizes_by_the_models_shape_waits_for_the_shape_and_serves(
+    operator: OperatorProcess, api_client: client.ApiClient, namespace: str
+) -> None:
+    """vLLM 0.11 counts its CPU tier in KV blocks: with a model whose shape the operator does
+    not know, the prefill pods serve without the tier and KVCacheOffloaded=False (a Warning)
+    says what to set; with the shape, they get the tier and the memory to hold it."""
+    body = pdd_body(
+        "llama",
+        namespace,
+        model={"name": "example/in-house-model"},
+        engine={**sample_spec()["engine"], "version": "0.11.0"},
+        prefill={"replicas": 1, "gpusPerInstance": 1},
+        decode={"replicas": 1, "gpusPerInstance": 1},
+        kvCache={"offload": {"cpu": "64Gi"}},
+        topology={"placement": "none"},
+    )
+    client.CustomObjectsApi(api_client).create_namespaced_custom_object(
+        GROUP, VERSION, namespace, PLURAL, body
+    )
+    cond = wait_for(
+        lambda: (c := offload_condition(api_client, namespace)).get("status") == "False" and c,
+        timeout=60,
+        what="KVCacheOffloaded=False",
+    )
+    assert cond["reason"] == "OffloadNotRendered"
+    assert "set spec.model.kvCache, or run vLLM 0.14.0 or later" in cond["message"]
+    wait_for(
+        lambda: cond["message"] in warning_events(api_client, namespace, cond["reason"]),
+        30,
+        what="the Warning event",
+    )
+    wait_for(lambda: ready_body(api_client, namespace, "llama"), 120, what="Ready without the tier")
+    assert engine_memory(api_client, namespace, "prefill") == {"request": None, "shm": "16Gi"}
+
+    shape = {"layers": 32, "kvHeads": 8, "headDim": 128}
+    client.CustomObjectsApi(api_client).patch_namespaced_custom_object(
+        GROUP, VERSION, namespace, PLURAL, "llama", {"spec": {"model": {"kvCache": shape}}}
+    )
+    cond = wait_for(
+        lambda: (c := offload_condition(api_client, namespace)).get("status") == "True" and c,
+        timeout=60,
+        what="KVCacheOffloaded=True",
+    )
+    assert cond["reason"] == "OffloadRendered" and "num_cpu_blocks" in cond["message"]
+    wait_for(lambda: ready_body(api_client, namespace, "llama"), 120, what="Ready with the tier")
+    assert engine_memory(api_client, namespace, "prefill") == {"request": "64Gi", "shm": "16Gi"}
+    assert engine_memory(api_client, namespace, "decode") == {"request": None, "shm": "16Gi"}

@@ -135,6 +135,7 @@ UNEVEN = {
 }
 
 # (id, the spec patch, what was observed): each built as the pass builds it.
+EIGHT_GPUS = {"prefill": {"gpusPerInstance": 8}, "decode": {"gpusPerInstance": 8}}
 CASES: list[tuple[str, dict[str, Any] | None, Callable[[], Observed]]] = [
     ("ready", None, lambda: seen()),
     ("pending", None, lambda: seen(PENDING)),
@@ -183,6 +184,12 @@ CASES: list[tuple[str, dict[str, Any] | None, Callable[[], Observed]]] = [
     ("held", None, lambda: seen(scaled_to_zero=False, scaling_held="KV path degraded")),
     ("old engine", {"engine": {"version": "0.0.1"}}, lambda: seen()),
     ("unknown engine", {"engine": {"image": "vllm/vllm-openai:latest"}}, lambda: seen()),
+    ("cpu tier", {"kvCache": {"offload": {"cpu": "64Gi"}}}, lambda: seen()),
+    (
+        "cpu tier too small",
+        {"engine": {"type": "sglang"}, "kvCache": {"offload": {"cpu": "1Gi"}}, **EIGHT_GPUS},
+        lambda: seen(),
+    ),
 ]
 
 

@@ -82,6 +82,10 @@ SUPPORTED = "Supported"
 VERSION_UNKNOWN = "VersionUnknown"
 VERSION_NOT_SUPPORTED = "VersionNotSupported"
 
+# KVCacheOffloaded: whether the prefill engines got spec.kvCache.offload's CPU tier.
+OFFLOAD_RENDERED = "OffloadRendered"
+OFFLOAD_NOT_RENDERED = "OffloadNotRendered"
+
 # ScaledToZero: whether an autoscaled deployment's roles are both at 0 pods.
 SCALED_TO_ZERO = "ScaledToZero"
 SERVING = "Serving"
@@ -143,6 +147,8 @@ REASONS = (
     SUPPORTED,
     VERSION_UNKNOWN,
     VERSION_NOT_SUPPORTED,
+    OFFLOAD_RENDERED,
+    OFFLOAD_NOT_RENDERED,
     SCALED_TO_ZERO,
     SERVING,
     KV_PATH_DEGRADED,

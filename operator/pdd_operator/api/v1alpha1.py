@@ -140,6 +140,10 @@ RESERVED_FLAGS: dict[str, dict[str, str]] = {
         "--headless": "the pod's rank (nodesPerInstance)",
         "--enable-expert-parallel": "spec.<role>.parallelism.expert",
         "--kv-transfer-config": "spec.kvTransfer",
+        # vLLM 0.33's offload flags replace the NIXL connector with the offloading one
+        # (config/vllm.py, _post_init_kv_transfer_config): P/D would stop moving any KV.
+        "--kv-offloading-size": "spec.kvCache.offload.cpu",
+        "--kv-offloading-backend": "spec.kvCache.offload.cpu",
         "--host": "0.0.0.0",
         "--port": "spec.engine.port",
         "--served-model-name": "spec.model.servedName",
@@ -176,6 +180,14 @@ RESERVED_FLAGS: dict[str, dict[str, str]] = {
     },
 }
 ALL_ARGS = "(self.engine.args + self.prefill.args + self.decode.args)"
+# SGLang's hierarchical-cache flags, which spec.kvCache.offload renders where it is set (a
+# user's own, without it, stay theirs).
+SGLANG_OFFLOAD_FLAGS = (
+    "--enable-hierarchical-cache",
+    "--enable-hicache",
+    "--hicache-size",
+    "--hicache-ratio",
+)
 
 
 def _reserved_flags_rule(engine: str) -> tuple[str, str]:
@@ -188,6 +200,25 @@ def _reserved_flags_rule(engine: str) -> tuple[str, str]:
         f"spec.engine.args, spec.prefill.args or spec.decode.args set a flag the operator sets "
         f"for a {engine} engine; remove it (set the field named here instead): {instead}",
     )
+
+
+def _offload_rules() -> list[tuple[str, str]]:
+    offload = "has(self.kvCache.offload.cpu)"
+    listed = _cel_list(SGLANG_OFFLOAD_FLAGS)
+    return [
+        (
+            f"!{offload} || self.engine.type != 'custom'",
+            "spec.kvCache.offload is rendered for vllm and sglang engines: a custom engine's "
+            "KV tiers are its own (set them in spec.engine.args)",
+        ),
+        (
+            f"!{offload} || self.engine.type != 'sglang' || {ALL_ARGS}.all(a, !(a in {listed} "
+            f"|| {listed}.exists(f, a.startsWith(f + '='))))",
+            "spec.kvCache.offload.cpu renders SGLang's hierarchical cache: remove "
+            f"{', '.join(SGLANG_OFFLOAD_FLAGS)} from spec.engine.args, spec.prefill.args and "
+            "spec.decode.args",
+        ),
+    ]
 
 
 # Pod template keys the operator sets and selects on: a podTemplate that sets one is refused by
@@ -1388,6 +1419,43 @@ AUTOSCALING_RULES = cel(
 )
 
 
+class KvCacheOffload(Model):
+    """Tiers of the KV cache beyond the GPU (docs/engines.md, "KV-cache offload")."""
+
+    cpu: str | None = Field(
+        default=None,
+        max_length=64,
+        json_schema_extra=cel(
+            [
+                (
+                    "isQuantity(self)",
+                    "spec.kvCache.offload.cpu must be a quantity such as 64Gi",
+                ),
+                (
+                    "!isQuantity(self) || quantity(self).compareTo(quantity('1Gi')) >= 0",
+                    "spec.kvCache.offload.cpu must be at least 1Gi (SGLang sizes its host "
+                    "tier in whole gigabytes per GPU)",
+                ),
+            ]
+        ),
+        description="Host memory each prefill pod gives its engine for a CPU tier of the KV "
+        "cache: prompts whose prefix fell out of GPU memory are loaded back from it instead "
+        "of computed again. vLLM: its OffloadingConnector beside the NIXL connector (a "
+        "MultiConnector); SGLang: its hierarchical cache (--enable-hierarchical-cache "
+        "--hicache-size). The prefill pods' memory request (and limit, where set) is raised "
+        "by this much. Decode pods get no tier: each prompt's KV reaches them from a prefill.",
+    )
+
+
+class KvCacheTiers(Model):
+    """What the engines keep of the KV cache besides the GPU's own copy."""
+
+    offload: KvCacheOffload = Field(
+        default_factory=KvCacheOffload,
+        description="Tiers beyond GPU memory (unset: none, the engines' default).",
+    )
+
+
 GANG_SCHEDULERS = ("native", "kueue", "volcano", "none")
 
 
@@ -1422,6 +1490,11 @@ class PDDeploymentSpec(Model):
     decode: RoleSpec = Field(default_factory=RoleSpec)
     router: RouterSpec = Field(default_factory=RouterSpec)
     kvTransfer: KVTransferSpec = Field(default_factory=KVTransferSpec)
+    kvCache: KvCacheTiers = Field(
+        default_factory=KvCacheTiers,
+        description="KV-cache tiers beyond GPU memory (the model's KV shape is "
+        "spec.model.kvCache).",
+    )
     topology: TopologySpec = Field(default_factory=TopologySpec)
     autoscaling: AutoscalingSpec | None = Field(
         default=None,
@@ -1601,6 +1674,7 @@ SPEC_RULES = cel(
         ),
         _reserved_flags_rule("vllm"),
         _reserved_flags_rule("sglang"),
+        *_offload_rules(),
         *_router_policy_rules(),
         *_layout_rules("prefill"),
         *_layout_rules("decode"),

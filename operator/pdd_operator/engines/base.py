@@ -144,6 +144,31 @@ class KvPattern:
 
 
 @dataclass(frozen=True)
+class CpuTier:
+    """spec.kvCache.offload.cpu on one prefill pod, divided by planning.kv_offload."""
+
+    pod_bytes: int  # host memory the pod gives the tier
+    ranks: int  # GPU ranks on the pod
+    block_tokens: int  # tokens per KV block the engine runs with
+    # KV bytes of one token over all the ranks of one engine; None: the model's shape unknown
+    engine_bytes_per_token: int | None
+
+    @property
+    def rank_bytes(self) -> int:
+        return self.pod_bytes // max(1, self.ranks)
+
+
+@dataclass(frozen=True)
+class TierVerdict:
+    """Whether the adapter renders the tier, and in words how (or why not and what to set)."""
+
+    rendered: bool
+    message: str
+    # The engine keeps the tier in /dev/shm (the pod's memory emptyDir grows by its size).
+    in_shared_memory: bool = False
+
+
+@dataclass(frozen=True)
 class Layout:
     """A role's parallelism with the engine's defaults filled in (spec.<role>.parallelism
     unset): what the adapter renders as the engine's parallelism flags."""
@@ -286,6 +311,19 @@ class EngineAdapter(ABC):
         """Annotations on the role's pods that the router reads when it discovers them."""
         del spec, role
         return {}
+
+    def cpu_tier_verdict(self, spec: PDDeploymentSpec, tier: CpuTier) -> TierVerdict:
+        """Whether and how the prefill engine gets ``tier`` (the CRD's rules keep the field
+        to the engines whose adapters render it)."""
+        del spec, tier
+        return TierVerdict(False, f"{self.display_name or self.type} renders no CPU tier")
+
+    def cpu_tier_launch(
+        self, launch: EngineLaunch, spec: PDDeploymentSpec, tier: CpuTier
+    ) -> EngineLaunch:
+        """The prefill launch with ``tier`` (called where the verdict renders it)."""
+        del spec, tier
+        return launch
 
 
 def model_location(spec: PDDeploymentSpec, model_dir: str) -> str:

@@ -20,6 +20,7 @@ from pdd_contract.ports import SGLANG_SIDE_CHANNEL, SIDE_CHANNEL_SERVED_BY
 from pdd_operator.api.v1alpha1 import PDDeploymentSpec
 from pdd_operator.engines.base import (
     MAX_CHOSEN_BLOCK_TOKENS,
+    CpuTier,
     EngineAdapter,
     EngineLaunch,
     EnginePort,
@@ -33,6 +34,7 @@ from pdd_operator.engines.base import (
     RouterDiscovery,
     RouterLaunch,
     SideChannel,
+    TierVerdict,
     env_value,
     model_flags,
     model_location,
@@ -88,6 +90,14 @@ BACKEND_PARAMS_SINCE = Version(0, 5, 23)
 SPLIT_EACH_DESCRIPTOR = '{"split_batch_size":"1"}'
 
 
+# The CPU tier (spec.kvCache.offload.cpu) is SGLang's hierarchical cache on the prefill
+# servers: each GPU rank's scheduler pins a host pool of --hicache-size decimal gigabytes
+# (mem_cache/memory_pool_host.py in 0.5.4, pool_host/base.py in 0.5.23: host_size * 1e9).
+# Decode servers refuse it (0.5.4; 0.5.23 only with an experimental radix cache on decode).
+HICACHE_FLAGS = ("--enable-hierarchical-cache", "--hicache-size")
+GIGABYTE = 10**9
+
+
 class SglangAdapter(EngineAdapter):
     type = "sglang"
     display_name = "SGLang"
@@ -95,6 +105,28 @@ class SglangAdapter(EngineAdapter):
     kv_layout = KvLayout(default_block_tokens=1, packed=False)
     # The NIXL backend's prefill side WRITEs into the decode's pages (disaggregation/nixl).
     kv_operation = "WRITE"
+
+    def cpu_tier_verdict(self, spec: PDDeploymentSpec, tier: CpuTier) -> TierVerdict:
+        gigabytes = tier.rank_bytes // GIGABYTE
+        if gigabytes < 1:
+            return TierVerdict(
+                False,
+                f"spec.kvCache.offload.cpu over the prefill pod's {tier.ranks} GPUs is under "
+                "the 1 GB per GPU SGLang sizes its host tier in: the prefill pods run without "
+                f"the tier; give at least {tier.ranks}G",
+            )
+        return TierVerdict(
+            True,
+            f"each prefill GPU rank keeps a hierarchical cache of {gigabytes} GB in host "
+            "memory (--hicache-size)",
+        )
+
+    def cpu_tier_launch(
+        self, launch: EngineLaunch, spec: PDDeploymentSpec, tier: CpuTier
+    ) -> EngineLaunch:
+        del spec
+        flags = (HICACHE_FLAGS[0], HICACHE_FLAGS[1], str(tier.rank_bytes // GIGABYTE))
+        return EngineLaunch(launch.command, (*launch.args, *flags), launch.env)
 
     def launch(self, spec: PDDeploymentSpec, role: str) -> EngineLaunch:
         release = self.wiring(spec)

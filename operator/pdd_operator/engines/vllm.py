@@ -18,6 +18,7 @@ tests/fixtures/routers/vllm-router-0.1.17.help.txt.
 from __future__ import annotations
 
 import json
+from typing import Any
 
 from pdd_contract.env import (
     VLLM_NIXL_SIDE_CHANNEL_HOST,
@@ -29,6 +30,7 @@ from pdd_operator.api.pod_namespaces import shares_pid_namespace
 from pdd_operator.api.v1alpha1 import PDDeploymentSpec
 from pdd_operator.engines.base import (
     MAX_CHOSEN_BLOCK_TOKENS,
+    CpuTier,
     EngineAdapter,
     EngineLaunch,
     EnginePort,
@@ -41,6 +43,7 @@ from pdd_operator.engines.base import (
     RouterDiscovery,
     RouterLaunch,
     SideChannel,
+    TierVerdict,
     declared_layout,
     env_pod_ip,
     env_value,
@@ -52,6 +55,7 @@ from pdd_operator.engines.base import (
 from pdd_operator.engines.version import SupportedVersions, Version
 
 SIDE_CHANNEL_PORT_NAME = "side-channel"
+KV_TRANSFER_CONFIG = "--kv-transfer-config"
 # The first release with one side-channel listener per data-parallel engine.
 ONE_LISTENER_PER_ENGINE = Version(0, 11, 1)
 # NixlConnector reads the role from kv_role (kv_both is deprecated from 0.23.0,
@@ -81,6 +85,18 @@ ROUTER_KV_CONNECTOR = {PULL_CONNECTOR: "nixl", PUSH_CONNECTOR: "nixl"}
 # the prefill leg `kv_transfer_params` as vllm-router does), so smg as a custom router
 # (spec.router.command) pairs these pods too. vllm-router needs no annotation for NIXL.
 SMG_KV_CONNECTOR_ANNOTATION = "smg.ai/kv-connector"
+# The CPU tier (spec.kvCache.offload.cpu) is vLLM's OffloadingConnector beside the NIXL one in
+# a MultiConnector, which saves to every child and loads from the first that has the tokens
+# (v1/multi_connector.py); the offloading child returns no kv_transfer_params, so the NIXL
+# child's still reach the router. Not `--kv-offloading-size`: in 0.33.0 that flag replaces
+# the configured connector with the offloading one (config/vllm.py,
+# _post_init_kv_transfer_config), and P/D would move no KV.
+MULTI_CONNECTOR, OFFLOADING_CONNECTOR = "MultiConnector", "OffloadingConnector"
+# The first release whose OffloadingConnector takes its size in bytes per engine
+# (`cpu_bytes_to_use`: 0.14.0 v1/kv_offload/cpu.py L25, 0.33.0 cpu/spec.py L100); up to 0.13.0
+# in CPU blocks of the engine's block size (`num_cpu_blocks`, required), which needs the
+# model's shape. Neither release reads the other key (the fixtures' kv_transfer_config).
+OFFLOAD_BYTES_SINCE = Version(0, 14, 0)
 
 
 class VllmAdapter(EngineAdapter):
@@ -96,7 +112,7 @@ class VllmAdapter(EngineAdapter):
     kv_operation = "READ"
 
     def launch(self, spec: PDDeploymentSpec, role: str) -> EngineLaunch:
-        kv_config = {"kv_connector": self.connector(spec), "kv_role": KV_ROLE[role]}
+        kv_config = self.kv_transfer_config(spec, role)
         args = [
             model_location(spec, self.model_dir),
             *model_flags(spec),
@@ -105,14 +121,74 @@ class VllmAdapter(EngineAdapter):
             "--port",
             str(spec.engine.port),
             *_layout_flags(self.layout(spec, role)),
-            "--kv-transfer-config",
-            json.dumps(kv_config, separators=(",", ":")),
+            KV_TRANSFER_CONFIG,
+            _json(kv_config),
         ]
         env = (
             env_pod_ip(VLLM_NIXL_SIDE_CHANNEL_HOST),
             env_value(VLLM_NIXL_SIDE_CHANNEL_PORT, str(spec.kvTransfer.sideChannelPort)),
         )
         return EngineLaunch(("vllm", "serve"), tuple(args), env)
+
+    def kv_transfer_config(self, spec: PDDeploymentSpec, role: str) -> dict[str, Any]:
+        return {"kv_connector": self.connector(spec), "kv_role": KV_ROLE[role]}
+
+    def cpu_tier_verdict(self, spec: PDDeploymentSpec, tier: CpuTier) -> TierVerdict:
+        sized = self._offload_size(spec, tier)
+        if sized is None:
+            return TierVerdict(
+                False,
+                f"vLLM {self.wiring(spec)} sizes its CPU tier in KV blocks, and the shape of "
+                f"{spec.model.name} is not known to the operator: the prefill pods run without "
+                "the tier; set spec.model.kvCache, or run vLLM "
+                f"{OFFLOAD_BYTES_SINCE} or later (sized in bytes)",
+            )
+        key, value = sized
+        engines = self._engines_per_pod(spec)
+        each = f"each of its {engines} engines" if engines > 1 else "its engine"
+        return TierVerdict(
+            True,
+            f"each prefill pod gives {each} an {OFFLOADING_CONNECTOR} beside the "
+            f"{self.connector(spec)} ({key} {value})",
+            # 0.33.0 maps the tier from a file in /dev/shm (cpu/shared_offload_region.py)
+            # and refuses to start where /dev/shm has less room; 0.11.0 pins process memory.
+            in_shared_memory=key == "cpu_bytes_to_use",
+        )
+
+    def cpu_tier_launch(
+        self, launch: EngineLaunch, spec: PDDeploymentSpec, tier: CpuTier
+    ) -> EngineLaunch:
+        sized = self._offload_size(spec, tier)
+        assert sized is not None, "rendered only where the verdict says so"
+        key, value = sized
+        offload = {
+            "kv_connector": OFFLOADING_CONNECTOR,
+            "kv_role": "kv_both",  # it reads no role, but vLLM refuses a connector without one
+            "kv_connector_extra_config": {key: value},
+        }
+        nixl = self.kv_transfer_config(spec, "prefill")
+        multi = {
+            "kv_connector": MULTI_CONNECTOR,
+            "kv_role": nixl["kv_role"],
+            "kv_connector_extra_config": {"connectors": [nixl, offload]},
+        }
+        args = list(launch.args)
+        args[args.index(KV_TRANSFER_CONFIG) + 1] = _json(multi)
+        return EngineLaunch(launch.command, tuple(args), launch.env)
+
+    def _offload_size(self, spec: PDDeploymentSpec, tier: CpuTier) -> tuple[str, int] | None:
+        """The OffloadingConnector's size key and value for one engine of a prefill pod, or
+        None where the release counts blocks and the model's shape is unknown."""
+        engine_bytes = tier.pod_bytes // self._engines_per_pod(spec)
+        if self.wiring(spec) >= OFFLOAD_BYTES_SINCE:
+            return "cpu_bytes_to_use", engine_bytes
+        if tier.engine_bytes_per_token is None:
+            return None
+        return "num_cpu_blocks", engine_bytes // (tier.block_tokens * tier.engine_bytes_per_token)
+
+    def _engines_per_pod(self, spec: PDDeploymentSpec) -> int:
+        """The data-parallel engines one prefill pod runs (each sizes its own tier)."""
+        return max(1, self.layout(spec, "prefill").data // spec.prefill.nodesPerInstance)
 
     def connector(self, spec: PDDeploymentSpec) -> str:
         """spec.kvTransfer.connector, or for `auto` the push connector where prefill and
@@ -218,6 +294,10 @@ class VllmAdapter(EngineAdapter):
     def pod_annotations(self, spec: PDDeploymentSpec, role: str) -> dict[str, str]:
         del role
         return {SMG_KV_CONNECTOR_ANNOTATION: self.connector(spec)}
+
+
+def _json(value: dict[str, Any]) -> str:
+    return json.dumps(value, separators=(",", ":"))
 
 
 def _port_name(index: int) -> str:

@@ -33,7 +33,9 @@ def node_facts(nodes: Iterable[Mapping[str, Any]]) -> list[NodeFacts]:
             NodeFacts(
                 name=name,
                 labels=dict(meta.get("labels") or {}),
-                allocatable_gpus=_quantity((status.get("allocatable") or {}).get(GPU_RESOURCE)),
+                allocatable_gpus=quantity_count(
+                    (status.get("allocatable") or {}).get(GPU_RESOURCE)
+                ),
                 used_gpus=0,
                 ready=_is_ready(status),
                 schedulable=not (node.get("spec") or {}).get("unschedulable", False),
@@ -145,7 +147,7 @@ def pod_gpu_request(pod_spec: Mapping[str, Any]) -> int:
             init_peak = max(init_peak, sidecars)
         else:
             init_peak = max(init_peak, gpus + sidecars)
-    overhead = _quantity((pod_spec.get("overhead") or {}).get(GPU_RESOURCE))
+    overhead = quantity_count((pod_spec.get("overhead") or {}).get(GPU_RESOURCE))
     return max(app, init_peak) + overhead
 
 
@@ -154,8 +156,8 @@ def _container_gpus(container: Mapping[str, Any]) -> int:
     resources = container.get("resources") or {}
     requests = resources.get("requests") or {}
     if GPU_RESOURCE in requests:
-        return _quantity(requests[GPU_RESOURCE])
-    return _quantity((resources.get("limits") or {}).get(GPU_RESOURCE))
+        return quantity_count(requests[GPU_RESOURCE])
+    return quantity_count((resources.get("limits") or {}).get(GPU_RESOURCE))
 
 
 def _is_ready(status: Mapping[str, Any]) -> bool:
@@ -177,7 +179,7 @@ _SUFFIXES = {
 }
 
 
-def _quantity(value: object) -> int:
+def quantity_count(value: object) -> int:
     """A count from a Kubernetes quantity ("8", 8, "1k"); rounded up; 0 when absent or invalid."""
     if value is None:
         return 0

@@ -24,6 +24,7 @@ from pdd_operator.api.v1alpha1 import (
 )
 from pdd_operator.engines.base import EngineLaunch, EnginePort, HealthCheck, role_spec
 from pdd_operator.planning.eligibility import GPU_TOLERATION
+from pdd_operator.planning.kv_offload import raised_memory, rendered_tier
 from pdd_operator.planning.placement import Placement
 from pdd_operator.rendering import model, sidecar, transfer
 from pdd_operator.rendering.command import engine_launch, wrap_with_env_file
@@ -182,7 +183,7 @@ def render_pod_template(
             _engine_container(pdd, role, ctx, instance),
             *sidecar.sidecar_containers(pdd, role, ctx, engine_revision(spec)),
         ],
-        "volumes": _volumes(spec) + sidecar.sidecar_volumes(pdd),
+        "volumes": _volumes(spec, role, ctx) + sidecar.sidecar_volumes(pdd),
         **ctx.settings.pull_secrets(),
     }
     account = sidecar.service_account(pdd)
@@ -327,6 +328,21 @@ def gpu_resources(spec: PDDeploymentSpec, role: str) -> dict[str, Any]:
     return out
 
 
+def engine_resources(spec: PDDeploymentSpec, role: str, ctx: RenderContext) -> dict[str, Any]:
+    """``gpu_resources``, with the memory request (and limit, where set) raised by the CPU
+    tier of the KV cache where the role has one: the engine pins that much host memory."""
+    resources = gpu_resources(spec, role)
+    tier = rendered_tier(spec, ctx.engine(spec), role)
+    if tier is None or not tier[1].rendered:
+        return resources
+    extra = tier[0].pod_bytes
+    for kind in ("requests", "limits"):
+        current = resources[kind].get("memory")
+        if kind == "requests" or current is not None:
+            resources[kind]["memory"] = raised_memory(current, extra)
+    return resources
+
+
 def _engine_container(
     pdd: PDDeployment, role: str, ctx: RenderContext, instance: int | None = None
 ) -> dict[str, Any]:
@@ -371,7 +387,7 @@ def _engine_container(
             {"name": HTTP_PORT_NAME, "containerPort": spec.engine.port, "protocol": "TCP"},
             *[_container_port(p) for p in adapter.ports(spec)],
         ],
-        "resources": gpu_resources(spec, role),
+        "resources": engine_resources(spec, role, ctx),
         "volumeMounts": [
             {"name": SHM_VOLUME, "mountPath": "/dev/shm"},
             {"name": ENV_VOLUME, "mountPath": ENV_DIR, "readOnly": True},
@@ -431,16 +447,26 @@ def _preflight_container(pdd: PDDeployment, role: str, ctx: RenderContext) -> di
     }
 
 
-def _volumes(spec: PDDeploymentSpec) -> list[dict[str, Any]]:
+def _volumes(spec: PDDeploymentSpec, role: str, ctx: RenderContext) -> list[dict[str, Any]]:
     return [
         {
             "name": SHM_VOLUME,
-            "emptyDir": {"medium": "Memory", "sizeLimit": spec.kvTransfer.sharedMemorySize},
+            "emptyDir": {"medium": "Memory", "sizeLimit": shared_memory_size(spec, role, ctx)},
         },
         {"name": ENV_VOLUME, "emptyDir": {"medium": "Memory", "sizeLimit": "1Mi"}},
         {"name": PREFLIGHT_TMP_VOLUME, "emptyDir": {"sizeLimit": "64Mi"}},
         *model.model_volumes(spec),
     ]
+
+
+def shared_memory_size(spec: PDDeploymentSpec, role: str, ctx: RenderContext) -> str:
+    """spec.kvTransfer.sharedMemorySize, plus the CPU tier of the KV cache where the engine
+    keeps it in /dev/shm."""
+    size = spec.kvTransfer.sharedMemorySize
+    tier = rendered_tier(spec, ctx.engine(spec), role)
+    if tier is None or not tier[1].in_shared_memory:
+        return size
+    return raised_memory(size, tier[0].pod_bytes)
 
 
 def _service_ports(spec: PDDeploymentSpec, ctx: RenderContext) -> list[dict[str, Any]]:

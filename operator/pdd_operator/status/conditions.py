@@ -84,8 +84,9 @@ def event_for(cond: Condition) -> Event | None:
         if cond.reason == reasons.REPLICAS_NOT_READY and not cond.message:
             return None
         return Event("Normal", reasons.NOT_READY, cond.message)
-    if (
-        cond.type == condition_types.ENGINE_VERSION_SUPPORTED
+    if cond.type in (
+        condition_types.ENGINE_VERSION_SUPPORTED,
+        condition_types.KV_CACHE_OFFLOADED,
     ):  # told once it is False; True says nothing new
         return Event("Warning", cond.reason, cond.message) if cond.status == "False" else None
     if (

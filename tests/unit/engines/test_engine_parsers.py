@@ -73,6 +73,18 @@ MATRIX: dict[str, dict[str, Any]] = {
         }
     },
     "sidecar-metadata": {"kvTransfer": {"metadataExchange": {"mode": "sidecar"}}},
+    # The prefill's CPU tier of the KV cache: a known model (vLLM 0.11 counts blocks), and
+    # data-parallel engines sharing a pod's tier.
+    "cpu-offload": {
+        "model": {"name": "meta-llama/Llama-3.1-8B-Instruct"},
+        "kvCache": {"offload": {"cpu": "64Gi"}},
+        "prefill": {"gpusPerInstance": 2},
+    },
+    "cpu-offload-dp2-tp4": {
+        "kvCache": {"offload": {"cpu": "200Gi"}},
+        "prefill": {**ONE_NODE, "parallelism": {"tensor": 4, "data": 2}},
+        "decode": {**ONE_NODE, "parallelism": {"tensor": 4, "data": 2}},
+    },
     # 70B at TP 1 with both roles in the host's PID namespace: the operator's own block size
     # (and on 0.33 --prefix-match-unit and the push connector)
     "70b-host-pid": {

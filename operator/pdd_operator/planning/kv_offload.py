@@ -1,0 +1,65 @@
+"""The prefill pods' CPU tier of the KV cache (pure): spec.kvCache.offload.cpu divided the way
+each engine sizes it.
+
+The user gives one figure, host memory per prefill pod, because that is what a node's memory
+is planned in. The engines size the tier per process: vLLM 0.33 per engine (all the TP and
+PP workers of one data-parallel rank, in bytes), vLLM 0.11 per engine in KV blocks, SGLang per
+GPU rank in decimal gigabytes. This module works out the pod's shares; each adapter spells
+them (``EngineAdapter.cpu_tier_verdict`` and ``launch``).
+"""
+
+from __future__ import annotations
+
+from pdd_operator.api.v1alpha1 import PDDeploymentSpec
+from pdd_operator.engines.base import CpuTier, EngineAdapter, TierVerdict
+from pdd_operator.planning.kv_layout import block_tokens, kv_heads_per_rank, model_shape
+from pdd_operator.planning.node_facts import quantity_count
+
+OFFLOAD_ROLE = "prefill"
+
+
+def cpu_tier(spec: PDDeploymentSpec, adapter: EngineAdapter) -> CpuTier | None:
+    """The prefill pods' tier, or None where spec.kvCache.offload.cpu is unset."""
+    size = spec.kvCache.offload.cpu
+    if size is None:
+        return None
+    layout = adapter.layout(spec, OFFLOAD_ROLE)
+    return CpuTier(
+        pod_bytes=quantity_count(size),
+        ranks=spec.prefill.gpusPerInstance,
+        block_tokens=block_tokens(spec, adapter),
+        engine_bytes_per_token=_engine_kv_bytes_per_token(spec, layout.tensor),
+    )
+
+
+def _engine_kv_bytes_per_token(spec: PDDeploymentSpec, tp: int) -> int | None:
+    """KV bytes one token takes over all the ranks of one engine (its TP group, all layers
+    over its pipeline stages); None where the model's shape is unknown. Tensor parallelism
+    splits the KV heads, or copies one to each rank where there are more ranks than heads;
+    a latent (MLA) is copied to every rank."""
+    shape = model_shape(spec.model)
+    if shape is None:
+        return None
+    per_layer = kv_heads_per_rank(shape, tp) * shape.head_dim * shape.dtype_bytes
+    return shape.layers * per_layer * (1 if shape.latent else 2) * tp
+
+
+def rendered_tier(
+    spec: PDDeploymentSpec, adapter: EngineAdapter, role: str
+) -> tuple[CpuTier, TierVerdict] | None:
+    """The role's tier and the adapter's verdict on it, where the role has one (prefill, with
+    spec.kvCache.offload.cpu set), else None."""
+    tier = cpu_tier(spec, adapter) if role == OFFLOAD_ROLE else None
+    if tier is None:
+        return None
+    return tier, adapter.cpu_tier_verdict(spec, tier)
+
+
+def raised_memory(quantity: str | None, extra_bytes: int) -> str:
+    """``quantity`` (a memory request or limit; None: none set) plus ``extra_bytes``, spelled
+    in the largest binary unit that keeps it whole."""
+    total = (quantity_count(quantity) if quantity else 0) + extra_bytes
+    for suffix, unit in (("Gi", 1 << 30), ("Mi", 1 << 20), ("Ki", 1 << 10)):
+        if total % unit == 0:
+            return f"{total // unit}{suffix}"
+    return str(total)

@@ -1,0 +1,174 @@
+"""spec.kvCache.offload.cpu: the prefill pods' CPU tier of the KV cache, sized per engine as each
+release counts it, the pod's memory raised to match, and KVCacheOffloaded saying what was
+rendered or why not. The rendered command lines pass each release's own parser in
+tests/unit/engines/test_engine_parsers.py ("cpu-offload" cases)."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+
+from helpers.factories import make_pdd
+from pdd_operator.api.v1alpha1 import PDDeployment
+from pdd_operator.planning.kv_offload import raised_memory
+from pdd_operator.rendering.children import render_children
+from pdd_operator.rendering.context import RenderContext
+from pdd_operator.status.conditions import event_for
+from pdd_operator.status.kv_offload import kv_offload_condition
+
+GI = 1 << 30
+LLAMA_8B = "meta-llama/Llama-3.1-8B-Instruct"  # 32 layers, 8 KV heads of 128 (known shape)
+
+
+def pdd(engine: str, version: str, cpu: str | None = "64Gi", **patch: Any) -> PDDeployment:
+    spec: dict[str, Any] = {
+        "engine": {"type": engine, "version": version, "image": "registry.example/e:1"},
+        "model": {"name": LLAMA_8B},
+        "prefill": {"gpusPerInstance": 2},
+        **patch,
+    }
+    if cpu is not None:
+        spec["kvCache"] = {"offload": {"cpu": cpu}}
+    return make_pdd(spec)
+
+
+def engine_pod(obj: PDDeployment, role: str) -> dict[str, Any]:
+    for child in render_children(obj, RenderContext()):
+        if child["kind"] == "StatefulSet" and child["metadata"]["name"].endswith(role):
+            return dict(child["spec"]["template"]["spec"])
+    raise AssertionError(f"no {role} StatefulSet")
+
+
+def engine_container(obj: PDDeployment, role: str) -> dict[str, Any]:
+    return next(c for c in engine_pod(obj, role)["containers"] if c["name"] == "engine")
+
+
+def kv_transfer_config(obj: PDDeployment, role: str) -> dict[str, Any]:
+    args = engine_container(obj, role)["args"]
+    return dict(json.loads(args[args.index("--kv-transfer-config") + 1]))
+
+
+def shm_size(obj: PDDeployment, role: str) -> str:
+    volumes = engine_pod(obj, role)["volumes"]
+    return str(
+        next(v for v in volumes if v["emptyDir"].get("medium") == "Memory")["emptyDir"]["sizeLimit"]
+    )
+
+
+def test_vllm_prefill_gets_an_offloading_connector_beside_nixl_sized_in_bytes() -> None:
+    config = kv_transfer_config(pdd("vllm", "0.33.0"), "prefill")
+    assert config["kv_connector"] == "MultiConnector"
+    assert config["kv_role"] == "kv_producer"
+    nixl, offload = config["kv_connector_extra_config"]["connectors"]
+    assert nixl == {"kv_connector": "NixlConnector", "kv_role": "kv_producer"}
+    assert offload["kv_connector"] == "OffloadingConnector"
+    assert offload["kv_connector_extra_config"] == {"cpu_bytes_to_use": 64 * GI}
+
+
+def test_vllm_decode_keeps_the_nixl_connector_alone() -> None:
+    config = kv_transfer_config(pdd("vllm", "0.33.0"), "decode")
+    assert config == {"kv_connector": "NixlConnector", "kv_role": "kv_consumer"}
+
+
+def test_vllm_data_parallel_engines_of_a_pod_share_its_tier() -> None:
+    layout = {"gpusPerInstance": 8, "parallelism": {"tensor": 4, "data": 2}}
+    obj = pdd("vllm", "0.33.0", cpu="200Gi", prefill=layout, decode=layout)
+    offload = kv_transfer_config(obj, "prefill")["kv_connector_extra_config"]["connectors"][1]
+    assert offload["kv_connector_extra_config"] == {"cpu_bytes_to_use": 100 * GI}
+
+
+def test_vllm_before_0_14_counts_the_tier_in_blocks_of_the_models_kv() -> None:
+    obj = pdd("vllm", "0.11.0")
+    args = engine_container(obj, "prefill")["args"]
+    block_tokens = int(args[args.index("--block-size") + 1])
+    # Llama 3.1 8B at TP 2: 32 layers x (8 / 2 KV heads) x 128 x 2 bytes x K and V, per rank,
+    # times the 2 ranks of the engine.
+    per_token = 32 * 4 * 128 * 2 * 2 * 2
+    offload = kv_transfer_config(obj, "prefill")["kv_connector_extra_config"]["connectors"][1]
+    expected = 64 * GI // (block_tokens * per_token)
+    assert offload["kv_connector_extra_config"] == {"num_cpu_blocks": expected}
+    assert expected > 0
+
+
+def test_vllm_before_0_14_without_the_models_shape_renders_no_tier_and_says_why() -> None:
+    obj = pdd("vllm", "0.11.0", model={"name": "example/unknown-model"})
+    assert kv_transfer_config(obj, "prefill")["kv_connector"] == "NixlConnector"
+    assert "memory" not in engine_container(obj, "prefill")["resources"]["requests"]
+    (condition,) = kv_offload_condition([], obj.spec, 1, "now")
+    assert (condition.status, condition.reason) == ("False", "OffloadNotRendered")
+    assert "set spec.model.kvCache, or run vLLM 0.14.0 or later" in condition.message
+    event = event_for(condition)
+    assert event is not None and event.type == "Warning"
+
+
+def test_sglang_prefill_gets_a_hierarchical_cache_per_gpu_in_decimal_gigabytes() -> None:
+    args = engine_container(pdd("sglang", "0.5.23"), "prefill")["args"]
+    at = args.index("--enable-hierarchical-cache")
+    assert args[at + 1 : at + 3] == ["--hicache-size", str(64 * GI // 2 // 10**9)]
+    assert (
+        "--enable-hierarchical-cache"
+        not in engine_container(pdd("sglang", "0.5.23"), "decode")["args"]
+    )
+
+
+def test_sglang_under_a_gigabyte_per_gpu_renders_no_tier_and_says_how_much_to_give() -> None:
+    obj = pdd("sglang", "0.5.4", cpu="1Gi", prefill={"gpusPerInstance": 8})
+    assert "--enable-hierarchical-cache" not in engine_container(obj, "prefill")["args"]
+    (condition,) = kv_offload_condition([], obj.spec, 1, "now")
+    assert condition.status == "False" and "give at least 8G" in condition.message
+
+
+@pytest.mark.parametrize(("engine", "version"), [("vllm", "0.33.0"), ("sglang", "0.5.23")])
+def test_the_prefill_pods_memory_request_and_limit_grow_by_the_tier(
+    engine: str, version: str
+) -> None:
+    resources = {"requests": {"memory": "32Gi"}, "limits": {"memory": "48Gi"}}
+    obj = pdd(engine, version, prefill={"gpusPerInstance": 2, "resources": resources})
+    prefill = engine_container(obj, "prefill")["resources"]
+    assert (prefill["requests"]["memory"], prefill["limits"]["memory"]) == ("96Gi", "112Gi")
+    decode = engine_container(obj, "decode")["resources"]
+    assert "memory" not in decode["requests"]
+
+
+def test_without_a_memory_request_the_tier_becomes_one_and_no_limit_is_invented() -> None:
+    prefill = engine_container(pdd("vllm", "0.33.0"), "prefill")["resources"]
+    assert prefill["requests"]["memory"] == "64Gi"
+    assert "memory" not in prefill["limits"]
+
+
+def test_vllm_0_33_keeps_the_tier_in_dev_shm_which_grows_by_it() -> None:
+    assert shm_size(pdd("vllm", "0.33.0"), "prefill") == "80Gi"  # the default 16Gi + 64Gi
+    assert shm_size(pdd("vllm", "0.33.0"), "decode") == "16Gi"
+    assert shm_size(pdd("vllm", "0.11.0"), "prefill") == "16Gi"  # pinned process memory
+    assert shm_size(pdd("sglang", "0.5.23"), "prefill") == "16Gi"
+
+
+def test_the_condition_says_what_each_prefill_engine_got() -> None:
+    (condition,) = kv_offload_condition([], pdd("vllm", "0.33.0").spec, 3, "now")
+    assert (condition.status, condition.reason) == ("True", "OffloadRendered")
+    assert condition.message.startswith("spec.kvCache.offload.cpu 64Gi: each prefill pod gives")
+    assert "cpu_bytes_to_use 68719476736" in condition.message
+    assert event_for(condition) is None  # True says nothing new
+
+
+def test_no_offload_no_condition_and_nothing_changed() -> None:
+    obj = pdd("vllm", "0.33.0", cpu=None)
+    assert kv_offload_condition([], obj.spec, 1, "now") == []
+    assert kv_transfer_config(obj, "prefill")["kv_connector"] == "NixlConnector"
+
+
+@pytest.mark.parametrize(
+    ("given", "extra", "expected"),
+    [
+        (None, 64 * GI, "64Gi"),
+        ("32Gi", GI, "33Gi"),
+        ("1G", GI, str(10**9 + GI)),
+        ("512Mi", 1 << 29, "1Gi"),
+    ],
+)
+def test_raised_memory_keeps_a_whole_binary_unit(
+    given: str | None, extra: int, expected: str
+) -> None:
+    assert raised_memory(given, extra) == expected
