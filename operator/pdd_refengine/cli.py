@@ -1,16 +1,17 @@
 """The two command lines the operator renders, parsed into one ``EngineConfig``.
 
 vLLM: ``vllm serve MODEL --host H --port P --tensor-parallel-size N --kv-transfer-config JSON
-[--served-model-name NAME] [--block-size N] [...]``; the role, for the logs, is the config's
-``kv_role`` (``kv_producer`` prefill, ``kv_consumer`` decode; either way each request's
-``kv_transfer_params`` decide what it does).
+[--served-model-name NAME] [--block-size N] [--enable-lora --lora-modules NAME=PATH ...] [...]``;
+the role, for the logs, is the config's ``kv_role`` (``kv_producer`` prefill, ``kv_consumer``
+decode; either way each request's ``kv_transfer_params`` decide what it does), of the NIXL
+connector itself or of a MultiConnector's NIXL child.
 
 SGLang: ``sglang serve`` or ``python3 -m sglang.launch_server`` (the releases before 0.5.5),
 then ``--model-path MODEL --host H --port P --tp N
 --disaggregation-mode prefill|decode --disaggregation-transfer-backend nixl
 --disaggregation-bootstrap-port B [--served-model-name NAME] [--page-size N] [--kv-cache-dtype D]
-[...]``. The image tag picks the protocol generation each engine speaks (vLLM: ``kv_params``;
-SGLang: ``sglang_exchange``).
+[--enable-lora] [--lora-paths NAME=PATH ...] [...]``. The image tag picks the protocol
+generation each engine speaks (vLLM: ``kv_params``; SGLang: ``sglang_exchange``).
 
 Flags the reference engine does not know (the user's own ``args``) are ignored with one warning:
 a real engine would use them, a test double need not.
@@ -23,6 +24,7 @@ import json
 import os
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from pdd_refengine.kv_params import Generation, protocol_generation
 from pdd_refengine.layout import layout_for
@@ -74,6 +76,14 @@ class EngineConfig:
     # sglang_exchange.protocol_generation.
     bootstrap_protocol: SglangGeneration = "0.5.4"
     kv_cache_dtype: str = "auto"  # SGLang's --kv-cache-dtype: its decode refuses a mismatch
+    # LoRA adapters by the name a request's `model` gives (vLLM's --lora-modules, SGLang's
+    # --lora-paths), with the path each was given: served as the model itself (the double has
+    # no weights to adapt), named in the answer and in /v1/models.
+    adapters: tuple[tuple[str, str], ...] = ()
+
+    @property
+    def served_names(self) -> tuple[str, ...]:
+        return (self.served_name, *(name for name, _ in self.adapters))
 
 
 def parse_args(argv: Sequence[str], environ: dict[str, str] | None = None) -> EngineConfig:
@@ -102,6 +112,8 @@ def _parse_vllm(argv: Sequence[str]) -> EngineConfig:
     parser.add_argument("--tensor-parallel-size", "-tp", type=int, default=1)
     parser.add_argument("--kv-transfer-config", default=None)
     parser.add_argument("--block-size", type=int, default=VLLM_BLOCK_TOKENS)
+    parser.add_argument("--enable-lora", action="store_true")
+    parser.add_argument("--lora-modules", nargs="+", default=[])
     known, unknown = _parse(parser, argv[1:])
     return EngineConfig(
         engine="vllm",
@@ -114,30 +126,65 @@ def _parse_vllm(argv: Sequence[str]) -> EngineConfig:
         kv_mode=_vllm_kv_mode(known.kv_transfer_config),
         block_tokens=known.block_size,
         max_model_len=known.max_model_len,
+        adapters=_adapters("--lora-modules", known.lora_modules, known.enable_lora),
         ignored=tuple(unknown),
     )
+
+
+def _adapters(flag: str, entries: list[str], enabled: bool) -> tuple[tuple[str, str], ...]:
+    """``name=path`` or JSON ``{"name"|"lora_name": ..., "path"|"lora_path": ...}`` entries,
+    as vLLM's --lora-modules and SGLang's --lora-paths take them."""
+    if entries and not enabled:
+        raise UsageError(f"{flag} needs --enable-lora")
+    adapters = []
+    for entry in entries:
+        if entry.startswith("{"):
+            given = json.loads(entry)
+            name, path = (
+                given.get("name") or given["lora_name"],
+                given.get("path") or given["lora_path"],
+            )
+        else:
+            name, sep, path = entry.partition("=")
+            if not sep:
+                raise UsageError(f"{flag} {entry!r}: expected name=path")
+        adapters.append((name, path))
+    return tuple(adapters)
 
 
 def _vllm_role(kv_transfer_config: str | None) -> str:
     if kv_transfer_config is None:
         return "both"
-    try:
-        config = json.loads(kv_transfer_config)
-    except json.JSONDecodeError as exc:
-        raise UsageError(f"--kv-transfer-config is not JSON: {exc}") from None
+    config = _nixl_config(kv_transfer_config)
     if config.get("kv_connector") not in CONNECTORS:
         raise UsageError(
             "--kv-transfer-config: the reference engine speaks NixlConnector and "
             "NixlPushConnector only"
         )
     # vLLM's kv_role (vllm/config/kv_transfer.py): what the operator renders per role.
-    return {"kv_producer": "prefill", "kv_consumer": "decode"}.get(config.get("kv_role"), "both")
+    roles = {"kv_producer": "prefill", "kv_consumer": "decode"}
+    return roles.get(str(config.get("kv_role")), "both")
 
 
 def _vllm_kv_mode(kv_transfer_config: str | None) -> str:
     if kv_transfer_config is None:
         return "pull"
-    return CONNECTORS[json.loads(kv_transfer_config)["kv_connector"]]
+    return CONNECTORS[_nixl_config(kv_transfer_config)["kv_connector"]]
+
+
+def _nixl_config(kv_transfer_config: str) -> dict[str, Any]:
+    """The config of the connector that moves KV between pods: the one given, or a
+    MultiConnector's NIXL child (beside an offloading connector, which the double has no
+    CPU tier for and leaves out)."""
+    try:
+        config = json.loads(kv_transfer_config)
+    except json.JSONDecodeError as exc:
+        raise UsageError(f"--kv-transfer-config is not JSON: {exc}") from None
+    if config.get("kv_connector") != "MultiConnector":
+        return dict(config)
+    children = (config.get("kv_connector_extra_config") or {}).get("connectors") or []
+    nixl = [c for c in children if c.get("kv_connector") in CONNECTORS]
+    return dict(nixl[0]) if nixl else dict(config)
 
 
 def _parse_sglang(argv: Sequence[str]) -> EngineConfig:
@@ -149,6 +196,8 @@ def _parse_sglang(argv: Sequence[str]) -> EngineConfig:
     parser.add_argument("--disaggregation-bootstrap-port", type=int, default=SGLANG_BOOTSTRAP_PORT)
     parser.add_argument("--page-size", type=int, default=SGLANG_PAGE_TOKENS)
     parser.add_argument("--kv-cache-dtype", default="auto")
+    parser.add_argument("--enable-lora", action="store_true")
+    parser.add_argument("--lora-paths", nargs="*", default=[])
     known, unknown = _parse(parser, argv)
     if known.disaggregation_mode not in ("prefill", "decode"):
         raise UsageError("--disaggregation-mode must be prefill or decode")
@@ -166,6 +215,8 @@ def _parse_sglang(argv: Sequence[str]) -> EngineConfig:
         max_model_len=known.max_model_len,
         bootstrap_port=known.disaggregation_bootstrap_port,
         kv_cache_dtype=known.kv_cache_dtype,
+        # SGLang turns LoRA on for --lora-paths by itself (its help text).
+        adapters=_adapters("--lora-paths", known.lora_paths, True),
         ignored=tuple(unknown),
     )
 

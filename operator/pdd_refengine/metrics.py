@@ -47,6 +47,7 @@ class EngineMetrics:
     kv_bytes_sent: Counter
     kv_transfer_seconds: Histogram
     kv_verify_failures: Counter
+    lora_requests: Counter  # by adapter name (labels: adapter)
 
 
 def engine_metrics(engine: str, model_name: str) -> EngineMetrics:
@@ -72,6 +73,12 @@ def engine_metrics(engine: str, model_name: str) -> EngineMetrics:
         successes=counter(success, "Requests finished successfully."),
         kv_bytes_verified=counter(
             "pdd_refengine_kv_bytes_verified", "KV bytes received and checked byte for byte.", False
+        ),
+        lora_requests=Counter(
+            "pdd_refengine_lora_requests",
+            "Requests served with a LoRA adapter, by its name.",
+            ["adapter"],
+            registry=registry,
         ),
         kv_bytes_sent=counter(
             "pdd_refengine_kv_bytes_sent", "KV bytes sent or served to peers.", False

@@ -18,7 +18,7 @@ import hashlib
 import json
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -55,6 +55,39 @@ _VOCABULARY = (
 
 class BadRequest(ValueError):
     """The request body cannot be served (HTTP 400)."""
+
+
+class ModelNotFound(ValueError):
+    """The request names a model the engine does not serve (vLLM: HTTP 404)."""
+
+
+def requested_adapter(
+    engine: str, body: dict[str, Any], served_name: str, adapters: Sequence[str]
+) -> str:
+    """The LoRA adapter a request selects ("": the base model), as each engine reads it.
+    vLLM: its name as the `model`; any other name than the served one is refused with 404
+    ("The model `x` does not exist.", serving_engine.py `_check_model`). SGLang: the `model`
+    `<served name>:<adapter>`, else the `lora_path` field (serving_base.py
+    `_resolve_lora_path`); a bare name in `model` runs the base model, and an adapter it did
+    not load is a 400 ("The following requested LoRA adapters are not loaded",
+    lora_registry.py)."""
+    model = str(body.get("model") or "")
+    if engine == "vllm":
+        if not model or model == served_name:
+            return ""
+        if model in adapters:
+            return model
+        raise ModelNotFound(f"The model `{model}` does not exist.")
+    adapter = str(body.get("lora_path") or "")
+    if ":" in model and model != served_name:
+        adapter = (
+            model[len(served_name) + 1 :]
+            if model.startswith(served_name + ":")
+            else (model.split(":", 1)[1])
+        )
+    if adapter and adapter not in adapters:
+        raise BadRequest(f"The following requested LoRA adapters are not loaded: {adapter}")
+    return adapter
 
 
 @dataclass(frozen=True)

@@ -20,7 +20,7 @@ from pdd_refengine.cli import EngineConfig, UsageError, parse_args
 from pdd_refengine.engine import Engine, KvOutcome, log
 from pdd_refengine.kv_params import KvParamsError, wants_remote_decode, wants_remote_prefill
 from pdd_refengine.kvcache import CacheFull, TransferError, run_notif_loop
-from pdd_refengine.openai_api import BadRequest, Completion
+from pdd_refengine.openai_api import BadRequest, Completion, ModelNotFound
 from pdd_refengine.sglang_bootstrap import BootstrapServer
 
 VERSION = "0.1.0-pdd-refengine"
@@ -87,15 +87,20 @@ class App:
         return web.json_response({"version": VERSION, "engine": self.config.engine})
 
     async def models(self, _request: web.Request) -> web.Response:
+        c = self.config
         card = {
-            "id": self.config.served_name,
+            "id": c.served_name,
             "object": "model",
             "created": 0,
-            "owned_by": self.config.engine,
-            "root": self.config.model,
-            "max_model_len": self.config.max_model_len,
+            "owned_by": c.engine,
+            "root": c.model,
+            "max_model_len": c.max_model_len,
         }
-        return web.json_response({"object": "list", "data": [card]})
+        # vLLM lists each LoRA adapter with the base model as its parent (serving_models.py).
+        adapters = [
+            {**card, "id": name, "root": path, "parent": c.served_name} for name, path in c.adapters
+        ]
+        return web.json_response({"object": "list", "data": [card, *adapters]})
 
     async def load(self, _request: web.Request) -> web.Response:
         running = self.in_flight
@@ -138,6 +143,8 @@ class App:
                 return await self._complete(kind, request)
             except (BadRequest, KvParamsError, UsageError) as exc:
                 return _error(400, "BadRequestError", str(exc))
+            except ModelNotFound as exc:
+                return _error(404, "NotFoundError", str(exc))
             except CacheFull as exc:
                 return _error(503, "ServiceUnavailableError", str(exc))
             except TransferError as exc:
@@ -159,7 +166,15 @@ class App:
             kind, body, self.config.served_name, request.headers.get("X-Request-Id", "")
         )
         self._check_model_len(req)
+        adapter = openai_api.requested_adapter(
+            self.config.engine,
+            req.body,
+            self.config.served_name,
+            [name for name, _ in self.config.adapters],
+        )
         count, extra = await self._handoff(req)
+        if adapter:
+            self.engine.metrics.lora_requests.labels(adapter=adapter).inc()
         self.engine.metrics.prompt_tokens.inc(len(req.prompt_tokens))
         self.engine.metrics.generation_tokens.inc(count)
         self.engine.metrics.successes.inc()

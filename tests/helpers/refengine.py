@@ -43,24 +43,26 @@ def rendered_engine_argv(
     bootstrap: int,
     release: str | None = None,
     host_pid: bool = False,
+    adapters: Sequence[dict[str, Any]] = (),
 ) -> list[str]:
     """The engine command line the operator renders for ``role`` (of ``release``, default
-    the newest supported; with ``host_pid``, for roles that share the host's PID namespace),
-    bound where the test says (a pod's IP and ports are its own; here pods share loopback,
-    so each gets its own)."""
+    the newest supported; with ``host_pid``, for roles that share the host's PID namespace;
+    with spec.model.adapters), bound where the test says (a pod's IP and ports are its own;
+    here pods share loopback, so each gets its own)."""
     versions = ENGINES[engine].versions
     assert versions is not None
     roles = {"prefill": HOST_PID, "decode": HOST_PID} if host_pid else {}
     spec = make_pdd(
         {
             "engine": {"type": engine, "version": release or str(versions.newest)},
-            "model": {"name": MODEL, "servedName": "tiny"},
+            "model": {"name": MODEL, "servedName": "tiny", "adapters": list(adapters)},
             "kvTransfer": {"bootstrapPort": bootstrap},
             **roles,
         }
     ).spec
-    launch = ENGINES[engine].launch(spec, role)
-    argv = [*launch.command, *launch.args]
+    adapter = ENGINES[engine]
+    launch = adapter.launch(spec, role)
+    argv = [*launch.command, *launch.args, *adapter.lora_flags(spec)]
     return _replace_flag(_replace_flag(argv, "--host", host), "--port", str(port))
 
 

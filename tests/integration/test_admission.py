@@ -44,6 +44,65 @@ INVALID: list[tuple[str, dict[str, Any], list[str]]] = [
         ],
     ),
     (
+        "LoRA adapters with one name twice",
+        {
+            "model.adapters": [
+                {"name": "sql", "source": {"pvc": {"claimName": "a"}}},
+                {"name": "sql", "source": {"pvc": {"claimName": "b"}}},
+            ]
+        },
+        ["spec.model.adapters: each adapter needs a name of its own"],
+    ),
+    (
+        "LoRA adapter named like the model",
+        {
+            "model.servedName": "llama",
+            "model.adapters": [{"name": "llama", "source": {"pvc": {"claimName": "a"}}}],
+        },
+        ["spec.model.adapters[].name must differ from the model's served name"],
+    ),
+    (
+        "LoRA adapter with two sources",
+        {
+            "model.adapters": [
+                {
+                    "name": "sql",
+                    "source": {"pvc": {"claimName": "a"}, "huggingFace": {"repo": "org/sql"}},
+                }
+            ]
+        },
+        ["spec.model.adapters[].source: set exactly one of huggingFace, pvc or image"],
+    ),
+    (
+        "LoRA adapter from the Hub beside a model on a claim",
+        {
+            "model.source": {"pvc": {"claimName": "weights"}},
+            "model.adapters": [{"name": "sql", "source": {"huggingFace": {"repo": "org/sql"}}}],
+        },
+        ["an adapter from the Hugging Face Hub needs the model from the Hub too"],
+    ),
+    (
+        "LoRA adapter name with a colon",
+        {"model.adapters": [{"name": "llama:sql", "source": {"pvc": {"claimName": "a"}}}]},
+        ["spec.model.adapters[].name must be letters, digits"],
+    ),
+    (
+        "LoRA flags in args beside the adapters field",
+        {
+            "model.adapters": [{"name": "sql", "source": {"pvc": {"claimName": "a"}}}],
+            "engine.args": ["--lora-modules", "x=/y"],
+        },
+        ["spec.model.adapters renders the vllm engine's LoRA flags: remove"],
+    ),
+    (
+        "LoRA adapters for a custom engine",
+        {
+            "engine.type": "custom",
+            "model.adapters": [{"name": "sql", "source": {"pvc": {"claimName": "a"}}}],
+        },
+        ["spec.model.adapters is rendered for vllm and sglang engines"],
+    ),
+    (
         "KV offload tier below 1Gi",
         {"kvCache.offload.cpu": "512Mi"},
         ["spec.kvCache.offload.cpu must be at least 1Gi"],
@@ -607,6 +666,20 @@ ACCEPTED: list[tuple[str, dict[str, Any]]] = [
         {"router.prefillPolicy": "cache_aware", "router.decodePolicy": "power_of_two"},
     ),
     ("a CPU tier of the KV cache", {"kvCache.offload.cpu": "64Gi"}),
+    (
+        "LoRA adapters from the Hub, a claim and an image",
+        {
+            "model.adapters": [
+                {"name": "sql", "source": {"huggingFace": {"repo": "org/sql-lora"}}},
+                {"name": "chat.v2", "source": {"pvc": {"claimName": "a", "subPath": "v2"}}},
+                {"name": "ner", "source": {"image": {"reference": "registry.example/ner:1"}}},
+            ]
+        },
+    ),
+    (
+        "vLLM's LoRA flags in args without the adapters field",
+        {"engine.args": ["--enable-lora", "--max-lora-rank", "64"]},
+    ),
     (
         "SGLang's hierarchical cache in args without the offload field",
         {"engine.type": "sglang", "prefill.args": ["--enable-hierarchical-cache"]},

@@ -15,10 +15,12 @@ from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 from urllib.parse import urlparse
 
 import pytest
 
+from helpers.factories import make_pdd
 from helpers.refengine import (
     Procs,
     free_port,
@@ -27,6 +29,7 @@ from helpers.refengine import (
     rendered_engine_argv,
     running,
 )
+from pdd_operator.engines.registry import ENGINES
 from pdd_refengine.kv_params import RemotePrefill, protocol_generation
 
 # 127.92: a block no other module uses (the docs tier takes 127.91), for parallel workers.
@@ -56,7 +59,11 @@ def _router_version(distribution: str) -> str:
 
 
 def _start_pair(
-    procs: Procs, engine: str, release: str, host_pid: bool = False
+    procs: Procs,
+    engine: str,
+    release: str,
+    host_pid: bool = False,
+    adapters: tuple[dict[str, Any], ...] = (),
 ) -> tuple[str, str, int]:
     sc_p, sc_d = free_port(PREFILL_IP), free_port(DECODE_IP)
     # Both sidecars, then both engines, start at once and are waited for together.
@@ -68,7 +75,7 @@ def _start_pair(
     started = []
     for role, ip, sidecar in (("prefill", PREFILL_IP, p_side), ("decode", DECODE_IP, d_side)):
         port = free_port(ip)
-        argv = rendered_engine_argv(engine, role, ip, port, bootstrap, release, host_pid)
+        argv = rendered_engine_argv(engine, role, ip, port, bootstrap, release, host_pid, adapters)
         env = {
             "VLLM_NIXL_SIDE_CHANNEL_HOST": ip,
             "VLLM_NIXL_SIDE_CHANNEL_PORT": str(free_port(ip)),
@@ -236,3 +243,55 @@ def test_a_prefill_that_cannot_send_fails_the_decode_at_once(deployment: Deploym
     assert decode_status == 502 and b"the prefill could not send the KV" in decode_raw, decode_raw
     assert b"blocks" in decode_raw  # the prefill's reason, as it sent it
     assert time.monotonic() - start < 5
+
+
+# spec.model.adapters as the engines get them: a Hub adapter and one on a volume.
+ADAPTERS = (
+    {"name": "sql", "source": {"huggingFace": {"repo": "test-org/tiny-sql-lora"}}},
+    {"name": "ner", "source": {"pvc": {"claimName": "adapters"}}},
+)
+
+
+@pytest.fixture(params=["vllm-0.33.0", "sglang-0.5.23"])
+def lora_deployment(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Deployment]:
+    engine, release = request.param.split("-")
+    with running(tmp_path) as procs:
+        prefill, decode, bootstrap = _start_pair(procs, engine, release, adapters=ADAPTERS)
+        router = _start_router(procs, engine, prefill, decode, bootstrap)
+        yield Deployment(engine, prefill, decode, router, procs, release, bootstrap=bootstrap)
+
+
+def _lora_requests(url: str, adapter: str) -> float:
+    text = http("GET", f"{url}/metrics")[1].decode()
+    series = f'pdd_refengine_lora_requests_total{{adapter="{adapter}"}}'
+    values = [line.rpartition(" ")[2] for line in text.splitlines() if line.startswith(series)]
+    return float(values[0]) if values else 0.0
+
+
+def test_a_request_for_an_adapter_reaches_engines_that_loaded_it_through_the_router(
+    lora_deployment: Deployment,
+) -> None:
+    """The request fields the operator reports for an adapter (status.adapters: vLLM its
+    name as the `model`, SGLang the served model and `lora_path`) go through the real router
+    to a prefill and a decode that both loaded it from the flags the operator renders; an
+    adapter no engine loaded is refused as the engine refuses it, and the served name still
+    gets the base model."""
+    d = lora_deployment
+    model = {"name": "m", "servedName": "tiny", "adapters": list(ADAPTERS)}
+    spec = make_pdd({"engine": {"type": d.engine}, "model": model}).spec
+    fields = ENGINES[d.engine].adapter_request_fields(spec, spec.model.adapters[0])
+    answer = _complete(d.router, {**fields, "prompt": PROMPT, "max_tokens": 3})
+    assert answer["pdd_refengine"]["kv_verified"], answer  # type: ignore[index]
+    assert (_lora_requests(d.prefill, "sql"), _lora_requests(d.decode, "sql")) == (1, 1)
+
+    _complete(d.router, {"model": "tiny", "prompt": PROMPT, "max_tokens": 3})
+    assert (_lora_requests(d.prefill, "sql"), _lora_requests(d.decode, "sql")) == (1, 1)
+
+    unknown = {"model": "nope"} if d.engine == "vllm" else {"model": "tiny", "lora_path": "nope"}
+    body = {**unknown, "prompt": PROMPT, "max_tokens": 3}
+    status, raw = http("POST", f"{d.router}/v1/completions", body, timeout=60)
+    print(f"{d.engine}: a request for adapter {unknown} through the router: {status} {raw[:160]!r}")
+    assert status == (404 if d.engine == "vllm" else 400), raw
+
+    models = json.loads(http("GET", f"{d.decode}/v1/models")[1])
+    assert [m["id"] for m in models["data"]] == ["tiny", "sql", "ner"]

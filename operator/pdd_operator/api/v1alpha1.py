@@ -202,6 +202,50 @@ def _reserved_flags_rule(engine: str) -> tuple[str, str]:
     )
 
 
+# The engines' LoRA flags, which spec.model.adapters renders where it lists any (a user's own,
+# without it, stay theirs).
+LORA_FLAGS = {
+    "vllm": ("--enable-lora", "--lora-modules"),
+    "sglang": ("--enable-lora", "--lora-paths"),
+}
+
+
+def _adapter_rules() -> list[tuple[str, str]]:
+    adapters = "has(self.model.adapters) && size(self.model.adapters) > 0"
+    served = "(has(self.model.servedName) ? self.model.servedName : self.model.name)"
+    rules = [
+        (
+            f"!({adapters}) || self.engine.type != 'custom'",
+            "spec.model.adapters is rendered for vllm and sglang engines: a custom engine "
+            "loads its adapters itself (set them in spec.engine.args)",
+        ),
+        (
+            f"!({adapters}) || !has(self.model.source) || has(self.model.source.huggingFace) || "
+            "self.model.adapters.all(a, !has(a.source.huggingFace))",
+            "spec.model.adapters: an adapter from the Hugging Face Hub needs the model from "
+            "the Hub too (a model on a volume switches the Hub off in the engine pods): put "
+            "the adapter on a claim or an image",
+        ),
+        (
+            f"!({adapters}) || self.model.adapters.all(a, a.name != {served})",
+            "spec.model.adapters[].name must differ from the model's served name "
+            "(spec.model.servedName, else spec.model.name): a request names one or the other",
+        ),
+    ]
+    for engine, flags in LORA_FLAGS.items():
+        listed = _cel_list(flags)
+        rules.append(
+            (
+                f"!({adapters}) || self.engine.type != '{engine}' || {ALL_ARGS}.all(a, "
+                f"!(a in {listed} || {listed}.exists(f, a.startsWith(f + '='))))",
+                f"spec.model.adapters renders the {engine} engine's LoRA flags: remove "
+                f"{', '.join(flags)} from spec.engine.args, spec.prefill.args and "
+                "spec.decode.args",
+            )
+        )
+    return rules
+
+
 def _offload_rules() -> list[tuple[str, str]]:
     offload = "has(self.kvCache.offload.cpu)"
     listed = _cel_list(SGLANG_OFFLOAD_FLAGS)
@@ -606,6 +650,94 @@ class ModelSource(Model):
 DEFAULT_MODEL_SOURCE = ModelSource(huggingFace=HuggingFaceSource())
 
 
+class AdapterHub(Model):
+    """Downloaded from the Hugging Face Hub by the engine at start, with the model's token and
+    into the model's cache (the model must come from the Hub too)."""
+
+    repo: str = Field(
+        max_length=256,
+        json_schema_extra=cel(
+            "self.matches('^[A-Za-z0-9][A-Za-z0-9._-]*/[A-Za-z0-9][A-Za-z0-9._-]*$')",
+            "spec.model.adapters[].source.huggingFace.repo must be a Hugging Face repo id "
+            "such as 'org/llama-3.1-8b-sql-lora'",
+        ),
+        description="The adapter's repo id.",
+    )
+
+
+class AdapterPvc(Model):
+    """A claim that holds the adapter, mounted read-only."""
+
+    claimName: str = _object_name(
+        "spec.model.adapters[].source.pvc.claimName",
+        "PersistentVolumeClaim",
+        "The claim, in the PDDeployment's namespace. ReadOnlyMany (or ReadWriteMany) when "
+        "the deployment has more than one engine pod.",
+    )
+    subPath: str | None = _sub_path("spec.model.adapters[].source.pvc.subPath")
+
+
+class AdapterImage(Model):
+    """An OCI image (artifact) holding the adapter, mounted read-only as an image volume."""
+
+    reference: str = Field(
+        max_length=512,
+        json_schema_extra=cel(
+            f"self.matches('{IMAGE_PATTERN}')",
+            "spec.model.adapters[].source.image.reference must be an image reference such as "
+            "'registry.example.com/adapters/sql:v1'",
+        ),
+        description="The image; a digest keeps every node on the same weights.",
+    )
+    pullPolicy: Literal["Always", "IfNotPresent", "Never"] | None = None
+    subPath: str | None = _sub_path("spec.model.adapters[].source.image.subPath")
+
+
+ADAPTER_SOURCES = ("huggingFace", "pvc", "image")
+
+
+class AdapterSource(Model):
+    """Where an adapter's weights come from: exactly one of the fields."""
+
+    model_config = ConfigDict(
+        extra="forbid",
+        populate_by_name=True,
+        frozen=True,
+        json_schema_extra=cel(
+            "[" + ", ".join(f"has(self.{s})" for s in ADAPTER_SOURCES) + "].filter(x, x).size() "
+            "== 1",
+            "spec.model.adapters[].source: set exactly one of huggingFace, pvc or image",
+        ),
+    )
+
+    huggingFace: AdapterHub | None = None
+    pvc: AdapterPvc | None = None
+    image: AdapterImage | None = None
+
+    @model_validator(mode="after")
+    def _exactly_one(self) -> AdapterSource:
+        if sum(getattr(self, s) is not None for s in ADAPTER_SOURCES) != 1:
+            raise ValueError(
+                "spec.model.adapters[].source: set exactly one of huggingFace, pvc or image"
+            )
+        return self
+
+
+class LoraAdapter(Model):
+    """A LoRA adapter every prefill and decode engine loads at start, served by its name."""
+
+    name: str = Field(
+        max_length=63,
+        json_schema_extra=cel(
+            "self.matches('^[A-Za-z0-9][A-Za-z0-9._-]*$')",
+            "spec.model.adapters[].name must be letters, digits, '.', '_' and '-', starting "
+            "with a letter or digit: it is what clients put in a request's `model`",
+        ),
+        description="What clients ask for in a request's `model` field.",
+    )
+    source: AdapterSource = Field(description="Where the adapter's weights come from.")
+
+
 class ModelSpec(Model):
     """The model every prefill and decode instance serves."""
 
@@ -645,9 +777,27 @@ class ModelSpec(Model):
         "and experts it splits (ParallelismSupported; docs/multinode.md).",
     )
 
+    adapters: Annotated[list[LoraAdapter], Field(max_length=16)] = Field(
+        default_factory=list,
+        json_schema_extra=cel(
+            "self.all(a, self.exists_one(b, b.name == a.name))",
+            "spec.model.adapters: each adapter needs a name of its own",
+        ),
+        description='LoRA adapters of the model (docs/engines.md, "LoRA adapters"): both '
+        "roles' engines load each one at start (the prefill computes the prompt's KV with it, "
+        "the decode continues with it), and a request whose `model` is an adapter's name is "
+        "served with it. vLLM: --enable-lora --lora-modules; SGLang: --enable-lora "
+        "--lora-paths.",
+    )
+
     @property
     def source_or_default(self) -> ModelSource:
         return self.source or DEFAULT_MODEL_SOURCE
+
+    @property
+    def served_name(self) -> str:
+        """What clients ask for to get the base model."""
+        return self.servedName or self.name
 
 
 class EngineSpec(Model):
@@ -1675,6 +1825,7 @@ SPEC_RULES = cel(
         _reserved_flags_rule("vllm"),
         _reserved_flags_rule("sglang"),
         *_offload_rules(),
+        *_adapter_rules(),
         *_router_policy_rules(),
         *_layout_rules("prefill"),
         *_layout_rules("decode"),
@@ -1837,6 +1988,17 @@ class TransferStatus(Model):
     )
 
 
+class AdapterStatus(Model):
+    model_config = ConfigDict(extra="ignore", frozen=True)
+
+    name: str
+    requestFields: dict[str, str] = Field(
+        default_factory=dict,
+        description="What a request's JSON body sets to be served with the adapter: vLLM "
+        '{"model": "<adapter>"}; SGLang {"model": "<served name>", "lora_path": "<adapter>"}.',
+    )
+
+
 class PDDeploymentStatus(Model):
     model_config = ConfigDict(extra="ignore", frozen=True)
 
@@ -1852,6 +2014,11 @@ class PDDeploymentStatus(Model):
         description="Autoscaled deployments with a follower: each slice, its domain and counts.",
     )
     transfer: TransferStatus = Field(default_factory=TransferStatus)
+    adapters: list[AdapterStatus] = Field(
+        default_factory=list,
+        description="The LoRA adapters the engines are told to load (spec.model.adapters), "
+        "each with the request fields that select it.",
+    )
     waitingSince: str = Field(
         default="",
         description=(

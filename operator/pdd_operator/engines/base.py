@@ -16,7 +16,7 @@ from typing import Any, ClassVar
 
 from pdd_contract.env import KvOperation
 from pdd_contract.ports import RankPorts
-from pdd_operator.api.v1alpha1 import PDDeploymentSpec, RoleSpec, RouterSpec
+from pdd_operator.api.v1alpha1 import LoraAdapter, PDDeploymentSpec, RoleSpec, RouterSpec
 from pdd_operator.engines.version import (
     ResolvedVersion,
     SupportedVersions,
@@ -225,6 +225,11 @@ class EngineAdapter(ABC):
     # this directory. HF_HOME is where a Hugging Face download is cached.
     model_dir: ClassVar[str] = "/models/model"
     hf_home: ClassVar[str] = "/models/hf-cache"
+    # Where a LoRA adapter from a volume is mounted: <adapters_dir>/<its name>.
+    adapters_dir: ClassVar[str] = "/models/adapters"
+    # The flag that lists the LoRA adapters as name=path ("": the engine takes none from the
+    # operator), after --enable-lora.
+    lora_flag: ClassVar[str] = ""
     # The releases whose flags, ports and probes the adapter renders, each checked against
     # that release's parser (tests/fixtures/engines); None: the adapter renders the same for
     # every release (a custom engine's command is the user's).
@@ -311,6 +316,27 @@ class EngineAdapter(ABC):
         """Annotations on the role's pods that the router reads when it discovers them."""
         del spec, role
         return {}
+
+    def lora_flags(self, spec: PDDeploymentSpec) -> tuple[str, ...]:
+        """--enable-lora and the adapters as name=path (vLLM's --lora-modules, SGLang's
+        --lora-paths spell them alike); none without adapters. A path is the adapter's mount,
+        or its repo id for a Hub download (both engines download a name that is no directory
+        into HF_HOME, with HF_TOKEN)."""
+        if not spec.model.adapters or not self.lora_flag:
+            return ()
+        entries = [f"{a.name}={self.adapter_location(a)}" for a in spec.model.adapters]
+        return ("--enable-lora", self.lora_flag, *entries)
+
+    def adapter_request_fields(
+        self, spec: PDDeploymentSpec, adapter: LoraAdapter
+    ) -> dict[str, str]:
+        """The request body fields that select ``adapter`` (vLLM: its name as the `model`)."""
+        del spec
+        return {"model": adapter.name}
+
+    def adapter_location(self, adapter: LoraAdapter) -> str:
+        hub = adapter.source.huggingFace
+        return hub.repo if hub is not None else f"{self.adapters_dir}/{adapter.name}"
 
     def cpu_tier_verdict(self, spec: PDDeploymentSpec, tier: CpuTier) -> TierVerdict:
         """Whether and how the prefill engine gets ``tier`` (the CRD's rules keep the field

@@ -17,7 +17,7 @@ tests/fixtures/routers/smg-1.13.0.launch.help.txt.
 from __future__ import annotations
 
 from pdd_contract.ports import SGLANG_SIDE_CHANNEL, SIDE_CHANNEL_SERVED_BY
-from pdd_operator.api.v1alpha1 import PDDeploymentSpec
+from pdd_operator.api.v1alpha1 import LoraAdapter, PDDeploymentSpec
 from pdd_operator.engines.base import (
     MAX_CHOSEN_BLOCK_TOKENS,
     CpuTier,
@@ -102,9 +102,20 @@ class SglangAdapter(EngineAdapter):
     type = "sglang"
     display_name = "SGLang"
     versions = SupportedVersions(Version(0, 5, 4), Version(0, 5, 23))
+    lora_flag = "--lora-paths"
     kv_layout = KvLayout(default_block_tokens=1, packed=False)
     # The NIXL backend's prefill side WRITEs into the decode's pages (disaggregation/nixl).
     kv_operation = "WRITE"
+
+    def adapter_request_fields(
+        self, spec: PDDeploymentSpec, adapter: LoraAdapter
+    ) -> dict[str, str]:
+        """The served model and the adapter in `lora_path`: SGLang reads an adapter from
+        `model` only as `<served name>:<adapter>` (a bare adapter name there runs the base
+        model), else from `lora_path` (entrypoints/openai/serving_base.py,
+        `_resolve_lora_path`, 0.5.4 and 0.5.23); smg 1.13.0 picks workers by the exact
+        `model`, so only the served name reaches them through the router."""
+        return {"model": spec.model.served_name, "lora_path": adapter.name}
 
     def cpu_tier_verdict(self, spec: PDDeploymentSpec, tier: CpuTier) -> TierVerdict:
         gigabytes = tier.rank_bytes // GIGABYTE

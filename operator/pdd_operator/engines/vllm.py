@@ -103,6 +103,7 @@ class VllmAdapter(EngineAdapter):
     type = "vllm"
     display_name = "vLLM"
     versions = SupportedVersions(Version(0, 11, 0), Version(0, 33, 0))
+    lora_flag = "--lora-modules"
     kv_layout = KvLayout(default_block_tokens=16, packed=True)
     # The base health check (/health, the kubelet's 1 s timeout) serves: vLLM's /health
     # answers from a flag (vllm/entrypoints/openai/api_server.py, `health`: the engine

@@ -16,16 +16,18 @@ SOURCE_ENV_AND_EXEC = f'set -a; if [ -f {ENV_FILE} ]; then . {ENV_FILE}; fi; set
 
 def engine_launch(adapter: EngineAdapter, spec: PDDeploymentSpec, role: str) -> EngineLaunch:
     """The adapter's launch (with the prefill's CPU tier of the KV cache where
-    spec.kvCache.offload renders one), then its KV block flags (spec.engine.kvBlockSize or the size
-    planning.kv_layout chooses), then spec.engine.args and the role's args; spec.engine.command
-    in place of its command when set."""
+    spec.kvCache.offload renders one), then its KV block flags (spec.engine.kvBlockSize or the
+    size planning.kv_layout chooses) and LoRA adapters (spec.model.adapters), then
+    spec.engine.args and the role's args; spec.engine.command in place of its command when
+    set."""
     base = adapter.launch(spec, role)
     tier = rendered_tier(spec, adapter, role)
     if tier is not None and tier[1].rendered:
         base = adapter.cpu_tier_launch(base, spec, tier[0])
     blocks = spec.engine.kvBlockSize or chosen_block_tokens(spec, adapter)
     block_flags = adapter.block_flags(spec, blocks) if blocks else ()
-    args = (*base.args, *block_flags, *spec.engine.args, *role_spec(spec, role).args)
+    lora = adapter.lora_flags(spec)
+    args = (*base.args, *block_flags, *lora, *spec.engine.args, *role_spec(spec, role).args)
     command = base.command if spec.engine.command is None else tuple(spec.engine.command)
     return EngineLaunch(command, args, base.env)
 

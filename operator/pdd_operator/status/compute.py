@@ -12,14 +12,17 @@ from dataclasses import dataclass, field
 from pdd_operator.api import condition_reasons as reasons
 from pdd_operator.api import condition_types
 from pdd_operator.api.v1alpha1 import (
+    AdapterStatus,
     Condition,
     PDDeployment,
+    PDDeploymentSpec,
     PDDeploymentStatus,
     PlacementStatus,
     RoleStatus,
     SliceStatus,
     TransferStatus,
 )
+from pdd_operator.engines.registry import adapter_for
 from pdd_operator.planning.placement import PlacementResult
 from pdd_operator.status.conditions import find, set_condition
 from pdd_operator.status.engine_version import engine_version_condition
@@ -143,6 +146,15 @@ class Observed:
     parallelism: ParallelismVerdict | None = None
 
 
+def adapter_statuses(spec: PDDeploymentSpec) -> list[AdapterStatus]:
+    """Each LoRA adapter and the request fields that select it on this engine."""
+    engine = adapter_for(spec.engine.type)
+    return [
+        AdapterStatus(name=a.name, requestFields=engine.adapter_request_fields(spec, a))
+        for a in spec.model.adapters
+    ]
+
+
 def compute_status(pdd: PDDeployment, observed: Observed, now: str) -> PDDeploymentStatus:
     roles = _roles(observed)
     previous = pdd.status.conditions
@@ -221,6 +233,7 @@ def compute_status(pdd: PDDeployment, observed: Observed, now: str) -> PDDeploym
         placement=_placement_status(pdd, observed),
         slices=list(observed.slices),
         transfer=_transfer_status(pdd, observed),
+        adapters=adapter_statuses(pdd.spec),
         waitingSince=since,
         conditions=conditions,
     )

@@ -20,7 +20,7 @@ What is checked, and how:
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
@@ -90,6 +90,18 @@ class ModelReadiness:
 
 
 def model_references(spec: PDDeploymentSpec) -> ModelReferences:
+    """The model's Secret and claims, and the claims of its LoRA adapters."""
+    model = _model_source_references(spec)
+    seen = {use.name for use in model.claims}
+    adapters = []
+    for use in _adapter_claims(spec):  # one check per claim: adapters may share one
+        if use.name not in seen:
+            seen.add(use.name)
+            adapters.append(use)
+    return replace(model, claims=(*model.claims, *adapters))
+
+
+def _model_source_references(spec: PDDeploymentSpec) -> ModelReferences:
     source = spec.model.source_or_default
     if source.pvc is not None:
         use = ClaimUse(source.pvc.claimName, "spec.model.source.pvc.claimName", written=False)
@@ -104,6 +116,14 @@ def model_references(spec: PDDeploymentSpec) -> ModelReferences:
     token = hf.tokenSecretRef
     return ModelReferences(
         secret=token.name if token else None, secret_key=token.key if token else "", claims=claims
+    )
+
+
+def _adapter_claims(spec: PDDeploymentSpec) -> tuple[ClaimUse, ...]:
+    return tuple(
+        ClaimUse(a.source.pvc.claimName, f"spec.model.adapters[{i}].source.pvc.claimName", False)
+        for i, a in enumerate(spec.model.adapters)
+        if a.source.pvc is not None
     )
 
 

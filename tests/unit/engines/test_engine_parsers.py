@@ -80,6 +80,17 @@ MATRIX: dict[str, dict[str, Any]] = {
         "kvCache": {"offload": {"cpu": "64Gi"}},
         "prefill": {"gpusPerInstance": 2},
     },
+    # LoRA adapters from each source, loaded by both roles.
+    "lora": {
+        "model": {
+            "name": "meta-llama/Llama-3.1-8B-Instruct",
+            "adapters": [
+                {"name": "sql", "source": {"huggingFace": {"repo": "org/llama-sql-lora"}}},
+                {"name": "chat-v2", "source": {"pvc": {"claimName": "adapters", "subPath": "v2"}}},
+                {"name": "ner", "source": {"image": {"reference": "registry.example/ner:1"}}},
+            ],
+        },
+    },
     "cpu-offload-dp2-tp4": {
         "kvCache": {"offload": {"cpu": "200Gi"}},
         "prefill": {**ONE_NODE, "parallelism": {"tensor": 4, "data": 2}},
