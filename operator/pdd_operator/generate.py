@@ -21,6 +21,7 @@ import yaml
 
 from pdd_operator import manifest_yaml
 from pdd_operator.api.crd import generate_crd, generate_scaler_crd
+from pdd_operator.engines.registry import spec_rules
 
 CRD_FILE = "pdd.dev_pddeployments.yaml"
 SCALER_CRD_FILE = "pdd.dev_pddrolescalers.yaml"
@@ -51,7 +52,7 @@ class GenerateError(RuntimeError):
 
 
 def crd_yaml() -> str:
-    return HEADER + manifest_yaml.dump(generate_crd(), sort_keys=False, width=100)
+    return HEADER + manifest_yaml.dump(generate_crd(spec_rules()), sort_keys=False, width=100)
 
 
 def scaler_crd_yaml() -> str:
@@ -73,7 +74,7 @@ def generated_files(root: Path) -> dict[Path, Callable[[], str]]:
     try:
         from pdd_operator.api.reference import api_reference_markdown
 
-        files[root / "docs" / "api.md"] = api_reference_markdown
+        files[root / "docs" / "api.md"] = lambda: api_reference_markdown(spec_rules())
     except ImportError:
         pass
     return files

@@ -5,10 +5,11 @@ from __future__ import annotations
 from typing import Any
 
 from pdd_operator.api.crd import generate_crd
+from pdd_operator.engines.registry import spec_rules
 
 
 def spec_schema() -> dict[str, Any]:
-    crd = generate_crd()
+    crd = generate_crd(spec_rules())
     return crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]
 
 
@@ -51,8 +52,8 @@ def test_every_list_and_string_with_a_rule_is_bounded_for_cel_cost() -> None:
 
 
 def test_printer_columns_and_status_subresource() -> None:
-    version = generate_crd()["spec"]["versions"][0]
+    version = generate_crd(spec_rules())["spec"]["versions"][0]
     assert version["subresources"] == {"status": {}}
     columns = [c["name"] for c in version["additionalPrinterColumns"]]
     assert columns[:2] == ["Model", "Prefill"] and "Ready" in columns and columns[-1] == "Age"
-    assert generate_crd()["spec"]["names"]["shortNames"] == ["pdd"]
+    assert generate_crd(spec_rules())["spec"]["names"]["shortNames"] == ["pdd"]

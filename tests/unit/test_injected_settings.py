@@ -159,4 +159,5 @@ def test_the_flags_the_adapter_renders_are_reserved(engine: str) -> None:
     )
     args = adapter_for(engine).launch(spec, "prefill").args
     flags = {a for a in args if a.startswith("--")}  # "-m" is python3's, not the engine's
-    assert flags <= set(api.RESERVED_FLAGS[engine]), flags - set(api.RESERVED_FLAGS[engine])
+    reserved = set(adapter_for(engine).reserved_flags)
+    assert flags <= reserved, flags - reserved

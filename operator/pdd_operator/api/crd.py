@@ -9,6 +9,7 @@ default in it, so defaults live in the CRD (GitOps tools then see no drift).
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from typing import Any
 
 from pydantic import BaseModel
@@ -24,10 +25,12 @@ _DROPPED_KEYS = {"title"}
 UNOBSERVED_STATUS = {"observedGeneration": -1}
 
 
-def generate_crd() -> dict[str, Any]:
+def generate_crd(spec_rules: Sequence[tuple[str, str]]) -> dict[str, Any]:
+    """The PDDeployment CRD with ``spec_rules`` (rule, message) on spec: the API's own and the
+    engines' (engines.registry.spec_rules gathers both)."""
     spec_schema = model_schema(api.PDDeploymentSpec)
     spec_schema.setdefault("x-kubernetes-validations", []).extend(
-        api.SPEC_RULES["x-kubernetes-validations"]
+        {"rule": rule, "message": message} for rule, message in spec_rules
     )
     return _namespaced_crd(
         kind=api.KIND,

@@ -40,10 +40,11 @@ class FieldDoc:
     rules: tuple[str, ...]
 
 
-def api_reference_markdown() -> str:
-    """The whole reference page, deterministic for a given set of models."""
+def api_reference_markdown(spec_rules: Sequence[tuple[str, str]]) -> str:
+    """The whole reference page, deterministic for a given set of models and ``spec_rules``
+    (the CRD's rules on spec: engines.registry.spec_rules)."""
     spec = dict(model_schema(api.PDDeploymentSpec))
-    cross_field_rules = api.SPEC_RULES["x-kubernetes-validations"]
+    cross_field_rules = [{"rule": rule, "message": message} for rule, message in spec_rules]
     status = model_schema(api.PDDeploymentStatus)
     lines = [
         f"# API reference: {api.KIND} ({api.API_VERSION})",

@@ -77,7 +77,7 @@ ENV_NAME_PATTERN = r"^[A-Za-z_][A-Za-z0-9_.-]*$"
 DEFAULT_ROUTER_IMAGE = "ghcr.io/pdd-dev/pdd-router:0.1.0"
 
 
-def _cel_list(items: tuple[str, ...]) -> str:
+def cel_list(items: tuple[str, ...]) -> str:
     return "[" + ", ".join(f"'{t}'" for t in items) + "]"
 
 
@@ -113,156 +113,14 @@ def _reserved_env_rule() -> tuple[str, str]:
     """On an env entry's name: the API server's answer then shows the path and the name."""
     instead = ", ".join(f"{name} ({where})" for name, where in RESERVED_ENV.items())
     return (
-        f"!self.startsWith('{RESERVED_ENV_PREFIX}') && !(self in {_cel_list(tuple(RESERVED_ENV))})",
+        f"!self.startsWith('{RESERVED_ENV_PREFIX}') && !(self in {cel_list(tuple(RESERVED_ENV))})",
         f"the operator sets this variable and it cannot be overridden in env; remove it "
         f"(set the field named here instead, where there is one): {RESERVED_ENV_PREFIX}* "
         f"(the operator's own), {instead}",
     )
 
 
-# Engine flags the adapter renders from spec fields: a user's copy in args either contradicts
-# the rendered one (the engine takes the last) or sizes the engine past its GPUs (the layout
-# is the role's parallelism over gpusPerInstance x nodesPerInstance GPUs; the multi-node
-# flags differ per rank and only the operator knows the rank). Each engine's own spelling;
-# `custom` engines get no flags from the operator.
-RESERVED_FLAGS: dict[str, dict[str, str]] = {
-    "vllm": {
-        "--tensor-parallel-size": "spec.<role>.parallelism.tensor",
-        "-tp": "spec.<role>.parallelism.tensor",
-        "--pipeline-parallel-size": "spec.<role>.parallelism.pipeline",
-        "-pp": "spec.<role>.parallelism.pipeline",
-        "--data-parallel-size": "spec.<role>.parallelism.data",
-        "-dp": "spec.<role>.parallelism.data",
-        "--data-parallel-size-local": "spec.<role>.parallelism and gpusPerInstance",
-        "--data-parallel-address": "the instance's leader (nodesPerInstance)",
-        "--data-parallel-rpc-port": "the instance's leader (nodesPerInstance)",
-        "--data-parallel-start-rank": "the pod's rank (nodesPerInstance)",
-        "--headless": "the pod's rank (nodesPerInstance)",
-        "--enable-expert-parallel": "spec.<role>.parallelism.expert",
-        "--kv-transfer-config": "spec.kvTransfer",
-        # vLLM 0.33's offload flags replace the NIXL connector with the offloading one
-        # (config/vllm.py, _post_init_kv_transfer_config): P/D would stop moving any KV.
-        "--kv-offloading-size": "spec.kvCache.offload.cpu",
-        "--kv-offloading-backend": "spec.kvCache.offload.cpu",
-        "--host": "0.0.0.0",
-        "--port": "spec.engine.port",
-        "--served-model-name": "spec.model.servedName",
-        "--block-size": "spec.engine.kvBlockSize",
-        "--model": "spec.model.name",
-    },
-    "sglang": {
-        "--tp-size": "spec.<role>.parallelism.tensor",
-        "--tp": "spec.<role>.parallelism.tensor",
-        "--tensor-parallel-size": "spec.<role>.parallelism.tensor",
-        "--pp-size": "spec.<role>.parallelism.pipeline",
-        "--pipeline-parallel-size": "spec.<role>.parallelism.pipeline",
-        "--dp-size": "spec.<role>.parallelism.data",
-        "--dp": "spec.<role>.parallelism.data",
-        "--data-parallel-size": "spec.<role>.parallelism.data",
-        "--enable-dp-attention": "spec.<role>.parallelism.data",
-        "--attn-dp-size": "spec.<role>.parallelism.data",
-        "--attention-data-parallel-size": "spec.<role>.parallelism.data",
-        "--prefill-round-robin-balance": "spec.<role>.parallelism.data",
-        "--ep-size": "spec.<role>.parallelism.expert",
-        "--ep": "spec.<role>.parallelism.expert",
-        "--nnodes": "spec.<role>.nodesPerInstance",
-        "--node-rank": "the pod's rank (nodesPerInstance)",
-        "--dist-init-addr": "the instance's leader (nodesPerInstance)",
-        "--disaggregation-mode": "the role",
-        "--disaggregation-transfer-backend": "spec.kvTransfer.backend",
-        "--disaggregation-bootstrap-port": "spec.kvTransfer.bootstrapPort",
-        "--host": "0.0.0.0",
-        "--port": "spec.engine.port",
-        "--served-model-name": "spec.model.servedName",
-        "--page-size": "spec.engine.kvBlockSize",
-        "--model-path": "spec.model.name",
-        "--model": "spec.model.name",
-    },
-}
 ALL_ARGS = "(self.engine.args + self.prefill.args + self.decode.args)"
-# SGLang's hierarchical-cache flags, which spec.kvCache.offload renders where it is set (a
-# user's own, without it, stay theirs).
-SGLANG_OFFLOAD_FLAGS = (
-    "--enable-hierarchical-cache",
-    "--enable-hicache",
-    "--hicache-size",
-    "--hicache-ratio",
-)
-
-
-def _reserved_flags_rule(engine: str) -> tuple[str, str]:
-    flags = RESERVED_FLAGS[engine]
-    listed = _cel_list(tuple(flags))
-    instead = ", ".join(f"{flag} ({where})" for flag, where in flags.items())
-    return (
-        f"self.engine.type != '{engine}' || {ALL_ARGS}.all(a, !(a in {listed} || "
-        f"{listed}.exists(f, a.startsWith(f + '='))))",
-        f"spec.engine.args, spec.prefill.args or spec.decode.args set a flag the operator sets "
-        f"for a {engine} engine; remove it (set the field named here instead): {instead}",
-    )
-
-
-# The engines' LoRA flags, which spec.model.adapters renders where it lists any (a user's own,
-# without it, stay theirs).
-LORA_FLAGS = {
-    "vllm": ("--enable-lora", "--lora-modules"),
-    "sglang": ("--enable-lora", "--lora-paths"),
-}
-
-
-def _adapter_rules() -> list[tuple[str, str]]:
-    adapters = "has(self.model.adapters) && size(self.model.adapters) > 0"
-    served = "(has(self.model.servedName) ? self.model.servedName : self.model.name)"
-    rules = [
-        (
-            f"!({adapters}) || self.engine.type != 'custom'",
-            "spec.model.adapters is rendered for vllm and sglang engines: a custom engine "
-            "loads its adapters itself (set them in spec.engine.args)",
-        ),
-        (
-            f"!({adapters}) || !has(self.model.source) || has(self.model.source.huggingFace) || "
-            "self.model.adapters.all(a, !has(a.source.huggingFace))",
-            "spec.model.adapters: an adapter from the Hugging Face Hub needs the model from "
-            "the Hub too (a model on a volume switches the Hub off in the engine pods): put "
-            "the adapter on a claim or an image",
-        ),
-        (
-            f"!({adapters}) || self.model.adapters.all(a, a.name != {served})",
-            "spec.model.adapters[].name must differ from the model's served name "
-            "(spec.model.servedName, else spec.model.name): a request names one or the other",
-        ),
-    ]
-    for engine, flags in LORA_FLAGS.items():
-        listed = _cel_list(flags)
-        rules.append(
-            (
-                f"!({adapters}) || self.engine.type != '{engine}' || {ALL_ARGS}.all(a, "
-                f"!(a in {listed} || {listed}.exists(f, a.startsWith(f + '='))))",
-                f"spec.model.adapters renders the {engine} engine's LoRA flags: remove "
-                f"{', '.join(flags)} from spec.engine.args, spec.prefill.args and "
-                "spec.decode.args",
-            )
-        )
-    return rules
-
-
-def _offload_rules() -> list[tuple[str, str]]:
-    offload = "has(self.kvCache.offload.cpu)"
-    listed = _cel_list(SGLANG_OFFLOAD_FLAGS)
-    return [
-        (
-            f"!{offload} || self.engine.type != 'custom'",
-            "spec.kvCache.offload is rendered for vllm and sglang engines: a custom engine's "
-            "KV tiers are its own (set them in spec.engine.args)",
-        ),
-        (
-            f"!{offload} || self.engine.type != 'sglang' || {ALL_ARGS}.all(a, !(a in {listed} "
-            f"|| {listed}.exists(f, a.startsWith(f + '='))))",
-            "spec.kvCache.offload.cpu renders SGLang's hierarchical cache: remove "
-            f"{', '.join(SGLANG_OFFLOAD_FLAGS)} from spec.engine.args, spec.prefill.args and "
-            "spec.decode.args",
-        ),
-    ]
 
 
 # Pod template keys the operator sets and selects on: a podTemplate that sets one is refused by
@@ -1013,58 +871,44 @@ class RouterResources(ResourceRequirements):
     ] = Field(default_factory=lambda: {"memory": "2Gi"})
 
 
-# The routing policies each engine's router offers that run with what the operator renders
-# (their own `--policy` names: vllm-router 0.1.17, smg 1.13.0; tests/fixtures/routers holds
-# their help). Left out: vllm-router's kv_aware, which needs the engines' KV events that the
-# operator does not wire yet, and smg's passthrough, manual and (prefill only) bucket, which
-# need request headers or a bucket configuration of their own.
-ROUTER_POLICIES: dict[str, tuple[str, ...]] = {
-    "vllm": (
-        "cache_aware",
-        "round_robin",
-        "random",
-        "power_of_two",
-        "consistent_hash",
-        "sticky_least_loaded",
-    ),
-    "sglang": (
-        "cache_aware",
-        "round_robin",
-        "random",
-        "power_of_two",
-        "least_load",
-        "consistent_hashing",
-        "prefix_hash",
-    ),
-}
+# The routing-policy fields of spec.router; each engine's adapter lists the policies its
+# router offers (engines/*.py ``router_policies``).
 POLICY_FIELDS = ("policy", "prefillPolicy", "decodePolicy")
 
 
 def _router_policy_rules() -> list[tuple[str, str]]:
-    """Per engine and policy field: a policy that engine's router offers; none where the
-    operator does not run the router (a custom engine, or a router command of your own)."""
-    rules = []
-    for engine, policies in ROUTER_POLICIES.items():
-        for name in POLICY_FIELDS:
-            field = f"self.router.{name}"
-            rules.append(
-                (
-                    f"self.engine.type != '{engine}' || !has({field}) || "
-                    f"{field} in {_cel_list(policies)}",
-                    f"spec.router.{name} must be one of the {engine} router's policies: "
-                    + ", ".join(policies),
-                )
-            )
+    """No policy where the operator does not run the router: a custom engine, or a router
+    command of your own (each engine's adapter checks the values its router offers)."""
     given = " || ".join(f"has(self.router.{name})" for name in POLICY_FIELDS)
-    rules.append(
+    return [
         (
             f"!({given}) || (self.engine.type != 'custom' && !has(self.router.command))",
             "spec.router.policy, prefillPolicy and decodePolicy choose the policy of the "
             "engine's own router: with a custom engine or spec.router.command, set your "
             "router's policy in spec.router.args instead",
         )
-    )
-    return rules
+    ]
+
+
+def _adapter_rules() -> list[tuple[str, str]]:
+    """spec.model.adapters against the model (each engine's adapter refuses its own LoRA
+    flags in the args, and the custom one the field)."""
+    adapters = "has(self.model.adapters) && size(self.model.adapters) > 0"
+    served = "(has(self.model.servedName) ? self.model.servedName : self.model.name)"
+    return [
+        (
+            f"!({adapters}) || !has(self.model.source) || has(self.model.source.huggingFace) || "
+            "self.model.adapters.all(a, !has(a.source.huggingFace))",
+            "spec.model.adapters: an adapter from the Hugging Face Hub needs the model from "
+            "the Hub too (a model on a volume switches the Hub off in the engine pods): put "
+            "the adapter on a claim or an image",
+        ),
+        (
+            f"!({adapters}) || self.model.adapters.all(a, a.name != {served})",
+            "spec.model.adapters[].name must differ from the model's served name "
+            "(spec.model.servedName, else spec.model.name): a request names one or the other",
+        ),
+    ]
 
 
 class RouterSpec(Model):
@@ -1175,7 +1019,7 @@ class UcxVar(Model):
                 ),
                 (
                     "!(self in "
-                    + _cel_list(tuple(n for n in RESERVED_ENV if n.startswith("UCX_")))
+                    + cel_list(tuple(n for n in RESERVED_ENV if n.startswith("UCX_")))
                     + ")",
                     "spec.kvTransfer.ucx.extraEnv[].name: UCX_TLS, UCX_NET_DEVICES and "
                     "UCX_IB_GPU_DIRECT_RDMA are set by the operator: use "
@@ -1197,9 +1041,9 @@ class UcxSpec(Model):
             [
                 (
                     "self.all(t, t == 'auto' || t in "
-                    + _cel_list(UCX_TRANSPORTS)
+                    + cel_list(UCX_TRANSPORTS)
                     + " || (t.startsWith('^') && t.substring(1) in "
-                    + _cel_list(UCX_TRANSPORTS)
+                    + cel_list(UCX_TRANSPORTS)
                     + "))",
                     "spec.kvTransfer.ucx.transports: unknown UCX transport; use 'auto' or "
                     "tokens of UCX_TLS: " + ", ".join(UCX_TRANSPORTS),
@@ -1222,14 +1066,14 @@ class UcxSpec(Model):
                 ),
                 (
                     "self == ['auto'] || self[0].startsWith('^') || self.exists(t, t in "
-                    + _cel_list(GPU_MEMORY_TRANSPORTS)
+                    + cel_list(GPU_MEMORY_TRANSPORTS)
                     + ")",
                     "spec.kvTransfer.ucx.transports has no transport for GPU memory, where the "
                     "KV cache lives: add cuda_copy (and cuda_ipc, gdr_copy), or use ['auto']",
                 ),
                 (
                     "self == ['auto'] || self[0].startsWith('^') || self.exists(t, !(t in "
-                    + _cel_list(COPY_ONLY_TRANSPORTS)
+                    + cel_list(COPY_ONLY_TRANSPORTS)
                     + "))",
                     "spec.kvTransfer.ucx.transports lists only copy transports: UCX needs one "
                     "that carries messages to connect the peers: add rc_x (RDMA), tcp or sm",
@@ -1655,52 +1499,6 @@ class PDDeploymentSpec(Model):
     scheduling: SchedulingSpec = Field(default_factory=SchedulingSpec)
 
 
-def _tensor_size(role: str) -> str:
-    """CEL: the role's TP size."""
-    r = f"self.{role}"
-    return f"(has({r}.parallelism) ? {r}.parallelism.tensor : {r}.gpusPerInstance)"
-
-
-def _layout_rules(role: str) -> list[tuple[str, str]]:
-    """Per role: the parallelism layout must cover the instance's GPUs as the engine lays
-    them out (CEL: the API server refuses the object and the message names the field)."""
-    r = f"self.{role}"
-    p = f"{r}.parallelism"
-    gpus = f"{r}.gpusPerInstance * {r}.nodesPerInstance"
-    field = f"spec.{role}.parallelism"
-    return [
-        (
-            f"self.engine.type != 'vllm' || !has({p}) || "
-            f"{p}.tensor * {p}.pipeline * {p}.data == {gpus}",
-            f"{field}: for vLLM tensor x pipeline x data must equal the instance's GPUs "
-            f"(spec.{role}.gpusPerInstance x spec.{role}.nodesPerInstance)",
-        ),
-        (
-            f"self.engine.type != 'vllm' || !has({p}) || "
-            f"{r}.gpusPerInstance % ({p}.tensor * {p}.pipeline) == 0",
-            f"{field}: for vLLM one data-parallel rank (tensor x pipeline GPUs) must fit on "
-            f"one node, whole: tensor x pipeline must divide spec.{role}.gpusPerInstance",
-        ),
-        (
-            f"self.engine.type != 'vllm' || !has({p}) || {p}.expert == 1 || "
-            f"{p}.expert == {p}.tensor * {p}.data",
-            f"{field}.expert: vLLM's expert-parallel size is tensor x data; set expert to "
-            "that product (or 1: off)",
-        ),
-        (
-            f"self.engine.type != 'sglang' || !has({p}) || {p}.tensor * {p}.pipeline == {gpus}",
-            f"{field}: for SGLang tensor x pipeline must equal the instance's GPUs "
-            f"(spec.{role}.gpusPerInstance x spec.{role}.nodesPerInstance); data (DP "
-            "attention) and expert split the tensor group",
-        ),
-        (
-            f"self.engine.type != 'sglang' || !has({p}) || "
-            f"({p}.tensor % {p}.data == 0 && {p}.tensor % {p}.expert == 0)",
-            f"{field}: for SGLang data (DP attention) and expert must each divide tensor",
-        ),
-    ]
-
-
 def _attention_tp(role: str) -> str:
     """CEL: the ranks one layer's attention heads are split over, as the adapters lay a role
     out (engines/*.py ``layout``): vLLM tensor (gpusPerInstance unset), SGLang tensor / data
@@ -1715,10 +1513,11 @@ def _attention_tp(role: str) -> str:
 
 
 def _shape_rules(role: str) -> list[tuple[str, str]]:
-    """Per role: what the engine splits over its parallel ranks must divide evenly where
-    spec.model.kvCache gives the counts (planning/parallelism_fit.py has the same rules for a
-    shape from the operator's table, and their sources)."""
-    tp, kv, p = _attention_tp(role), "self.model.kvCache", f"self.{role}.parallelism"
+    """Per role: the attention and KV heads must split evenly over the tensor-parallel ranks
+    where spec.model.kvCache gives the counts (planning/parallelism_fit.py has the same rules
+    for a shape from the operator's table, and their sources; SGLang's expert rule is its
+    adapter's)."""
+    tp, kv = _attention_tp(role), "self.model.kvCache"
     given = f"self.engine.type == 'custom' || !has({kv}) || {tp} < 1 || "
     field = f"spec.{role}"
     size = (
@@ -1740,29 +1539,15 @@ def _shape_rules(role: str) -> list[tuple[str, str]]:
             "ranks where there are more ranks than heads, and fails at start otherwise (8 KV "
             "heads: 1, 2, 4, 8, 16, ...)",
         ),
-        (
-            f"self.engine.type != 'sglang' || !has({kv}) || !has({kv}.experts) || "
-            f"{kv}.experts == 0 || !has({p}) || {p}.expert < 1 || {kv}.experts % {p}.expert == 0",
-            f"{field}.parallelism.expert must divide spec.model.kvCache.experts for SGLang: it "
-            "places an equal share of the routed experts on each expert-parallel rank and "
-            "fails at start otherwise",
-        ),
     ]
 
 
 SPEC_RULES = cel(
     [
         (
-            "self.engine.type != 'custom' || !self.router.enabled || has(self.router.command) "
-            f"|| self.router.image != '{DEFAULT_ROUTER_IMAGE}'",
-            "a custom engine has no router of its own: set spec.router.command (and args) to "
-            "run one from the default image (vllm-router, smg), set spec.router.image to a "
-            "router image with its own entrypoint, or set spec.router.enabled to false",
-        ),
-        (
             "!(self.kvTransfer.gpuDirect in ['dmabuf', 'peermem']) || "
             "self.kvTransfer.ucx.transports == ['auto'] || "
-            "self.kvTransfer.ucx.transports.exists(t, t in " + _cel_list(RDMA_TRANSPORTS) + ")",
+            "self.kvTransfer.ucx.transports.exists(t, t in " + cel_list(RDMA_TRANSPORTS) + ")",
             "spec.kvTransfer.gpuDirect forces GPUDirect RDMA but spec.kvTransfer.ucx.transports "
             "has no RDMA transport: add rc_x (or dc_x/rc), use ['auto'], or set gpuDirect to off",
         ),
@@ -1786,11 +1571,6 @@ SPEC_RULES = cel(
             "spec.kvTransfer.metadataExchange.etcdEndpoints",
         ),
         (
-            "self.engine.type != 'custom' || self.kvTransfer.metadataExchange.mode != 'engine'",
-            "spec.kvTransfer.metadataExchange.mode 'engine' needs a vllm or sglang engine "
-            "(custom engines have no known side channel): use sidecar or etcd",
-        ),
-        (
             "has(self.autoscaling) || self.prefill.replicas + self.decode.replicas > 0",
             "spec.prefill.replicas and spec.decode.replicas are both 0: a deployment needs at "
             "least one instance (scale to zero needs spec.autoscaling with minReplicas 0)",
@@ -1810,25 +1590,8 @@ SPEC_RULES = cel(
             f"spec.kvTransfer.bootstrapPort and the sidecar's port {SIDECAR_PORT}: they share "
             "the pod's network; choose another engine port",
         ),
-        (
-            # vLLM's NixlConnector (v0.11.0, nixl_connector.py add_remote_agent): tp_ratio =
-            # divide(decode TP, prefill TP), asserted > 0 ("Decode TP cannot be smaller than
-            # prefill TP"); divide() asserts that it divides.
-            # The TP size is parallelism.tensor where a layout is given, else the pod's GPUs.
-            "self.engine.type != 'vllm' || "
-            f"{_tensor_size('decode')} % {_tensor_size('prefill')} == 0",
-            "spec.prefill and spec.decode TP sizes (parallelism.tensor, else gpusPerInstance): "
-            "vLLM's NIXL connector needs the decode TP to be a multiple of the prefill TP "
-            "(each decode rank reads from one prefill rank): e.g. 2 and 4 or 4 and 4, not 4 "
-            "and 2, not 3 and 4",
-        ),
-        _reserved_flags_rule("vllm"),
-        _reserved_flags_rule("sglang"),
-        *_offload_rules(),
         *_adapter_rules(),
         *_router_policy_rules(),
-        *_layout_rules("prefill"),
-        *_layout_rules("decode"),
         *_shape_rules("prefill"),
         *_shape_rules("decode"),
         (

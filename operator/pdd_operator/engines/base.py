@@ -17,6 +17,7 @@ from typing import Any, ClassVar
 from pdd_contract.env import KvOperation
 from pdd_contract.ports import RankPorts
 from pdd_operator.api.v1alpha1 import LoraAdapter, PDDeploymentSpec, RoleSpec, RouterSpec
+from pdd_operator.engines import cel_rules
 from pdd_operator.engines.version import (
     ResolvedVersion,
     SupportedVersions,
@@ -230,11 +231,42 @@ class EngineAdapter(ABC):
     # The flag that lists the LoRA adapters as name=path ("": the engine takes none from the
     # operator), after --enable-lora.
     lora_flag: ClassVar[str] = ""
+    # Flags the adapter renders from spec fields, with the field to set instead: the CRD
+    # refuses them in the user's args (cel_rules.reserved_flags_rule).
+    reserved_flags: ClassVar[Mapping[str, str]] = {}
+    # The policies of the engine's router that run with what the operator renders (the
+    # router's own `--policy` names), checked on spec.router's policy fields.
+    router_policies: ClassVar[tuple[str, ...]] = ()
     # The releases whose flags, ports and probes the adapter renders, each checked against
     # that release's parser (tests/fixtures/engines); None: the adapter renders the same for
     # every release (a custom engine's command is the user's).
     versions: ClassVar[SupportedVersions | None] = None
     display_name: ClassVar[str] = ""  # as users spell the engine: "vLLM", "SGLang"
+
+    def spec_rules(self) -> list[tuple[str, str]]:
+        """The CEL rules (rule, message) this engine's deployments must pass, each guarded by
+        `self.engine.type` (the registry puts them in the CRD): the reserved flags, the LoRA
+        flags while spec.model.adapters lists any, the router's policies, and the adapter's
+        own (``own_spec_rules``)."""
+        rules: list[tuple[str, str]] = []
+        if self.reserved_flags:
+            rules.append(cel_rules.reserved_flags_rule(self.type, self.reserved_flags))
+        if self.lora_flag:
+            rules.append(
+                cel_rules.flags_refused_while(
+                    self.type,
+                    cel_rules.ADAPTERS_LISTED,
+                    ("--enable-lora", self.lora_flag),
+                    f"spec.model.adapters renders the {self.type} engine's LoRA flags",
+                )
+            )
+        if self.router_policies:
+            rules += cel_rules.router_policy_rules(self.type, self.router_policies)
+        return rules + self.own_spec_rules()
+
+    def own_spec_rules(self) -> list[tuple[str, str]]:
+        """Rules of the engine's own (its layout, its flags for other fields)."""
+        return []
 
     @abstractmethod
     def launch(self, spec: PDDeploymentSpec, role: str) -> EngineLaunch:

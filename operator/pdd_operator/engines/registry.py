@@ -1,8 +1,9 @@
-"""Every engine adapter, keyed by its ``spec.engine.type`` value.
+"""Every engine adapter, keyed by its ``spec.engine.type`` value, and the CRD rules they own.
 
-Each module of this package other than ``base``, ``version`` and this one is an engine and defines
-``ADAPTER``; they are found by listing the package, so adding an engine is adding its module
-(and its value to ``EngineSpec.type``). tests/unit/engines checks the two lists agree.
+Each module of this package other than ``base``, ``cel_rules``, ``version`` and this one is an
+engine and defines ``ADAPTER``; they are found by listing the package, so adding an engine is
+adding its module (and its value to ``EngineSpec.type``). tests/unit/engines checks the two
+lists agree.
 """
 
 from __future__ import annotations
@@ -13,9 +14,10 @@ from collections.abc import Mapping
 from types import MappingProxyType
 
 import pdd_operator.engines as _package
+from pdd_operator.api.v1alpha1 import SPEC_RULES
 from pdd_operator.engines.base import EngineAdapter
 
-_NOT_ENGINES = frozenset({"base", "registry", "version"})
+_NOT_ENGINES = frozenset({"base", "cel_rules", "registry", "version"})
 
 
 def _discover() -> Mapping[str, EngineAdapter]:
@@ -42,3 +44,10 @@ def adapter_for(engine_type: str, engines: Mapping[str, EngineAdapter] = ENGINES
     except KeyError:
         known = ", ".join(sorted(engines))
         raise ValueError(f"no engine adapter for type {engine_type!r} (known: {known})") from None
+
+
+def spec_rules(engines: Mapping[str, EngineAdapter] = ENGINES) -> list[tuple[str, str]]:
+    """Every CEL rule on a PDDeployment's spec: the API's own (those that hold for every
+    engine), then each engine's (``EngineAdapter.spec_rules``)."""
+    common = [(v["rule"], v["message"]) for v in SPEC_RULES["x-kubernetes-validations"]]
+    return [*common, *(rule for adapter in engines.values() for rule in adapter.spec_rules())]

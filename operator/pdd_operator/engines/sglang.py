@@ -18,6 +18,7 @@ from __future__ import annotations
 
 from pdd_contract.ports import SGLANG_SIDE_CHANNEL, SIDE_CHANNEL_SERVED_BY
 from pdd_operator.api.v1alpha1 import LoraAdapter, PDDeploymentSpec
+from pdd_operator.engines import cel_rules
 from pdd_operator.engines.base import (
     MAX_CHOSEN_BLOCK_TOKENS,
     CpuTier,
@@ -98,14 +99,82 @@ HICACHE_FLAGS = ("--enable-hierarchical-cache", "--hicache-size")
 GIGABYTE = 10**9
 
 
+# Flags rendered from spec fields (EngineAdapter.reserved_flags), each with the field to set
+# instead.
+RESERVED_FLAGS = {
+    "--tp-size": "spec.<role>.parallelism.tensor",
+    "--tp": "spec.<role>.parallelism.tensor",
+    "--tensor-parallel-size": "spec.<role>.parallelism.tensor",
+    "--pp-size": "spec.<role>.parallelism.pipeline",
+    "--pipeline-parallel-size": "spec.<role>.parallelism.pipeline",
+    "--dp-size": "spec.<role>.parallelism.data",
+    "--dp": "spec.<role>.parallelism.data",
+    "--data-parallel-size": "spec.<role>.parallelism.data",
+    "--enable-dp-attention": "spec.<role>.parallelism.data",
+    "--attn-dp-size": "spec.<role>.parallelism.data",
+    "--attention-data-parallel-size": "spec.<role>.parallelism.data",
+    "--prefill-round-robin-balance": "spec.<role>.parallelism.data",
+    "--ep-size": "spec.<role>.parallelism.expert",
+    "--ep": "spec.<role>.parallelism.expert",
+    "--nnodes": "spec.<role>.nodesPerInstance",
+    "--node-rank": "the pod's rank (nodesPerInstance)",
+    "--dist-init-addr": "the instance's leader (nodesPerInstance)",
+    "--disaggregation-mode": "the role",
+    "--disaggregation-transfer-backend": "spec.kvTransfer.backend",
+    "--disaggregation-bootstrap-port": "spec.kvTransfer.bootstrapPort",
+    "--host": "0.0.0.0",
+    "--port": "spec.engine.port",
+    "--served-model-name": "spec.model.servedName",
+    "--page-size": "spec.engine.kvBlockSize",
+    "--model-path": "spec.model.name",
+    "--model": "spec.model.name",
+}
+# smg 1.13.0's policies that run with what the operator renders (its own --policy names,
+# tests/fixtures/routers). Left out: passthrough, manual and (prefill only) bucket, which need
+# request headers or a bucket configuration of their own.
+ROUTER_POLICIES = (
+    "cache_aware",
+    "round_robin",
+    "random",
+    "power_of_two",
+    "least_load",
+    "consistent_hashing",
+    "prefix_hash",
+)
+# The hierarchical-cache flags spec.kvCache.offload renders: refused in the args while it is
+# set (a user's own, without it, stay theirs).
+OFFLOAD_FLAGS = (
+    "--enable-hierarchical-cache",
+    "--enable-hicache",
+    "--hicache-size",
+    "--hicache-ratio",
+)
+
+
 class SglangAdapter(EngineAdapter):
     type = "sglang"
     display_name = "SGLang"
+    reserved_flags = RESERVED_FLAGS
+    router_policies = ROUTER_POLICIES
     versions = SupportedVersions(Version(0, 5, 4), Version(0, 5, 23))
     lora_flag = "--lora-paths"
     kv_layout = KvLayout(default_block_tokens=1, packed=False)
     # The NIXL backend's prefill side WRITEs into the decode's pages (disaggregation/nixl).
     kv_operation = "WRITE"
+
+    def own_spec_rules(self) -> list[tuple[str, str]]:
+        return [
+            cel_rules.flags_refused_while(
+                "sglang",
+                "has(self.kvCache.offload.cpu)",
+                OFFLOAD_FLAGS,
+                "spec.kvCache.offload.cpu renders SGLang's hierarchical cache",
+            ),
+            *_layout_rules("prefill"),
+            *_layout_rules("decode"),
+            _experts_rule("prefill"),
+            _experts_rule("decode"),
+        ]
 
     def adapter_request_fields(
         self, spec: PDDeploymentSpec, adapter: LoraAdapter
@@ -266,3 +335,39 @@ def _layout_flags(layout: Layout, release: Version) -> tuple[str, ...]:
 
 
 ADAPTER = SglangAdapter()
+
+
+def _layout_rules(role: str) -> list[tuple[str, str]]:
+    """The role's parallelism must cover the instance's GPUs as SGLang lays them out: one TP
+    group over all of them, split by DP attention and expert parallelism."""
+    r = f"self.{role}"
+    p = f"{r}.parallelism"
+    gpus = f"{r}.gpusPerInstance * {r}.nodesPerInstance"
+    field = f"spec.{role}.parallelism"
+    return [
+        (
+            f"self.engine.type != 'sglang' || !has({p}) || {p}.tensor * {p}.pipeline == {gpus}",
+            f"{field}: for SGLang tensor x pipeline must equal the instance's GPUs "
+            f"(spec.{role}.gpusPerInstance x spec.{role}.nodesPerInstance); data (DP "
+            "attention) and expert split the tensor group",
+        ),
+        (
+            f"self.engine.type != 'sglang' || !has({p}) || "
+            f"({p}.tensor % {p}.data == 0 && {p}.tensor % {p}.expert == 0)",
+            f"{field}: for SGLang data (DP attention) and expert must each divide tensor",
+        ),
+    ]
+
+
+def _experts_rule(role: str) -> tuple[str, str]:
+    """SGLang places an equal share of the routed experts on each expert-parallel rank
+    (layers/moe/fused_moe_triton/layer.py, 0.5.23), where spec.model.kvCache gives them
+    (planning/parallelism_fit.py checks a shape from the operator's table)."""
+    kv, p = "self.model.kvCache", f"self.{role}.parallelism"
+    return (
+        f"self.engine.type != 'sglang' || !has({kv}) || !has({kv}.experts) || "
+        f"{kv}.experts == 0 || !has({p}) || {p}.expert < 1 || {kv}.experts % {p}.expert == 0",
+        f"spec.{role}.parallelism.expert must divide spec.model.kvCache.experts for SGLang: it "
+        "places an equal share of the routed experts on each expert-parallel rank and fails "
+        "at start otherwise",
+    )

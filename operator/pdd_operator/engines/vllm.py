@@ -28,6 +28,7 @@ from pdd_contract.env import (
 from pdd_contract.ports import SIDE_CHANNEL_SERVED_BY, VLLM_SIDE_CHANNEL, RankPorts
 from pdd_operator.api.pod_namespaces import shares_pid_namespace
 from pdd_operator.api.v1alpha1 import PDDeploymentSpec
+from pdd_operator.engines import cel_rules
 from pdd_operator.engines.base import (
     MAX_CHOSEN_BLOCK_TOKENS,
     CpuTier,
@@ -99,9 +100,51 @@ MULTI_CONNECTOR, OFFLOADING_CONNECTOR = "MultiConnector", "OffloadingConnector"
 OFFLOAD_BYTES_SINCE = Version(0, 14, 0)
 
 
+# Flags rendered from spec fields (EngineAdapter.reserved_flags), each with the field to set
+# instead: the layout is the role's parallelism over gpusPerInstance x nodesPerInstance GPUs,
+# and the multi-node flags differ per rank, which only the operator knows.
+RESERVED_FLAGS = {
+    "--tensor-parallel-size": "spec.<role>.parallelism.tensor",
+    "-tp": "spec.<role>.parallelism.tensor",
+    "--pipeline-parallel-size": "spec.<role>.parallelism.pipeline",
+    "-pp": "spec.<role>.parallelism.pipeline",
+    "--data-parallel-size": "spec.<role>.parallelism.data",
+    "-dp": "spec.<role>.parallelism.data",
+    "--data-parallel-size-local": "spec.<role>.parallelism and gpusPerInstance",
+    "--data-parallel-address": "the instance's leader (nodesPerInstance)",
+    "--data-parallel-rpc-port": "the instance's leader (nodesPerInstance)",
+    "--data-parallel-start-rank": "the pod's rank (nodesPerInstance)",
+    "--headless": "the pod's rank (nodesPerInstance)",
+    "--enable-expert-parallel": "spec.<role>.parallelism.expert",
+    "--kv-transfer-config": "spec.kvTransfer",
+    # vLLM 0.33's offload flags replace the NIXL connector with the offloading one
+    # (config/vllm.py, _post_init_kv_transfer_config): P/D would stop moving any KV.
+    "--kv-offloading-size": "spec.kvCache.offload.cpu",
+    "--kv-offloading-backend": "spec.kvCache.offload.cpu",
+    "--host": "0.0.0.0",
+    "--port": "spec.engine.port",
+    "--served-model-name": "spec.model.servedName",
+    "--block-size": "spec.engine.kvBlockSize",
+    "--model": "spec.model.name",
+}
+# vllm-router 0.1.17's policies that run with what the operator renders (its own --policy
+# names, tests/fixtures/routers). Left out: kv_aware, which needs the engines' KV events that
+# the operator does not wire yet.
+ROUTER_POLICIES = (
+    "cache_aware",
+    "round_robin",
+    "random",
+    "power_of_two",
+    "consistent_hash",
+    "sticky_least_loaded",
+)
+
+
 class VllmAdapter(EngineAdapter):
     type = "vllm"
     display_name = "vLLM"
+    reserved_flags = RESERVED_FLAGS
+    router_policies = ROUTER_POLICIES
     versions = SupportedVersions(Version(0, 11, 0), Version(0, 33, 0))
     lora_flag = "--lora-modules"
     kv_layout = KvLayout(default_block_tokens=16, packed=True)
@@ -111,6 +154,23 @@ class VllmAdapter(EngineAdapter):
     # NixlConnector: the decode worker READs the prefill's blocks (nixl_connector.py,
     # _read_blocks), in v0.11.0 and 0.33.0 alike; NixlPushConnector WRITEs (kv_pattern).
     kv_operation = "READ"
+
+    def own_spec_rules(self) -> list[tuple[str, str]]:
+        tp = cel_rules.tensor_size
+        return [
+            (
+                # NixlConnector (v0.11.0, nixl_connector.py add_remote_agent): tp_ratio =
+                # divide(decode TP, prefill TP), asserted > 0 ("Decode TP cannot be smaller
+                # than prefill TP"); divide() asserts that it divides.
+                f"self.engine.type != 'vllm' || {tp('decode')} % {tp('prefill')} == 0",
+                "spec.prefill and spec.decode TP sizes (parallelism.tensor, else "
+                "gpusPerInstance): vLLM's NIXL connector needs the decode TP to be a multiple "
+                "of the prefill TP (each decode rank reads from one prefill rank): e.g. 2 and 4 "
+                "or 4 and 4, not 4 and 2, not 3 and 4",
+            ),
+            *_layout_rules("prefill"),
+            *_layout_rules("decode"),
+        ]
 
     def launch(self, spec: PDDeploymentSpec, role: str) -> EngineLaunch:
         kv_config = self.kv_transfer_config(spec, role)
@@ -295,6 +355,35 @@ class VllmAdapter(EngineAdapter):
     def pod_annotations(self, spec: PDDeploymentSpec, role: str) -> dict[str, str]:
         del role
         return {SMG_KV_CONNECTOR_ANNOTATION: self.connector(spec)}
+
+
+def _layout_rules(role: str) -> list[tuple[str, str]]:
+    """The role's parallelism must cover the instance's GPUs as vLLM lays them out: whole
+    data-parallel ranks of tensor x pipeline GPUs, each on one node."""
+    r = f"self.{role}"
+    p = f"{r}.parallelism"
+    gpus = f"{r}.gpusPerInstance * {r}.nodesPerInstance"
+    field = f"spec.{role}.parallelism"
+    return [
+        (
+            f"self.engine.type != 'vllm' || !has({p}) || "
+            f"{p}.tensor * {p}.pipeline * {p}.data == {gpus}",
+            f"{field}: for vLLM tensor x pipeline x data must equal the instance's GPUs "
+            f"(spec.{role}.gpusPerInstance x spec.{role}.nodesPerInstance)",
+        ),
+        (
+            f"self.engine.type != 'vllm' || !has({p}) || "
+            f"{r}.gpusPerInstance % ({p}.tensor * {p}.pipeline) == 0",
+            f"{field}: for vLLM one data-parallel rank (tensor x pipeline GPUs) must fit on "
+            f"one node, whole: tensor x pipeline must divide spec.{role}.gpusPerInstance",
+        ),
+        (
+            f"self.engine.type != 'vllm' || !has({p}) || {p}.expert == 1 || "
+            f"{p}.expert == {p}.tensor * {p}.data",
+            f"{field}.expert: vLLM's expert-parallel size is tensor x data; set expert to "
+            "that product (or 1: off)",
+        ),
+    ]
 
 
 def _json(value: dict[str, Any]) -> str:

@@ -25,9 +25,9 @@ and loaded the weights. The rules, from the engines' sources:
   only the attention heads count.
 
 The counts come from the model's shape (planning.kv_layout): spec.model.kvCache, where the
-CRD's rules (api/v1alpha1.py `_shape_rules`) refuse a layout that does not fit at admission,
-or the operator's table of known models, where status/parallelism.py makes the verdict a
-condition.
+CRD's rules (api/v1alpha1.py `_shape_rules`, engines/sglang.py `_experts_rule`) refuse a
+layout that does not fit at admission, or the operator's table of known models, where
+status/parallelism.py makes the verdict a condition.
 """
 
 from __future__ import annotations

@@ -3,13 +3,13 @@ facts the CRD and the sidecar hold about an engine agree with its adapter."""
 
 from __future__ import annotations
 
-from typing import Any, get_args
+from typing import get_args
 
 import pytest
 
 from helpers.factories import make_pdd
-from pdd_operator.api.v1alpha1 import SPEC_RULES, EngineSpec, PDDeployment, PDDeploymentSpec
-from pdd_operator.engines.registry import ENGINES, adapter_for
+from pdd_operator.api.v1alpha1 import EngineSpec, PDDeployment, PDDeploymentSpec
+from pdd_operator.engines.registry import ENGINES, adapter_for, spec_rules
 from pdd_operator.rendering.children import render_children
 from pdd_operator.rendering.context import RenderContext
 from pdd_sidecar.reachability import side_channel_for
@@ -52,10 +52,9 @@ def test_the_side_channel_is_among_the_ports_the_engine_opens(engine: str) -> No
 def test_the_crd_refuses_engine_exchange_exactly_where_there_is_no_side_channel(
     engine: str,
 ) -> None:
-    """A new engine without a side channel of its own must be added to this CEL rule."""
-    validations: list[dict[str, Any]] = SPEC_RULES["x-kubernetes-validations"]
-    rule = next(v["rule"] for v in validations if "metadataExchange.mode != 'engine'" in v["rule"])
-    refused = f"self.engine.type != '{engine}'" in rule
+    """A new engine without a side channel of its own must refuse it in its own rules."""
+    rules = [r for r, _ in spec_rules() if "metadataExchange.mode != 'engine'" in r]
+    refused = any(f"self.engine.type != '{engine}'" in rule for rule in rules)
     assert refused == (ENGINES[engine].side_channel(spec_of(engine)) is None)
 
 
@@ -83,3 +82,22 @@ def test_the_sidecar_reads_the_built_in_channels_as_their_adapters_declare(
     assert seen is not None
     assert seen.ports == channel.ports
     assert seen.target_roles == set(channel.served_by) - {role}
+
+
+@pytest.mark.parametrize("engine", ENGINE_TYPES)
+def test_each_engines_own_rules_apply_to_its_deployments_only(engine: str) -> None:
+    """An adapter's CEL rules let every other engine's deployment through, so one engine's
+    rules never refuse another's spec: each is a disjunction with the engine's guard as one
+    of its top-level terms (`self.engine.type != ... || ...`, or after a field's own
+    condition)."""
+    guard = f"self.engine.type != '{engine}'"
+    for rule, message in ENGINES[engine].spec_rules():
+        terms = [term.strip() for term in rule.split(" || ")]
+        assert guard in terms, message
+
+
+def test_the_crd_carries_the_apis_rules_and_every_engines() -> None:
+    rules = spec_rules()
+    for adapter in ENGINES.values():
+        assert set(adapter.spec_rules()) <= set(rules), adapter.type
+    assert len(rules) == len(set(rules))  # no rule twice

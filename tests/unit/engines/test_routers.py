@@ -18,7 +18,8 @@ import pytest
 
 from helpers.factories import make_pdd
 from pdd_operator.api import names
-from pdd_operator.api.v1alpha1 import DEFAULT_ROUTER_IMAGE, ROUTER_POLICIES, PDDeployment
+from pdd_operator.api.v1alpha1 import DEFAULT_ROUTER_IMAGE, PDDeployment
+from pdd_operator.engines.registry import ENGINES
 from pdd_operator.engines.sglang import BOOTSTRAP_PORT_ANNOTATION
 from pdd_operator.engines.vllm import SMG_KV_CONNECTOR_ANNOTATION
 from pdd_operator.rendering.children import render_children
@@ -166,7 +167,7 @@ def test_every_rendered_flag_is_one_the_pinned_router_declares(engine: str) -> N
 def test_every_policy_the_api_offers_is_a_choice_of_the_pinned_router(engine: str) -> None:
     """spec.router.policy, prefillPolicy and decodePolicy render as the router's own flags,
     each value among the choices its --help declares (check_args)."""
-    for policy in ROUTER_POLICIES[engine]:
+    for policy in ENGINES[engine].router_policies:
         router = {"image": DEFAULT_ROUTER_IMAGE, "policy": policy}
         router |= {"prefillPolicy": policy, "decodePolicy": policy}
         flags = rendered_flags(engine, {"router": router})
