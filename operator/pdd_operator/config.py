@@ -131,6 +131,19 @@ def _secret_names(text: str) -> tuple[str, ...]:
     return names
 
 
+_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
+
+
+def _namespace_names(text: str) -> tuple[str, ...]:
+    names = _namespace_list(text)
+    for name in names:
+        if len(name) > 63 or not _LABEL.fullmatch(name):
+            raise ConfigError(
+                f"{name!r} is not a namespace name (lowercase letters, digits and '-', at most 63)"
+            )
+    return names
+
+
 @dataclass(frozen=True)
 class OperatorConfig:
     kubeconfig: str | None = _option(
@@ -167,6 +180,16 @@ class OperatorConfig:
         repeat=True,
         help="Secrets every rendered pod pulls its images with (the flag once per Secret, the "
         "variable comma-separated); each must exist in the PDDeployment's namespace",
+    )
+    metrics_scraper_namespaces: tuple[str, ...] = _option(
+        (),
+        env="PDD_METRICS_SCRAPER_NAMESPACES",
+        flag="--metrics-scraper-namespace",
+        parse=_namespace_names,
+        repeat=True,
+        help="namespaces whose pods may scrape the engines' and routers' /metrics through "
+        "the NetworkPolicies the operator renders (where Prometheus runs; the flag once per "
+        "namespace, the variable comma-separated); none: no scraper is admitted",
     )
     metrics_port: int = _option(
         8081,

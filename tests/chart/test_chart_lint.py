@@ -23,6 +23,14 @@ VALUE_SETS: dict[str, list[str]] = {
         "--set",
         "metrics.serviceMonitor.labels.release=prometheus",
     ],
+    "monitoring": [
+        "--set",
+        "metrics.podMonitors.enabled=true",
+        "--set",
+        "metrics.dashboards.enabled=true",
+        "--set",
+        "metrics.scraperNamespaces={monitoring}",
+    ],
     "watch-namespaces": ["--set", "watchNamespaces={team-a,team-b}", "--set", "logLevel=debug"],
     "custom-image": [
         "--set",
@@ -57,6 +65,8 @@ REJECTED: list[tuple[list[str], str]] = [
         "/podTemplatePolicy/validationActions/0",
     ),
     (["--set", "replicas=2"], "replicas"),  # unknown key (it is replicaCount): no silent typo
+    (["--set", "metrics.scraperNamespaces={Monitoring}"], "/metrics/scraperNamespaces/0"),
+    (["--set", "metrics.podMonitors.enabled=yes"], "/metrics/podMonitors/enabled"),
     (["--set", "replicaCount=0"], "/replicaCount"),
     # What the API server would refuse in the middle of an install or upgrade
     # (test_chart_install.py sends each of these to it, unchecked): Deny with Warn ...

@@ -142,6 +142,7 @@ class Procs:
         self.token_file = tmp_path / "token"
         self.token_file.write_text(TOKEN + "\n")
         self.started: list[Proc] = []
+        self.router_metrics: dict[str, str] = {}  # a router's URL -> its /metrics URL
 
     def env(self, **extra: str) -> dict[str, str]:
         env = dict(os.environ)
@@ -258,6 +259,7 @@ class Procs:
             argv += ["--decode", decode, "--disable-tokenizer-autoload"]
         router = self.start(f"router-{engine}", argv, self.env(), signal.SIGKILL)
         url = f"http://{host}:{port}"
+        self.router_metrics[url] = f"http://{host}:{metrics_port}/metrics"
         wait_until(lambda: self._answers(router, f"{url}/readiness"), 60, f"{engine} router")
         return url
 

@@ -22,6 +22,7 @@ DEFAULTS = {
     "sidecar_image": OperatorSettings().sidecar_image,
     "router_image": OperatorSettings().router_image,
     "image_pull_secrets": (),
+    "metrics_scraper_namespaces": (),
     "metrics_port": 8081,
     "liveness": "http://0.0.0.0:8080/healthz",
     "resync_seconds": 300.0,
@@ -42,6 +43,12 @@ SOURCES: dict[str, tuple[str, Any, list[str], Any]] = {
     "sidecar_image": ("r.example/s:1", "r.example/s:1", ["--sidecar-image", "x:2"], "x:2"),
     "router_image": ("r.example/r:1", "r.example/r:1", ["--router-image", "m/r:2"], "m/r:2"),
     "image_pull_secrets": ("a, b.c", ("a", "b.c"), ["--image-pull-secret", "d"], ("d",)),
+    "metrics_scraper_namespaces": (
+        "monitoring, obs",
+        ("monitoring", "obs"),
+        ["--metrics-scraper-namespace", "prom"],
+        ("prom",),
+    ),
     "metrics_port": ("9090", 9090, ["--metrics-port", "0"], 0),
     "liveness": ("", "", ["--liveness", "http://127.0.0.1:1/h"], "http://127.0.0.1:1/h"),
     "resync_seconds": ("60", 60.0, ["--resync-seconds", "2.5"], 2.5),
@@ -111,6 +118,10 @@ def test_the_namespace_flag_repeats() -> None:
         ({"PDD_MAX_CONCURRENT_PASSES": "0"}, "PDD_MAX_CONCURRENT_PASSES: 0 is out of range"),
         ({"PDD_VERBOSE": "maybe"}, "PDD_VERBOSE: 'maybe' is not true or false"),
         ({"PDD_IMAGE_PULL_SECRETS": "ok,Reg_Cred"}, "PDD_IMAGE_PULL_SECRETS: 'Reg_Cred' is not"),
+        (
+            {"PDD_METRICS_SCRAPER_NAMESPACES": "monitoring,Prom.NS"},
+            "PDD_METRICS_SCRAPER_NAMESPACES: 'Prom.NS' is not a namespace name",
+        ),
     ],
 )
 def test_a_bad_variable_is_refused_with_its_name(env: dict[str, str], message: str) -> None:

@@ -99,3 +99,8 @@ routerImage has none in its values. */}}
 {{- $sm := .Values.metrics.serviceMonitor }}
 {{- if and $sm.enabled (or $sm.skipCapabilityCheck (.Capabilities.APIVersions.Has "monitoring.coreos.com/v1/ServiceMonitor")) }}true{{ end }}
 {{- end }}
+
+{{- define "pdd-operator.podMonitorsEnabled" -}}
+{{- $pm := .Values.metrics.podMonitors }}
+{{- if and $pm.enabled (or $pm.skipCapabilityCheck (.Capabilities.APIVersions.Has "monitoring.coreos.com/v1/PodMonitor")) }}true{{ end }}
+{{- end }}

@@ -58,6 +58,7 @@ class OperatorRuntime:
             sidecar_image=config.sidecar_image,
             router_image=config.router_image,
             image_pull_secrets=config.image_pull_secrets,
+            metrics_scraper_namespaces=config.metrics_scraper_namespaces,
         )
         kube = KubeApi(load_api_client(config.kubeconfig), settings.field_manager, fence)
         loop = asyncio.get_running_loop()

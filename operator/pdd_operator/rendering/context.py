@@ -38,6 +38,9 @@ class OperatorSettings:
 
     sidecar_port: int = SIDECAR_PORT
     field_manager: str = "pdd-operator"
+    # Namespaces whose pods may scrape the engines' and routers' /metrics through the
+    # rendered NetworkPolicies (where Prometheus runs); none: no scraper is admitted.
+    metrics_scraper_namespaces: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)

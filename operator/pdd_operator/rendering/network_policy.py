@@ -19,12 +19,15 @@
       deployment with labels the operator cannot know, so the HTTP port is open to every
       source instead and the router's other ports to none (a router of your own that needs
       them needs a policy of your own: policies add up);
-  (c) nothing else: other pods of the namespace, pods of other PDDeployments and Prometheus
-      reach no port (add a policy of your own to admit a scraper: policies add up).
+  (c) nothing else: other pods of the namespace and pods of other PDDeployments reach no port;
+  (d) except, where the operator runs with --metrics-scraper-namespace (the chart's
+      metrics.scraperNamespaces), the engine's HTTP port, which serves its /metrics, from
+      every pod of those namespaces (where Prometheus runs).
 The kubelet's probes still arrive: traffic from a pod's own node is always allowed.
 
 ``<id>-router`` (only where a router is rendered) selects the router pods and admits their
-HTTP port (``spec.router.port``) from anywhere: the router is the deployment's front door.
+HTTP port (``spec.router.port``) from anywhere: the router is the deployment's front door; and
+its metrics port (``spec.router.metricsPort``) from the metrics-scraper namespaces, if any.
 
 Egress is left open (policyTypes is Ingress only): the pods resolve DNS, download models,
 read the API server (the sidecar's peer discovery) and, in etcd mode, reach the user's etcd,
@@ -50,14 +53,17 @@ from pdd_operator.rendering.roles import child_metadata
 from pdd_operator.rendering.router import render_router
 
 COMPONENT = "network-policy"
+# The label the API server sets on every namespace, its name (Kubernetes 1.22+).
+NAMESPACE_NAME_LABEL = "kubernetes.io/metadata.name"
 
 
 def render_network_policies(pdd: PDDeployment, ctx: RenderContext) -> list[dict[str, Any]]:
     router_pods = router_pod_selector(pdd, ctx)
     router_ports = ctx.engine(pdd.spec).router_ports(pdd.spec)
-    policies = [render_engine_policy(pdd, router_pods, router_ports)]
+    scrapers = ctx.settings.metrics_scraper_namespaces
+    policies = [render_engine_policy(pdd, router_pods, router_ports, scrapers)]
     if router_pods is not None:
-        policies.append(render_router_policy(pdd, router_pods))
+        policies.append(render_router_policy(pdd, router_pods, scrapers))
     return policies
 
 
@@ -65,7 +71,15 @@ def render_engine_policy(
     pdd: PDDeployment,
     router_pods: dict[str, str] | None,
     router_ports: tuple[EnginePort, ...],
+    scrapers: tuple[str, ...] = (),
 ) -> dict[str, Any]:
+    ingress = [
+        # A port entry without a number: every TCP port.
+        {"from": [{"podSelector": engine_pod_selector(pdd)}], "ports": [{"protocol": "TCP"}]},
+        _from_router(pdd, router_pods, router_ports),
+    ]
+    if scrapers:  # the engines serve /metrics on their HTTP port
+        ingress.append(_from_scrapers(scrapers, pdd.spec.engine.port))
     return {
         "apiVersion": "networking.k8s.io/v1",
         "kind": "NetworkPolicy",
@@ -73,16 +87,21 @@ def render_engine_policy(
         "spec": {
             "podSelector": engine_pod_selector(pdd),
             "policyTypes": ["Ingress"],
-            "ingress": [
-                # A port entry without a number: every TCP port.
-                {
-                    "from": [{"podSelector": engine_pod_selector(pdd)}],
-                    "ports": [{"protocol": "TCP"}],
-                },
-                _from_router(pdd, router_pods, router_ports),
-            ],
+            "ingress": ingress,
         },
     }
+
+
+def _from_scrapers(namespaces: tuple[str, ...], port: int) -> dict[str, Any]:
+    """(d): the metrics port from every pod of the operator's metrics-scraper namespaces
+    (its --metrics-scraper-namespace: where Prometheus runs), by the name label every
+    namespace carries."""
+    selector = {
+        "matchExpressions": [
+            {"key": NAMESPACE_NAME_LABEL, "operator": "In", "values": list(namespaces)}
+        ]
+    }
+    return {"from": [{"namespaceSelector": selector}], "ports": [{"port": port, "protocol": "TCP"}]}
 
 
 def _from_router(
@@ -99,7 +118,12 @@ def _from_router(
     }
 
 
-def render_router_policy(pdd: PDDeployment, router_pods: dict[str, str]) -> dict[str, Any]:
+def render_router_policy(
+    pdd: PDDeployment, router_pods: dict[str, str], scrapers: tuple[str, ...] = ()
+) -> dict[str, Any]:
+    ingress: list[dict[str, Any]] = [{"ports": [{"port": pdd.spec.router.port, "protocol": "TCP"}]}]
+    if scrapers:
+        ingress.append(_from_scrapers(scrapers, pdd.spec.router.metricsPort))
     return {
         "apiVersion": "networking.k8s.io/v1",
         "kind": "NetworkPolicy",
@@ -107,7 +131,7 @@ def render_router_policy(pdd: PDDeployment, router_pods: dict[str, str]) -> dict
         "spec": {
             "podSelector": {"matchLabels": router_pods},
             "policyTypes": ["Ingress"],
-            "ingress": [{"ports": [{"port": pdd.spec.router.port, "protocol": "TCP"}]}],
+            "ingress": ingress,
         },
     }
 
