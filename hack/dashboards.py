@@ -37,6 +37,19 @@ def either(vllm: str, sglang: str) -> str:
     return f"({vllm}) or ({sglang})"
 
 
+def latency_panel(title: str, metric: str) -> tuple[str, str, list[tuple[str, str]], int]:
+    """p50 and p95 of a histogram both engines name alike (vllm:<metric>, sglang:<metric>),
+    on the decode engines."""
+    targets = [
+        (
+            f"p{q[2:]}",
+            either(quantile(q, f"vllm:{metric}", DECODE), quantile(q, f"sglang:{metric}", DECODE)),
+        )
+        for q in ("0.50", "0.95")
+    ]
+    return (title, "s", targets, 12)
+
+
 # (title, unit, [(legend, query)], width)
 PANELS: list[tuple[str, str, list[tuple[str, str]], int]] = [
     (
@@ -68,48 +81,8 @@ PANELS: list[tuple[str, str, list[tuple[str, str]], int]] = [
         ],
         12,
     ),
-    (
-        "Time to first token (decode engines)",
-        "s",
-        [
-            (
-                "p50",
-                either(
-                    quantile("0.5", "vllm:time_to_first_token_seconds", DECODE),
-                    quantile("0.5", "sglang:time_to_first_token_seconds", DECODE),
-                ),
-            ),
-            (
-                "p95",
-                either(
-                    quantile("0.95", "vllm:time_to_first_token_seconds", DECODE),
-                    quantile("0.95", "sglang:time_to_first_token_seconds", DECODE),
-                ),
-            ),
-        ],
-        12,
-    ),
-    (
-        "Inter-token latency (decode engines)",
-        "s",
-        [
-            (
-                "p50",
-                either(
-                    quantile("0.5", "vllm:inter_token_latency_seconds", DECODE),
-                    quantile("0.5", "sglang:inter_token_latency_seconds", DECODE),
-                ),
-            ),
-            (
-                "p95",
-                either(
-                    quantile("0.95", "vllm:inter_token_latency_seconds", DECODE),
-                    quantile("0.95", "sglang:inter_token_latency_seconds", DECODE),
-                ),
-            ),
-        ],
-        12,
-    ),
+    latency_panel("Time to first token (decode engines)", "time_to_first_token_seconds"),
+    latency_panel("Inter-token latency (decode engines)", "inter_token_latency_seconds"),
     (
         "Waiting requests by role",
         "short",

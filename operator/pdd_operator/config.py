@@ -122,25 +122,23 @@ _SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-
 
 
 def _secret_names(text: str) -> tuple[str, ...]:
-    names = _namespace_list(text)
-    for name in names:
-        if len(name) > 253 or not _SUBDOMAIN.fullmatch(name):
-            raise ConfigError(
-                f"{name!r} is not a Secret name (lowercase letters, digits, '-' and '.')"
-            )
-    return names
+    return _names(text, _SUBDOMAIN, 253, "a Secret name (lowercase letters, digits, '-' and '.')")
 
 
 _LABEL = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
 
 
 def _namespace_names(text: str) -> tuple[str, ...]:
+    what = "a namespace name (lowercase letters, digits and '-', at most 63)"
+    return _names(text, _LABEL, 63, what)
+
+
+def _names(text: str, pattern: re.Pattern[str], longest: int, what: str) -> tuple[str, ...]:
+    """The comma-separated names in ``text``, each refused unless it is ``what``."""
     names = _namespace_list(text)
     for name in names:
-        if len(name) > 63 or not _LABEL.fullmatch(name):
-            raise ConfigError(
-                f"{name!r} is not a namespace name (lowercase letters, digits and '-', at most 63)"
-            )
+        if len(name) > longest or not pattern.fullmatch(name):
+            raise ConfigError(f"{name!r} is not {what}")
     return names
 
 
