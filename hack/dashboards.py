@@ -25,7 +25,8 @@ OUT = (
 )
 POD = 'namespace="$namespace", pdd_dev_deployment="$deployment"'
 DECODE = POD + ', pdd_dev_role="decode"'
-OPERATOR = 'namespace="$namespace", deployment="$deployment"'
+# The operator's own series name the deployment as its pods' label does (deployment_id).
+OPERATOR = 'namespace="$namespace", deployment_id="$deployment"'
 
 
 def quantile(q: str, metric: str, selector: str) -> str:
@@ -81,7 +82,12 @@ PANELS: list[tuple[str, str, list[tuple[str, str]], int]] = [
         ],
         12,
     ),
-    latency_panel("Time to first token (decode engines)", "time_to_first_token_seconds"),
+    # A decode engine counts its time to first token from the request reaching it: the KV
+    # transfer and the first decode step, not the prefill before them.
+    latency_panel(
+        "Decode's time to first token (KV transfer and first step)",
+        "time_to_first_token_seconds",
+    ),
     latency_panel("Inter-token latency (decode engines)", "inter_token_latency_seconds"),
     (
         "Waiting requests by role",
@@ -117,9 +123,12 @@ PANELS: list[tuple[str, str, list[tuple[str, str]], int]] = [
         [
             (
                 "{{pdd_dev_role}}",
+                # Pods, not series: vLLM's data-parallel engines of one pod are series each.
                 either(
-                    f"count by (pdd_dev_role) (vllm:num_requests_running{{{POD}}})",
-                    f"count by (pdd_dev_role) (sglang:num_running_reqs{{{POD}}})",
+                    f"count by (pdd_dev_role) (count by (pod, pdd_dev_role) "
+                    f"(vllm:num_requests_running{{{POD}}}))",
+                    f"count by (pdd_dev_role) (count by (pod, pdd_dev_role) "
+                    f"(sglang:num_running_reqs{{{POD}}}))",
                 ),
             )
         ],

@@ -133,6 +133,23 @@ def _namespace_names(text: str) -> tuple[str, ...]:
     return _names(text, _LABEL, 63, what)
 
 
+# A label key (an optional DNS-subdomain prefix and a name) and value, as Kubernetes takes them.
+_LABEL_KEY = re.compile(
+    r"([a-z0-9]([-a-z0-9.]*[a-z0-9])?/)?[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?"
+)
+_LABEL_VALUE = re.compile(r"([A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?)?")
+
+
+def _label_pairs(text: str) -> tuple[tuple[str, str], ...]:
+    pairs = []
+    for item in _namespace_list(text):
+        key, sep, value = item.partition("=")
+        if not sep or not _LABEL_KEY.fullmatch(key) or not _LABEL_VALUE.fullmatch(value):
+            raise ConfigError(f"{item!r} is not a label key=value such as app=prometheus")
+        pairs.append((key, value))
+    return tuple(pairs)
+
+
 def _names(text: str, pattern: re.Pattern[str], longest: int, what: str) -> tuple[str, ...]:
     """The comma-separated names in ``text``, each refused unless it is ``what``."""
     names = _namespace_list(text)
@@ -188,6 +205,16 @@ class OperatorConfig:
         help="namespaces whose pods may scrape the engines' and routers' /metrics through "
         "the NetworkPolicies the operator renders (where Prometheus runs; the flag once per "
         "namespace, the variable comma-separated); none: no scraper is admitted",
+    )
+    metrics_scraper_pod_labels: tuple[tuple[str, str], ...] = _option(
+        (),
+        env="PDD_METRICS_SCRAPER_POD_LABELS",
+        flag="--metrics-scraper-pod-label",
+        parse=_label_pairs,
+        repeat=True,
+        help="key=value labels the scraper's pods carry (e.g. app.kubernetes.io/name="
+        "prometheus): only those pods of the metrics-scraper namespaces are admitted (the "
+        "flag once per label, the variable comma-separated); none: every pod there",
     )
     metrics_port: int = _option(
         8081,

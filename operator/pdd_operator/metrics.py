@@ -7,10 +7,13 @@ from collections.abc import Callable
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
 
-from pdd_operator.api.names import DeploymentKey
+from pdd_operator.api.names import DeploymentKey, instance_id
 
-# The labels of a deployment's KV-transfer series: namespace, deployment, path, domain.
-TransferLabels = tuple[str, str, str, str]
+# The labels of a deployment's KV-transfer series: namespace, deployment, deployment_id (the
+# pods' pdd.dev/deployment label, which a PodMonitor turns into pdd_dev_deployment: the name,
+# or a shortened, hashed form of a name that is no label value), path, domain.
+TRANSFER_LABELS = ["namespace", "deployment", "deployment_id", "path", "domain"]
+TransferLabels = tuple[str, str, str, str, str]
 
 
 class OperatorMetrics:
@@ -73,14 +76,14 @@ class OperatorMetrics:
             "pdd_kv_transfer_gbps",
             "KV transfer bandwidth of the deployment's verified path, in GB/s (1e9 bytes/s, "
             "as status.transfer.measuredGBps), from the latest answered probe.",
-            ["namespace", "deployment", "path", "domain"],
+            TRANSFER_LABELS,
             registry=self.registry,
         )
         self.kv_transfer_verified = Gauge(
             "pdd_kv_transfer_verified",
             "1 while the latest probe verified the deployment's KV path (KVTransferVerified="
             "True), 0 while it found it degraded.",
-            ["namespace", "deployment", "path", "domain"],
+            TRANSFER_LABELS,
             registry=self.registry,
         )
         # One series per deployment: the labels it was last exported with, so a new path or
@@ -100,7 +103,7 @@ class OperatorMetrics:
         self, key: DeploymentKey, path: str, domain: str, gbps: float, verified: bool
     ) -> None:
         """Export the deployment's latest KV-transfer measurement."""
-        labels = (key[0], key[1], path, domain)
+        labels = (key[0], key[1], instance_id(key[1]), path, domain)
         if self._transfer_labels.get(key) not in (None, labels):
             self.forget_kv_transfer(key)
         self._transfer_labels[key] = labels

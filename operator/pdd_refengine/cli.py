@@ -198,6 +198,8 @@ def _parse_sglang(argv: Sequence[str]) -> EngineConfig:
     parser.add_argument("--kv-cache-dtype", default="auto")
     parser.add_argument("--enable-lora", action="store_true")
     parser.add_argument("--lora-paths", nargs="*", default=[])
+    # SGLang's switch for its /metrics, which the double always serves.
+    parser.add_argument("--enable-metrics", action="store_true")
     known, unknown = _parse(parser, argv)
     if known.disaggregation_mode not in ("prefill", "decode"):
         raise UsageError("--disaggregation-mode must be prefill or decode")

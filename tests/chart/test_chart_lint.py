@@ -30,6 +30,8 @@ VALUE_SETS: dict[str, list[str]] = {
         "metrics.dashboards.enabled=true",
         "--set",
         "metrics.scraperNamespaces={monitoring}",
+        "--set",
+        "metrics.scraperPodLabels.app\\.kubernetes\\.io/name=prometheus",
     ],
     "watch-namespaces": ["--set", "watchNamespaces={team-a,team-b}", "--set", "logLevel=debug"],
     "custom-image": [

@@ -11,6 +11,7 @@ import sys
 from typing import Any
 
 import pytest
+from prometheus_client.metrics import MetricWrapperBase
 
 from helpers.factories import make_pdd
 from pdd_operator.metrics import OperatorMetrics
@@ -57,17 +58,14 @@ def router_series(name: str) -> dict[str, set[str]]:
     }
 
 
-def operator_series() -> dict[str, set[str]]:
-    """What the operator's registry exposes, with each series' label names."""
+def operator_metrics() -> dict[str, set[str]]:
+    """The operator's metrics (without exposition suffixes) and their declared label names."""
     metrics = OperatorMetrics()
-    found: dict[str, set[str]] = {}
-    for family in metrics.registry.collect():
-        for sample in family.samples:
-            found.setdefault(sample.name, set()).update(sample.labels)
-    # Families with labels expose no sample until a child exists: their declared names.
-    for family in metrics.registry.collect():
-        found.setdefault(family.name, set())
-    return found
+    return {
+        base(metric._name): set(metric._labelnames)
+        for metric in vars(metrics).values()
+        if isinstance(metric, MetricWrapperBase)
+    }
 
 
 def queries() -> list[tuple[str, str]]:
@@ -106,10 +104,11 @@ def problems(expr: str) -> list[str]:
             elif labels - series[name]:
                 found.append(f"{name}: no label {sorted(labels - series[name])}")
         elif name.startswith("pdd_"):
-            series = operator_series()
-            known = {base(n) for n in series}
-            if base(name) not in known:
+            declared = operator_metrics()
+            if base(name) not in declared:
                 found.append(f"{name}: not a metric of the operator")
+            elif labels - declared[base(name)]:
+                found.append(f"{name}: no label {sorted(labels - declared[base(name)])}")
         elif name != "up":
             found.append(f"{name}: from no pinned component")
     return found
@@ -125,6 +124,7 @@ def test_the_check_refuses_a_metric_no_pinned_release_exports() -> None:
     assert problems('vllm:nixl_xfer_time_seconds_count{namespace="a"}')  # 0.33 only
     assert problems('smg_http_responses_total{stauts_code="500"}')
     assert problems('pdd_kv_transfer_gigabytes{deployment="a"}')
+    assert problems('pdd_kv_transfer_gbps{deployment_name="a"}')
     assert not problems('vllm:num_requests_running{namespace="a"}')
 
 
@@ -189,15 +189,48 @@ def _selects(selector: dict[str, Any], labels: dict[str, str]) -> bool:
     return all(labels.get(e["key"]) in e["values"] for e in selector.get("matchExpressions", []))
 
 
-def test_the_scraper_namespaces_reach_the_chart_operators_flags(helm: Helm) -> None:
+def test_the_scraper_namespaces_and_labels_reach_the_chart_operators_flags(helm: Helm) -> None:
     (deployment,) = [d for d in helm.template(*MONITORING) if d["kind"] == "Deployment"]
     args = deployment["spec"]["template"]["spec"]["containers"][0]["args"]
     assert "--metrics-scraper-namespace=monitoring" in args
+    assert "--metrics-scraper-pod-label=app.kubernetes.io/name=prometheus" in args
+
+
+def test_the_pod_monitors_watch_the_namespaces_the_release_reconciles(helm: Helm) -> None:
+    scoped = helm.template(*MONITORING, *VALUE_SETS["watch-namespaces"])
+    monitors = [d for d in scoped if d["kind"] == "PodMonitor"]
+    assert len(monitors) == 2
+    for monitor in monitors:
+        assert monitor["spec"]["namespaceSelector"] == {"matchNames": ["team-a", "team-b"]}
+
+
+@pytest.mark.parametrize(
+    ("instance", "index", "dropped"),
+    [("", "0", False), ("", "3", False), ("0", "0", False), ("0", "1", True), ("2", "12", True)],
+)
+def test_a_multi_node_instances_worker_ranks_are_not_scraped(
+    helm: Helm, instance: str, index: str, dropped: bool
+) -> None:
+    """Only an instance's leader (rank 0) serves HTTP; single-node pods carry no instance
+    label and are all scraped. Prometheus anchors a relabeling's regex and joins the source
+    labels with ';' (absent labels are empty)."""
+    for monitor in [d for d in helm.template(*MONITORING) if d["kind"] == "PodMonitor"]:
+        for endpoint in monitor["spec"]["podMetricsEndpoints"]:
+            (rule,) = endpoint["relabelings"]
+            assert rule["sourceLabels"] == [
+                "__meta_kubernetes_pod_label_pdd_dev_instance",
+                "__meta_kubernetes_pod_label_apps_kubernetes_io_pod_index",
+            ]
+            assert rule["action"] == "drop"
+            assert bool(re.fullmatch(rule["regex"], f"{instance};{index}")) == dropped
 
 
 def test_the_network_policies_admit_the_scraper_on_the_metrics_ports_only() -> None:
     pdd = make_pdd({"engine": {"type": "sglang"}})
-    settings = OperatorSettings(metrics_scraper_namespaces=("monitoring",))
+    settings = OperatorSettings(
+        metrics_scraper_namespaces=("monitoring",),
+        metrics_scraper_pod_labels=(("app.kubernetes.io/name", "prometheus"),),
+    )
     policies = {
         c["metadata"]["name"]: c["spec"]
         for c in render_children(pdd, RenderContext(settings=settings))
@@ -212,6 +245,17 @@ def test_the_network_policies_admit_the_scraper_on_the_metrics_ports_only() -> N
     engine, router = pdd.spec.engine.port, pdd.spec.router.metricsPort
     assert sorted(p["port"] for ports in scraped.values() for p in ports) == sorted(
         [engine, router]
+    )
+    peers = [
+        source
+        for spec in policies.values()
+        for rule in spec["ingress"]
+        for source in rule.get("from", [])
+        if "namespaceSelector" in source
+    ]
+    assert peers and all(
+        peer["podSelector"] == {"matchLabels": {"app.kubernetes.io/name": "prometheus"}}
+        for peer in peers
     )
     unscraped = {
         c["metadata"]["name"]: c["spec"]

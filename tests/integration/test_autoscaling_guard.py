@@ -21,6 +21,7 @@ from helpers.factories import pdd_body
 from helpers.operator_proc import OperatorProcess
 from helpers.pdd_objects import condition, get_pdd
 from helpers.waits import wait_for
+from pdd_operator.api.names import instance_id
 
 GROUP, VERSION, PLURAL, SCALERS = "pdd.dev", "v1alpha1", "pddeployments", "pddrolescalers"
 REQUEST, RESULT = "pdd.dev/probe-request", "pdd.dev/probe-result"
@@ -108,7 +109,13 @@ def test_a_degraded_kv_path_holds_decode_scale_ups_and_the_gauges_say_so(
 
     # Verified over RDMA: the gauges carry the figure, the path and the slice's domain.
     answer(core, ns, transport="rdma", gbps=46.2)
-    labels = {"namespace": ns, "deployment": NAME, "path": PATH, "domain": domain}
+    labels = {
+        "namespace": ns,
+        "deployment": NAME,
+        "deployment_id": instance_id(NAME),
+        "path": PATH,
+        "domain": domain,
+    }
     verified = {
         "pdd_kv_transfer_gbps": (labels, 46.2),
         "pdd_kv_transfer_verified": (labels, 1.0),

@@ -23,6 +23,7 @@ DEFAULTS = {
     "router_image": OperatorSettings().router_image,
     "image_pull_secrets": (),
     "metrics_scraper_namespaces": (),
+    "metrics_scraper_pod_labels": (),
     "metrics_port": 8081,
     "liveness": "http://0.0.0.0:8080/healthz",
     "resync_seconds": 300.0,
@@ -48,6 +49,12 @@ SOURCES: dict[str, tuple[str, Any, list[str], Any]] = {
         ("monitoring", "obs"),
         ["--metrics-scraper-namespace", "prom"],
         ("prom",),
+    ),
+    "metrics_scraper_pod_labels": (
+        "app.kubernetes.io/name=prometheus, team=obs",
+        (("app.kubernetes.io/name", "prometheus"), ("team", "obs")),
+        ["--metrics-scraper-pod-label", "app=prom"],
+        (("app", "prom"),),
     ),
     "metrics_port": ("9090", 9090, ["--metrics-port", "0"], 0),
     "liveness": ("", "", ["--liveness", "http://127.0.0.1:1/h"], "http://127.0.0.1:1/h"),
@@ -121,6 +128,10 @@ def test_the_namespace_flag_repeats() -> None:
         (
             {"PDD_METRICS_SCRAPER_NAMESPACES": "monitoring,Prom.NS"},
             "PDD_METRICS_SCRAPER_NAMESPACES: 'Prom.NS' is not a namespace name",
+        ),
+        (
+            {"PDD_METRICS_SCRAPER_POD_LABELS": "app"},
+            "PDD_METRICS_SCRAPER_POD_LABELS: 'app' is not a label key=value",
         ),
     ],
 )

@@ -159,5 +159,6 @@ def test_the_flags_the_adapter_renders_are_reserved(engine: str) -> None:
     )
     args = adapter_for(engine).launch(spec, "prefill").args
     flags = {a for a in args if a.startswith("--")}  # "-m" is python3's, not the engine's
-    reserved = set(adapter_for(engine).reserved_flags)
+    adapter = adapter_for(engine)
+    reserved = set(adapter.reserved_flags) | set(adapter.rendered_switches)
     assert flags <= reserved, flags - reserved

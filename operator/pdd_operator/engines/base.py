@@ -237,6 +237,9 @@ class EngineAdapter(ABC):
     # The policies of the engine's router that run with what the operator renders (the
     # router's own `--policy` names), checked on spec.router's policy fields.
     router_policies: ClassVar[tuple[str, ...]] = ()
+    # Switches the adapter always renders that a user may give too: a flag without a value
+    # means the same however often it is given, so the CRD does not refuse a copy in args.
+    rendered_switches: ClassVar[tuple[str, ...]] = ()
     # The releases whose flags, ports and probes the adapter renders, each checked against
     # that release's parser (tests/fixtures/engines); None: the adapter renders the same for
     # every release (a custom engine's command is the user's).

@@ -97,6 +97,10 @@ SPLIT_EACH_DESCRIPTOR = '{"split_batch_size":"1"}'
 # Decode servers refuse it (0.5.4; 0.5.23 only with an experimental radix cache on decode).
 HICACHE_FLAGS = ("--enable-hierarchical-cache", "--hicache-size")
 GIGABYTE = 10**9
+METRICS_FLAG = "--enable-metrics"
+# From here a host pool smaller than the GPU's KV pool is a warning (0.5.23 pool_host/base.py);
+# 0.5.4 asserts it is larger. Not bisected: the first release read that allows it.
+HOST_POOL_MAY_BE_SMALLER = Version(0, 5, 23)
 
 
 # Flags rendered from spec fields (EngineAdapter.reserved_flags), each with the field to set
@@ -156,6 +160,7 @@ class SglangAdapter(EngineAdapter):
     display_name = "SGLang"
     reserved_flags = RESERVED_FLAGS
     router_policies = ROUTER_POLICIES
+    rendered_switches = (METRICS_FLAG,)
     versions = SupportedVersions(Version(0, 5, 4), Version(0, 5, 23))
     lora_flag = "--lora-paths"
     kv_layout = KvLayout(default_block_tokens=1, packed=False)
@@ -195,10 +200,17 @@ class SglangAdapter(EngineAdapter):
                 "the 1 GB per GPU SGLang sizes its host tier in: the prefill pods run without "
                 f"the tier; give at least {tier.ranks}G",
             )
+        # 0.5.4 asserts the host pool is larger than the GPU's KV pool (memory_pool_host.py),
+        # which only the engine knows.
+        larger = (
+            "; SGLang 0.5.4 refuses to start unless that exceeds each GPU's KV cache"
+            if self.wiring(spec) < HOST_POOL_MAY_BE_SMALLER
+            else ""
+        )
         return TierVerdict(
             True,
             f"each prefill GPU rank keeps a hierarchical cache of {gigabytes} GB in host "
-            "memory (--hicache-size)",
+            f"memory (--hicache-size){larger}",
         )
 
     def cpu_tier_launch(
@@ -232,6 +244,9 @@ class SglangAdapter(EngineAdapter):
             "nixl",
             "--disaggregation-bootstrap-port",
             str(spec.kvTransfer.bootstrapPort),
+            # SGLang serves its sglang:* metrics on /metrics only with this (off by default in
+            # 0.5.4 and 0.5.23): the chart's PodMonitors and dashboard read them.
+            METRICS_FLAG,
         ]
         oldest, fixed = ROUND_ROBIN_ASSERTED
         if role == "decode" and layout.data > 1 and oldest <= release < fixed:

@@ -196,6 +196,12 @@ class VllmAdapter(EngineAdapter):
 
     def cpu_tier_verdict(self, spec: PDDeploymentSpec, tier: CpuTier) -> TierVerdict:
         sized = self._offload_size(spec, tier)
+        if sized is not None and sized[1] < 1:
+            return TierVerdict(
+                False,
+                f"{sized[1]} KV blocks of {spec.model.name} fit in each engine's share of the "
+                "figure: the prefill pods run without the tier; give more host memory",
+            )
         if sized is None:
             return TierVerdict(
                 False,
@@ -213,6 +219,8 @@ class VllmAdapter(EngineAdapter):
             f"{self.connector(spec)} ({key} {value})",
             # 0.33.0 maps the tier from a file in /dev/shm (cpu/shared_offload_region.py)
             # and refuses to start where /dev/shm has less room; 0.11.0 pins process memory.
+            # Between them the releases are not read: every release sized in bytes gets the
+            # room (a sizeLimit allocates nothing; the memory request already holds it).
             in_shared_memory=key == "cpu_bytes_to_use",
         )
 

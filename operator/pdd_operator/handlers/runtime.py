@@ -59,6 +59,7 @@ class OperatorRuntime:
             router_image=config.router_image,
             image_pull_secrets=config.image_pull_secrets,
             metrics_scraper_namespaces=config.metrics_scraper_namespaces,
+            metrics_scraper_pod_labels=config.metrics_scraper_pod_labels,
         )
         kube = KubeApi(load_api_client(config.kubeconfig), settings.field_manager, fence)
         loop = asyncio.get_running_loop()

@@ -10,6 +10,8 @@ them (``EngineAdapter.cpu_tier_verdict`` and ``launch``).
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 from pdd_operator.api.v1alpha1 import PDDeploymentSpec
 from pdd_operator.engines.base import CpuTier, EngineAdapter, TierVerdict
 from pdd_operator.planning.kv_layout import block_tokens, kv_heads_per_rank, model_shape
@@ -44,15 +46,18 @@ def _engine_kv_bytes_per_token(spec: PDDeploymentSpec, tp: int) -> int | None:
     return shape.layers * per_layer * (1 if shape.latent else 2) * tp
 
 
-def rendered_tier(
-    spec: PDDeploymentSpec, adapter: EngineAdapter, role: str
-) -> tuple[CpuTier, TierVerdict] | None:
+class RenderedTier(NamedTuple):
+    tier: CpuTier
+    verdict: TierVerdict
+
+
+def rendered_tier(spec: PDDeploymentSpec, adapter: EngineAdapter, role: str) -> RenderedTier | None:
     """The role's tier and the adapter's verdict on it, where the role has one (prefill, with
     spec.kvCache.offload.cpu set), else None."""
     tier = cpu_tier(spec, adapter) if role == OFFLOAD_ROLE else None
     if tier is None:
         return None
-    return tier, adapter.cpu_tier_verdict(spec, tier)
+    return RenderedTier(tier, adapter.cpu_tier_verdict(spec, tier))
 
 
 def raised_memory(quantity: str | None, extra_bytes: int) -> str:

@@ -172,9 +172,14 @@ _SUFFIXES = {
     "M": Decimal(10) ** 6,
     "G": Decimal(10) ** 9,
     "T": Decimal(10) ** 12,
+    "P": Decimal(10) ** 15,
+    "E": Decimal(10) ** 18,
     "Ki": Decimal(2) ** 10,
     "Mi": Decimal(2) ** 20,
     "Gi": Decimal(2) ** 30,
+    "Ti": Decimal(2) ** 40,
+    "Pi": Decimal(2) ** 50,
+    "Ei": Decimal(2) ** 60,
     "m": Decimal(10) ** -3,
 }
 
@@ -191,7 +196,7 @@ def quantity_count(value: object) -> int:
     if text.isascii() and text.isdigit():  # the usual case ("8"), without Decimal's cost
         return int(text)
     multiplier = Decimal(1)
-    for suffix in ("Ki", "Mi", "Gi", "k", "M", "G", "T", "m"):
+    for suffix in ("Ki", "Mi", "Gi", "Ti", "Pi", "Ei", "k", "M", "G", "T", "P", "E", "m"):
         if text.endswith(suffix):
             text, multiplier = text[: -len(suffix)], _SUFFIXES[suffix]
             break

@@ -22,8 +22,8 @@ def engine_launch(adapter: EngineAdapter, spec: PDDeploymentSpec, role: str) -> 
     set."""
     base = adapter.launch(spec, role)
     tier = rendered_tier(spec, adapter, role)
-    if tier is not None and tier[1].rendered:
-        base = adapter.cpu_tier_launch(base, spec, tier[0])
+    if tier is not None and tier.verdict.rendered:
+        base = adapter.cpu_tier_launch(base, spec, tier.tier)
     blocks = spec.engine.kvBlockSize or chosen_block_tokens(spec, adapter)
     block_flags = adapter.block_flags(spec, blocks) if blocks else ()
     lora = adapter.lora_flags(spec)

@@ -41,6 +41,9 @@ class OperatorSettings:
     # Namespaces whose pods may scrape the engines' and routers' /metrics through the
     # rendered NetworkPolicies (where Prometheus runs); none: no scraper is admitted.
     metrics_scraper_namespaces: tuple[str, ...] = ()
+    # Of those namespaces, only the pods with these labels (none: every pod there): the
+    # engine's HTTP port serves its whole API, not only /metrics.
+    metrics_scraper_pod_labels: tuple[tuple[str, str], ...] = ()
 
 
 @dataclass(frozen=True)

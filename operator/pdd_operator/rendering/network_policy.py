@@ -22,7 +22,9 @@
   (c) nothing else: other pods of the namespace and pods of other PDDeployments reach no port;
   (d) except, where the operator runs with --metrics-scraper-namespace (the chart's
       metrics.scraperNamespaces), the engine's HTTP port, which serves its /metrics, from
-      every pod of those namespaces (where Prometheus runs).
+      the pods of those namespaces (where Prometheus runs) that carry the
+      --metrics-scraper-pod-label labels (every pod there where none are given). That port
+      serves the engine's whole API too: name the scraper's labels to admit it alone.
 The kubelet's probes still arrive: traffic from a pod's own node is always allowed.
 
 ``<id>-router`` (only where a router is rendered) selects the router pods and admits their
@@ -48,7 +50,7 @@ from typing import Any
 from pdd_operator.api import names
 from pdd_operator.api.v1alpha1 import PDDeployment
 from pdd_operator.engines.base import EnginePort
-from pdd_operator.rendering.context import RenderContext
+from pdd_operator.rendering.context import OperatorSettings, RenderContext
 from pdd_operator.rendering.roles import child_metadata
 from pdd_operator.rendering.router import render_router
 
@@ -60,7 +62,7 @@ NAMESPACE_NAME_LABEL = "kubernetes.io/metadata.name"
 def render_network_policies(pdd: PDDeployment, ctx: RenderContext) -> list[dict[str, Any]]:
     router_pods = router_pod_selector(pdd, ctx)
     router_ports = ctx.engine(pdd.spec).router_ports(pdd.spec)
-    scrapers = ctx.settings.metrics_scraper_namespaces
+    scrapers = _scrapers(ctx.settings)
     policies = [render_engine_policy(pdd, router_pods, router_ports, scrapers)]
     if router_pods is not None:
         policies.append(render_router_policy(pdd, router_pods, scrapers))
@@ -71,7 +73,7 @@ def render_engine_policy(
     pdd: PDDeployment,
     router_pods: dict[str, str] | None,
     router_ports: tuple[EnginePort, ...],
-    scrapers: tuple[str, ...] = (),
+    scrapers: list[dict[str, Any]] | None = None,
 ) -> dict[str, Any]:
     ingress = [
         # A port entry without a number: every TCP port.
@@ -92,16 +94,28 @@ def render_engine_policy(
     }
 
 
-def _from_scrapers(namespaces: tuple[str, ...], port: int) -> dict[str, Any]:
-    """(d): the metrics port from every pod of the operator's metrics-scraper namespaces
-    (its --metrics-scraper-namespace: where Prometheus runs), by the name label every
-    namespace carries."""
-    selector = {
-        "matchExpressions": [
-            {"key": NAMESPACE_NAME_LABEL, "operator": "In", "values": list(namespaces)}
-        ]
+def _scrapers(settings: OperatorSettings) -> list[dict[str, Any]]:
+    """(d)'s peers: the operator's metrics-scraper namespaces (--metrics-scraper-namespace,
+    by the name label every namespace carries), and in them the pods with its
+    --metrics-scraper-pod-label labels (all pods where none are given); [] without any."""
+    namespaces = settings.metrics_scraper_namespaces
+    if not namespaces:
+        return []
+    peer: dict[str, Any] = {
+        "namespaceSelector": {
+            "matchExpressions": [
+                {"key": NAMESPACE_NAME_LABEL, "operator": "In", "values": list(namespaces)}
+            ]
+        }
     }
-    return {"from": [{"namespaceSelector": selector}], "ports": [{"port": port, "protocol": "TCP"}]}
+    if settings.metrics_scraper_pod_labels:
+        peer["podSelector"] = {"matchLabels": dict(settings.metrics_scraper_pod_labels)}
+    return [peer]
+
+
+def _from_scrapers(scrapers: list[dict[str, Any]], port: int) -> dict[str, Any]:
+    """(d): the metrics port from the scraper's pods."""
+    return {"from": scrapers, "ports": [{"port": port, "protocol": "TCP"}]}
 
 
 def _from_router(
@@ -119,7 +133,7 @@ def _from_router(
 
 
 def render_router_policy(
-    pdd: PDDeployment, router_pods: dict[str, str], scrapers: tuple[str, ...] = ()
+    pdd: PDDeployment, router_pods: dict[str, str], scrapers: list[dict[str, Any]] | None = None
 ) -> dict[str, Any]:
     ingress: list[dict[str, Any]] = [{"ports": [{"port": pdd.spec.router.port, "protocol": "TCP"}]}]
     if scrapers:

@@ -333,13 +333,15 @@ def engine_resources(spec: PDDeploymentSpec, role: str, ctx: RenderContext) -> d
     tier of the KV cache where the role has one: the engine pins that much host memory."""
     resources = gpu_resources(spec, role)
     tier = rendered_tier(spec, ctx.engine(spec), role)
-    if tier is None or not tier[1].rendered:
+    if tier is None or not tier.verdict.rendered:
         return resources
-    extra = tier[0].pod_bytes
-    for kind in ("requests", "limits"):
-        current = resources[kind].get("memory")
-        if kind == "requests" or current is not None:
-            resources[kind]["memory"] = raised_memory(current, extra)
+    extra = tier.tier.pod_bytes
+    requests, limits = resources["requests"], resources["limits"]
+    # A limit without a request is the request too (Kubernetes' defaulting): raise from it.
+    request = requests.get("memory", limits.get("memory"))
+    requests["memory"] = raised_memory(request, extra)
+    if "memory" in limits:
+        limits["memory"] = raised_memory(limits["memory"], extra)
     return resources
 
 
@@ -464,9 +466,9 @@ def shared_memory_size(spec: PDDeploymentSpec, role: str, ctx: RenderContext) ->
     keeps it in /dev/shm."""
     size = spec.kvTransfer.sharedMemorySize
     tier = rendered_tier(spec, ctx.engine(spec), role)
-    if tier is None or not tier[1].in_shared_memory:
+    if tier is None or not tier.verdict.in_shared_memory:
         return size
-    return raised_memory(size, tier[0].pod_bytes)
+    return raised_memory(size, tier.tier.pod_bytes)
 
 
 def _service_ports(spec: PDDeploymentSpec, ctx: RenderContext) -> list[dict[str, Any]]:

@@ -26,7 +26,7 @@ def kv_offload_condition(
     tier = rendered_tier(spec, adapter_for(spec.engine.type), OFFLOAD_ROLE)
     if tier is None:
         return []
-    size, verdict = spec.kvCache.offload.cpu, tier[1]
+    size, verdict = spec.kvCache.offload.cpu, tier.verdict
     reason = reasons.OFFLOAD_RENDERED if verdict.rendered else reasons.OFFLOAD_NOT_RENDERED
     message = f"spec.kvCache.offload.cpu {size}: {verdict.message}"
     return [set_condition(previous, CONDITION, verdict.rendered, reason, message, gen, now)]

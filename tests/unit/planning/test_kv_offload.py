@@ -172,3 +172,40 @@ def test_raised_memory_keeps_a_whole_binary_unit(
     given: str | None, extra: int, expected: str
 ) -> None:
     assert raised_memory(given, extra) == expected
+
+
+def test_a_tier_in_tebibytes_is_sized_as_such() -> None:
+    obj = pdd("vllm", "0.33.0", cpu="1Ti")
+    offload = kv_transfer_config(obj, "prefill")["kv_connector_extra_config"]["connectors"][1]
+    assert offload["kv_connector_extra_config"] == {"cpu_bytes_to_use": 1 << 40}
+    assert engine_container(obj, "prefill")["resources"]["requests"]["memory"] == "1024Gi"
+
+
+def test_a_memory_limit_without_a_request_is_raised_as_the_request_it_stands_for() -> None:
+    """Kubernetes takes a limit alone as the request too: the tier is added to it, not put
+    in its place (which would schedule the pod with less memory than before)."""
+    resources = {"limits": {"memory": "200Gi"}}
+    obj = pdd("vllm", "0.33.0", prefill={"gpusPerInstance": 2, "resources": resources})
+    prefill = engine_container(obj, "prefill")["resources"]
+    assert (prefill["requests"]["memory"], prefill["limits"]["memory"]) == ("264Gi", "264Gi")
+
+
+def test_vllm_before_0_14_renders_no_tier_too_small_for_one_block() -> None:
+    # A shape whose one token takes 1 GiB of KV over the engine's ranks.
+    huge = {"name": "example/huge", "kvCache": {"layers": 1024, "kvHeads": 64, "headDim": 4096}}
+    obj = pdd("vllm", "0.11.0", cpu="1Gi", model=huge)
+    assert kv_transfer_config(obj, "prefill")["kv_connector"] == "NixlConnector"
+    (condition,) = kv_offload_condition([], obj.spec, 1, "now")
+    assert condition.status == "False" and "0 KV blocks" in condition.message
+
+
+def test_sglang_0_5_4s_condition_says_its_host_tier_must_exceed_the_gpus_kv_cache() -> None:
+    (old,) = kv_offload_condition([], pdd("sglang", "0.5.4").spec, 1, "now")
+    (new,) = kv_offload_condition([], pdd("sglang", "0.5.23").spec, 1, "now")
+    assert "0.5.4 refuses to start unless" in old.message
+    assert "refuses" not in new.message
+
+
+@pytest.mark.parametrize("role", ["prefill", "decode"])
+def test_sglang_engines_serve_their_metrics(role: str) -> None:
+    assert "--enable-metrics" in engine_container(pdd("sglang", "0.5.23", cpu=None), role)["args"]
