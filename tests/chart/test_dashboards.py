@@ -263,3 +263,15 @@ def test_the_network_policies_admit_the_scraper_on_the_metrics_ports_only() -> N
         if c["kind"] == "NetworkPolicy"
     }
     assert all("namespaceSelector" not in str(spec["ingress"]) for spec in unscraped.values())
+
+
+def test_a_release_upgraded_with_reuse_values_from_before_these_values_renders(
+    helm: Helm,
+) -> None:
+    """`helm upgrade --reuse-values` keeps the previous release's values, which lack the
+    keys added here (docs/install.md runs that upgrade): every template must take them
+    absent."""
+    unset = ["dashboards", "podMonitors", "scraperNamespaces", "scraperPodLabels"]
+    args = [arg for key in unset for arg in ("--set", f"metrics.{key}=null")]
+    docs = helm.template(*args, "--api-versions", "monitoring.coreos.com/v1/PodMonitor")
+    assert "Deployment" in kinds(docs) and "PodMonitor" not in kinds(docs)

@@ -101,6 +101,6 @@ routerImage has none in its values. */}}
 {{- end }}
 
 {{- define "pdd-operator.podMonitorsEnabled" -}}
-{{- $pm := .Values.metrics.podMonitors }}
+{{- $pm := .Values.metrics.podMonitors | default dict }}
 {{- if and $pm.enabled (or $pm.skipCapabilityCheck (.Capabilities.APIVersions.Has "monitoring.coreos.com/v1/PodMonitor")) }}true{{ end }}
 {{- end }}
