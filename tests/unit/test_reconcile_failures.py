@@ -135,6 +135,51 @@ async def test_an_existing_token_secret_is_ours_after_a_restart_once_there_are_c
     assert [r for r in cluster.reads if r[0] == "Secret"] == []  # never read
 
 
+async def test_the_token_secret_is_created_after_what_the_pods_run_against_before_them() -> None:
+    """Its maker is told by the children beside it (reconcile/token.py): a first pass applies
+    the Services, ConfigMaps and accounts, creates the Secret, then applies the workloads."""
+    cluster = FakeCluster(body())
+    await reconciler(cluster).reconcile(KEY)
+    order = [(verb, kind) for verb, kind, _ in cluster.writes if verb in ("apply", "create")]
+    token_at = order.index(("create", "Secret"))
+    kinds_before = {kind for _, kind in order[:token_at]}
+    assert {"Service", "ServiceAccount", "Role", "RoleBinding"} <= kinds_before
+    assert not kinds_before & {"StatefulSet", "Deployment"}
+    assert {"StatefulSet", "Deployment"} <= {kind for _, kind in order[token_at:]}
+
+
+async def test_an_operator_killed_after_creating_the_token_leaves_its_successor_no_conflict() -> (
+    None
+):
+    """The first operator is killed right after it created the Secret (here: every write
+    after the create fails); a new process finds the Secret (409) beside the children."""
+    cluster = FakeCluster(body())
+    original_apply, original_create = cluster.apply, cluster.create_if_absent
+    killed = []
+
+    def create_then_die(obj: dict[str, Any]) -> bool:
+        created = original_create(obj)
+        killed.append(True)
+        return created
+
+    def apply_unless_dead(obj: dict[str, Any], **kwargs: Any) -> dict[str, Any]:
+        if killed:
+            raise ConnectionError("the operator was killed")
+        return original_apply(obj, **kwargs)
+
+    cluster.create_if_absent = create_then_die  # type: ignore[method-assign]
+    cluster.apply = apply_unless_dead  # type: ignore[method-assign]
+    await reconciler(cluster).reconcile(KEY)
+    assert SECRET_KEY in cluster.objects
+    assert (NS, "apps/v1", "StatefulSet", "llama-prefill") not in cluster.objects
+
+    cluster.create_if_absent = original_create  # type: ignore[method-assign]
+    cluster.apply = original_apply  # type: ignore[method-assign]
+    await reconciler(cluster).reconcile(KEY)
+    assert condition(cluster, "Stalled")[:2] == ("False", "NotStalled")
+    assert (NS, "apps/v1", "StatefulSet", "llama-prefill") in cluster.objects
+
+
 async def test_a_planted_token_secret_is_refused_left_alone_and_holds_the_engines() -> None:
     cluster = FakeCluster(body())
     planted = {
@@ -157,6 +202,8 @@ async def test_a_planted_token_secret_is_refused_left_alone_and_holds_the_engine
     assert condition(cluster, "Ready")[:2] == ("False", "TokenSecretConflict")
 
     await rec.reconcile(KEY)  # its other children exist now: still not taken for ours
+    assert condition(cluster, "Stalled")[:2] == ("True", "TokenSecretConflict")
+    await reconciler(cluster).reconcile(KEY)  # nor by a new process: the status says so
     assert condition(cluster, "Stalled")[:2] == ("True", "TokenSecretConflict")
     del cluster.objects[SECRET_KEY]  # the user deletes it: the operator makes its own
     await rec.reconcile(KEY)

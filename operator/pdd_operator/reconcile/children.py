@@ -34,6 +34,7 @@ log = logging.getLogger(__name__)
 CONFLICT_RETRY_MAX_SECONDS = 300.0  # the longest wait between looks at a taken name
 REFERENCED_FIRST = frozenset({"Role", "ServiceAccount"})
 WORKLOAD_KINDS = frozenset({"StatefulSet", "Deployment"})
+POD_MAKERS = WORKLOAD_KINDS | {"Workload", "PodGroup"}
 
 
 @dataclass(frozen=True)
@@ -74,6 +75,14 @@ class Claims:
     held: tuple[ChildKey, ...] = ()
 
 
+@dataclass(frozen=True)
+class Synced:
+    """What a sync found: what stopped it, if anything did, and the names someone else holds."""
+
+    blocked: Blocked
+    taken: tuple[ownership.NameConflict, ...] = ()
+
+
 def render(pdd: PDDeployment, ctx: RenderContext, record: DeploymentRecord) -> Desired:
     """The children's fingerprints, rendered again only when their inputs changed (the
     spec's generation or the context): most passes answer pod progress and change neither.
@@ -92,6 +101,12 @@ def render(pdd: PDDeployment, ctx: RenderContext, record: DeploymentRecord) -> D
     }
     record.rendered = Rendered(inputs, hashes, owned)
     return Desired(hashes, owned, lambda: objects)
+
+
+def ahead_of_pods(desired: Desired) -> frozenset[ChildKey]:
+    """The children pods run against (Services, ConfigMaps, accounts and roles, policies):
+    all but the workloads and the gang objects that admit their pods."""
+    return frozenset(key for key in desired.hashes if key[1] not in POD_MAKERS)
 
 
 def held_children(
@@ -145,9 +160,11 @@ class Children:
         desired: Desired,
         observed: Mapping[ChildKey, ChildSummary],
         held: frozenset[ChildKey] = frozenset(),
-    ) -> Blocked:
+        taken: tuple[ownership.NameConflict, ...] = (),
+    ) -> Synced:
         """Apply what differs, delete what is no longer wanted, leave `held` children as they
-        are (not created, not changed, not deleted); say what stopped it if anything did.
+        are (not created, not changed, not deleted); say what stopped it if anything did,
+        and which names were found taken (`taken`: found so by an earlier sync of the pass).
         While a child's name is taken by an object that is not this deployment's, that child
         is not written, nor any child that would run against that object (a workload against
         its ServiceAccount or Service: rendering.dependencies); every other child is.
@@ -158,13 +175,14 @@ class Children:
         self._corrections.keep_wanted(key, desired.owned)
         try:
             claims = await self._look_up(pdd, self._to_look_up(pdd, changes, observed))
+            claims = replace(claims, conflicts=(*taken, *claims.conflicts))
             claims = await self._apply(pdd, body, changes, desired, observed, claims)
             await self._prune(pdd.namespace, changes.stale, observed)
         except Exception as err:
-            return writes_failed(pdd, "could not apply children", err)
+            return Synced(writes_failed(pdd, "could not apply children", err), taken)
         if claims.conflicts:
-            return _report_conflicts(pdd, claims)
-        return Blocked()
+            return Synced(_report_conflicts(pdd, claims), claims.conflicts)
+        return Synced(Blocked())
 
     def _to_look_up(
         self, pdd: PDDeployment, changes: Changes, observed: Mapping[ChildKey, ChildSummary]

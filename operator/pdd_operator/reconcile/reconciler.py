@@ -1,6 +1,7 @@
 """The Reconciler: when a deployment gets a pass (the pass queue), and the pass itself, a
 pipeline of parts each in a module of this package: plan -> prerequisites (model, token
-Secret, parallelism, gang API) -> children -> scale targets -> instance restarts -> status.
+Secret, parallelism, gang API) -> children -> scale targets -> instance restarts -> status
+(a pass that finds no children applies those the pods run against before the token).
 Each part returns what it found (what blocks the deployment, when to look again); only this
 module asks the queue for the next pass."""
 
@@ -18,7 +19,7 @@ from pdd_operator.pass_queue import PassQueue
 from pdd_operator.reconcile import children as child_part
 from pdd_operator.reconcile.children import CONFLICT_RETRY_MAX_SECONDS, Children
 from pdd_operator.reconcile.memory import DeploymentRecord, Memory
-from pdd_operator.reconcile.outcome import NamespaceGoingAway
+from pdd_operator.reconcile.outcome import Blocked, NamespaceGoingAway
 from pdd_operator.reconcile.plan import commit, plan_pass
 from pdd_operator.reconcile.ports import ApiWriter, ClusterView, EventSink, Ports, key_of
 from pdd_operator.reconcile.prerequisites import (
@@ -30,7 +31,9 @@ from pdd_operator.reconcile.restarts import restart_broken_instances
 from pdd_operator.reconcile.scalers import sync_scalers
 from pdd_operator.reconcile.status_writer import StatusWriter
 from pdd_operator.rendering.context import OperatorSettings, RenderContext
+from pdd_operator.rendering.sidecar import sidecar_enabled
 from pdd_operator.status import ownership
+from pdd_operator.status.observe import ChildKey, ChildSummary
 from pdd_operator.status.own_writes import OwnObjectWrites
 
 # After a write that failed in a way time may cure (outcome.write_failed), the pass is tried
@@ -157,6 +160,24 @@ class Reconciler:
     def _render(self, pdd: PDDeployment, ctx: RenderContext) -> child_part.Desired:
         return child_part.render(pdd, ctx, self._memory.record(key_of(pdd)))
 
+    async def _apply_ahead_of_token(
+        self,
+        pdd: PDDeployment,
+        body: Mapping[str, Any],
+        desired: child_part.Desired,
+        observed: Mapping[ChildKey, ChildSummary],
+    ) -> tuple[child_part.Synced, frozenset[ChildKey]]:
+        """On a pass that finds no children, the children the pods run against are applied
+        before the sidecar token Secret is created, the workloads after it: a successor of
+        an operator killed in between finds children beside the Secret and knows the Secret
+        for this deployment's (token.py). What stopped it, if anything did (after a write that
+        failed, the workloads wait for the next pass), and the children it applied."""
+        if observed or not sidecar_enabled(pdd.spec):
+            return child_part.Synced(Blocked()), frozenset()
+        ahead = child_part.ahead_of_pods(desired)
+        rest = frozenset(desired.hashes) - ahead
+        return await self._children.sync(pdd, body, desired, observed, rest), ahead
+
     async def _converge(
         self,
         pdd: PDDeployment,
@@ -171,16 +192,19 @@ class Reconciler:
         plan = plan_pass(pdd, view, observed, record, ledger, self._ports.settings)
         commit(plan, record, ledger)
         pdd = plan.pdd
-        # Rendered before the prerequisites, so that the token Secret is created as shortly
-        # as can be before the children are applied: a restarted operator takes a Secret of a
-        # deployment without children for someone else's (token.py).
         desired = child_part.render(pdd, plan.context, record)
-        readiness = await self._prerequisites.check(pdd, record)
+        ahead, applied_ahead = await self._apply_ahead_of_token(pdd, body, desired, observed)
+        readiness = await self._prerequisites.check(pdd, record, had_children=bool(observed))
         again += readiness.again_in
         held = child_part.held_children(
             pdd, desired, readiness.engines_held, readiness.gang_waiting
         )
-        conflict = await self._children.sync(pdd, body, desired, observed, held)
+        conflict = ahead.blocked
+        if ahead.taken or not conflict.message:  # not held up by a write that failed
+            synced = await self._children.sync(
+                pdd, body, desired, observed, held | applied_ahead, ahead.taken
+            )
+            conflict = synced.blocked
         blocked = conflict if conflict.message else readiness.token.found
         if not blocked.message:
             blocked = await sync_scalers(self._ports, pdd, plan.scaling.plan)

@@ -51,19 +51,25 @@ class TokenCheck:
         return self.found.reason == ownership.TOKEN_REASON
 
 
-async def check_token(ports: Ports, pdd: PDDeployment, record: DeploymentRecord) -> TokenCheck:
+async def check_token(
+    ports: Ports, pdd: PDDeployment, record: DeploymentRecord, had_children: bool
+) -> TokenCheck:
     """Whether the sidecar token Secret is there and this PDDeployment's. The operator
     creates it on the deployment's first pass here, and again whenever a pod reports it
-    cannot mount it (its kubelet's FailedMount Event, informers/mount_events.py). An existing
-    Secret (the create answers 409) is this deployment's once the deployment has children
-    (the operator created it before them; a restarted operator does not ask again); before
-    that, someone else made it, and may know its token."""
+    cannot mount it (its kubelet's FailedMount Event, informers/mount_events.py).
+
+    An existing Secret (the create answers 409) is this deployment's when the deployment
+    had children at the start of the pass (`had_children`) and its status does not report
+    the name taken: a first pass applies the children its pods run against before it
+    creates the Secret (reconciler.py), so an operator killed between the two leaves its
+    successor children beside the Secret. Without children, someone else made it, and may
+    know its token."""
     if not sidecar_enabled(pdd.spec):
         return TokenCheck()
-    key = key_of(pdd)
     name = names.token_secret_name(pdd.name, pdd.uid)
     last = record.token
-    if (last is None or last.uid != pdd.uid) and ports.view.children(key):
+    first_look = last is None or last.uid != pdd.uid
+    if first_look and had_children and not _conflict_reported(pdd):
         # Made before its children, by this process or its predecessor: no request, and
         # a pod's report says if it has gone since.
         last = record.token = TokenCheck(pdd.uid)
@@ -81,7 +87,7 @@ async def check_token(ports: Ports, pdd: PDDeployment, record: DeploymentRecord)
     if created and reports:
         _say_token_recreated(ports, pdd, name, reports[0])
     check = TokenCheck(pdd.uid, answered=newest)
-    if not created and not _existing_token_is_ours(last, pdd.uid, bool(ports.view.children(key))):
+    if not created and not _existing_token_is_ours(last, pdd, had_children):
         found = Blocked(ownership.TOKEN_REASON, token_conflict_message(name))
         log.warning("%s/%s: %s", pdd.namespace, pdd.name, found.message)
         check = replace(check, found=found)
@@ -89,15 +95,22 @@ async def check_token(ports: Ports, pdd: PDDeployment, record: DeploymentRecord)
     return check
 
 
-def _existing_token_is_ours(last: TokenCheck | None, uid: str, has_children: bool) -> bool:
+def _existing_token_is_ours(last: TokenCheck | None, pdd: PDDeployment, had_children: bool) -> bool:
     """Whether a token Secret whose create answered "exists" is this deployment's. First seen
-    by this process: when the deployment has children, made before them (by this operator,
-    or its predecessor). Seen before: ours while it was, someone else's until it is gone."""
-    if last is None or last.uid != uid:
-        return has_children
+    by this process: when the deployment had children and its status does not report the
+    name taken (made after them, by this operator or its predecessor). Seen before: ours
+    while it was, someone else's until it is gone."""
+    if last is None or last.uid != pdd.uid:
+        return had_children and not _conflict_reported(pdd)
     if last.conflicting:
         return False
-    return last.ours or has_children
+    return last.ours or had_children
+
+
+def _conflict_reported(pdd: PDDeployment) -> bool:
+    """Whether the deployment's status says a predecessor found the name taken: that stands
+    until the create succeeds (the Secret someone else made is gone)."""
+    return any(c.reason == ownership.TOKEN_REASON for c in pdd.status.conditions)
 
 
 def _say_token_recreated(ports: Ports, pdd: PDDeployment, name: str, report: MountFailure) -> None:
