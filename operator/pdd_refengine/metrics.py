@@ -31,6 +31,14 @@ _NAMES = {
         "sglang:num_requests",
     ),
 }
+# engine -> (time to first token, inter-token latency): the names the dashboards chart
+# (tests/fixtures/metrics pins them for each engine version).
+_LATENCY_NAMES = {
+    "vllm": ("vllm:time_to_first_token_seconds", "vllm:inter_token_latency_seconds"),
+    "sglang": ("sglang:time_to_first_token_seconds", "sglang:inter_token_latency_seconds"),
+}
+_TTFT_BUCKETS = (0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 20)
+_ITL_BUCKETS = (0.001, 0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.5, 1, 2.5, 5)
 _TRANSFER_BUCKETS = (0.0005, 0.001, 0.005, 0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30)
 
 
@@ -48,15 +56,23 @@ class EngineMetrics:
     kv_transfer_seconds: Histogram
     kv_verify_failures: Counter
     lora_requests: Counter  # by adapter name (labels: adapter)
+    time_to_first_token: Histogram
+    inter_token_latency: Histogram
 
 
 def engine_metrics(engine: str, model_name: str) -> EngineMetrics:
     registry = CollectorRegistry()
     running, waiting, usage, prompt, generation, success = _NAMES[engine]
+    ttft, itl = _LATENCY_NAMES[engine]
     label = {"model_name": model_name}
 
     def gauge(name: str, text: str) -> Gauge:
         return Gauge(name, text, list(label), registry=registry).labels(**label)
+
+    def histogram(name: str, text: str, buckets: tuple[float, ...]) -> Histogram:
+        return Histogram(name, text, list(label), registry=registry, buckets=buckets).labels(
+            **label
+        )
 
     def counter(name: str, text: str, labelled: bool = True) -> Counter:
         if not labelled:
@@ -88,6 +104,13 @@ def engine_metrics(engine: str, model_name: str) -> EngineMetrics:
             "Seconds one request's KV transfer took (NIXL post to completion).",
             registry=registry,
             buckets=_TRANSFER_BUCKETS,
+        ),
+        time_to_first_token=histogram(
+            ttft, "Seconds from a request's arrival to its first token (KV handoff included).",
+            _TTFT_BUCKETS,
+        ),
+        inter_token_latency=histogram(
+            itl, "Seconds between a request's tokens after the first.", _ITL_BUCKETS
         ),
         kv_verify_failures=counter(
             "pdd_refengine_kv_verify_failures", "Requests whose received KV differed.", False

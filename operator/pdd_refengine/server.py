@@ -26,6 +26,9 @@ from pdd_refengine.sglang_bootstrap import BootstrapServer
 VERSION = "0.1.0-pdd-refengine"
 # After SIGTERM: serve at most this long (env, seconds), ending early once idle this long.
 DRAIN_ENV = "PDD_REFENGINE_DRAIN_SECONDS"
+# Seconds the test double takes per token after the first (default 0: no model runs here);
+# set to give the inter-token latency a shape, as hack/dashboard_picture.py does.
+STEP_ENV = "PDD_REFENGINE_STEP_SECONDS"
 DRAIN_QUIET_S = 3.0
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
@@ -38,6 +41,7 @@ class App:
         self.rooms = sglang_flow.Rooms(engine, loop)
         self.pushes = vllm_push.Pushes(engine, loop)
         self.in_flight = 0  # requests being served, for the routers' load polls
+        self.step_seconds = float(os.environ.get(STEP_ENV) or 0)
 
     def on_notif(self, agent: str, message: bytes) -> None:
         self.held.on_notif(agent, message)
@@ -172,7 +176,9 @@ class App:
             self.config.served_name,
             [name for name, _ in self.config.adapters],
         )
+        arrived = time.monotonic()
         count, extra = await self._handoff(req)
+        self.engine.metrics.time_to_first_token.observe(time.monotonic() - arrived)
         if adapter:
             self.engine.metrics.lora_requests.labels(adapter=adapter).inc()
         self.engine.metrics.prompt_tokens.inc(len(req.prompt_tokens))
@@ -180,7 +186,15 @@ class App:
         self.engine.metrics.successes.inc()
         if req.stream:
             return await self._stream(request, req, count, extra)
+        for _ in range(count - 1):
+            await self._next_token()
         return web.json_response(openai_api.response(req, count, extra))
+
+    async def _next_token(self) -> None:
+        """One decode step after the first token: the step time, observed as measured."""
+        started = time.monotonic()
+        await asyncio.sleep(self.step_seconds)
+        self.engine.metrics.inter_token_latency.observe(time.monotonic() - started)
 
     def _check_model_len(self, req: Completion) -> None:
         limit = self.config.max_model_len
@@ -225,7 +239,9 @@ class App:
             headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"}
         )
         await response.prepare(request)
-        for event in openai_api.sse_events(req, count, extra):
+        for i, event in enumerate(openai_api.sse_events(req, count, extra)):
+            if 0 < i < count:
+                await self._next_token()
             await response.write(event)
         await response.write_eof()
         return response

@@ -154,6 +154,11 @@ def test_completions_move_verified_kv_through_the_router(deployment: Deployment)
         expected_bytes + _tokens(PROMPT + "!") * BYTES_PER_TOKEN
     )
     assert metric(d.decode, "pdd_refengine_kv_verify_failures_total") == 0
+    # The latencies the dashboards chart, in the engine's own names: two first tokens, and
+    # 6 + 4 steps after them (the reference engine takes no step time here).
+    prefix = "vllm" if d.engine == "vllm" else "sglang"
+    assert metric(d.decode, f"{prefix}:time_to_first_token_seconds_count") == 2
+    assert metric(d.decode, f"{prefix}:inter_token_latency_seconds_count") == 6 + 4
 
 
 def test_same_prompt_same_tokens_and_other_prompts_differ(deployment: Deployment) -> None:
