@@ -106,7 +106,8 @@ def engine_metrics(engine: str, model_name: str) -> EngineMetrics:
             buckets=_TRANSFER_BUCKETS,
         ),
         time_to_first_token=histogram(
-            ttft, "Seconds from a request's arrival to its first token (KV handoff included).",
+            ttft,
+            "Seconds from a request's arrival to its first token (KV handoff included).",
             _TTFT_BUCKETS,
         ),
         inter_token_latency=histogram(

@@ -127,6 +127,25 @@ INVALID: list[tuple[str, dict[str, Any], list[str]]] = [
         ["spec.kvCache.offload.cpu renders SGLang's hierarchical cache: remove"],
     ),
     (
+        "KV disk tier below 1Gi",
+        {"engine.type": "sglang", "kvCache.offload.disk": {"size": "100Mi"}},
+        ["spec.kvCache.offload.disk.size must be at least 1Gi"],
+    ),
+    (
+        "KV disk tier for a custom engine",
+        {"engine.type": "custom", "kvCache.offload.disk": {"size": "100Gi"}},
+        ["spec.kvCache.offload is rendered for vllm and sglang engines"],
+    ),
+    (
+        "SGLang storage backend in args beside the disk tier",
+        {
+            "engine.type": "sglang",
+            "kvCache.offload": {"cpu": "64Gi", "disk": {"size": "200Gi"}},
+            "prefill.args": ["--hicache-storage-backend", "mooncake"],
+        },
+        ["spec.kvCache.offload.disk renders SGLang's hierarchical cache storage: remove"],
+    ),
+    (
         "vLLM offload flag that replaces the NIXL connector",
         {"engine.args": ["--kv-offloading-size", "64"]},
         ["--kv-offloading-size (spec.kvCache.offload.cpu)"],

@@ -1439,6 +1439,43 @@ class KvCacheOffload(Model):
         "--hicache-size). The prefill pods' memory request (and limit, where set) is raised "
         "by this much. Decode pods get no tier: each prompt's KV reaches them from a prefill.",
     )
+    disk: KvCacheDiskTier | None = Field(
+        default=None,
+        description="A disk tier behind the CPU tier on each prefill pod. SGLang (0.5.23 on): "
+        "its hierarchical cache's file storage backend, capped per GPU rank, which needs "
+        "spec.kvCache.offload.cpu as well. vLLM: not rendered (its native offloading keeps a "
+        "CPU tier only); KVCacheOffloaded says so.",
+    )
+
+
+class KvCacheDiskTier(Model):
+    """A disk tier of the prefill pods' KV cache (docs/engines.md, "KV-cache offload")."""
+
+    size: str = Field(
+        max_length=64,
+        json_schema_extra=cel(
+            [
+                (
+                    "isQuantity(self)",
+                    "spec.kvCache.offload.disk.size must be a quantity such as 200Gi",
+                ),
+                (
+                    "!isQuantity(self) || quantity(self).compareTo(quantity('1Gi')) >= 0",
+                    "spec.kvCache.offload.disk.size must be at least 1Gi",
+                ),
+            ]
+        ),
+        description="Disk each prefill pod gives its engine for KV pages that fell out of the "
+        "CPU tier; the engine evicts its least recently used pages to stay within it.",
+    )
+    storageClassName: str | None = Field(
+        default=None,
+        max_length=253,
+        description="Where the disk comes from: a volume of this StorageClass per pod (a "
+        "generic ephemeral volume, e.g. a local-NVMe class), created and deleted with the pod. "
+        "Unset: an emptyDir of this size on the node's ephemeral storage (the pods request "
+        "that much ephemeral-storage).",
+    )
 
 
 class KvCacheTiers(Model):

@@ -124,6 +124,8 @@ class KvLayout:
 # 0.11) prefix-cache hits land on block boundaries, so a model whose TP share of the heads is
 # small (TP 8) keeps smaller descriptors rather than ever larger blocks.
 MAX_CHOSEN_BLOCK_TOKENS = 256
+# Where a prefill pod's disk tier of the KV cache (spec.kvCache.offload.disk) is mounted.
+DISK_TIER_MOUNT = "/var/cache/pdd-kv-offload"
 # The descriptor the block choice aims at unless the adapter says otherwise: where SGLang
 # 0.5.23's WRITE, as the operator configures it, moved 225-248 GB/s between two pods that
 # share a PID namespace (one H200, one request in flight, docs/benchmarks.md "Each engine's
@@ -153,6 +155,20 @@ class CpuTier:
     block_tokens: int  # tokens per KV block the engine runs with
     # KV bytes of one token over all the ranks of one engine; None: the model's shape unknown
     engine_bytes_per_token: int | None
+
+    @property
+    def rank_bytes(self) -> int:
+        return self.pod_bytes // max(1, self.ranks)
+
+
+@dataclass(frozen=True)
+class DiskTier:
+    """spec.kvCache.offload.disk on one prefill pod."""
+
+    pod_bytes: int  # disk the pod gives the tier
+    ranks: int  # GPU ranks on the pod (each keeps its own share of the files)
+    storage_class: str | None  # a generic ephemeral volume of this class; None: an emptyDir
+    with_cpu_tier: bool  # spec.kvCache.offload.cpu is rendered too
 
     @property
     def rank_bytes(self) -> int:
@@ -383,6 +399,18 @@ class EngineAdapter(ABC):
         self, launch: EngineLaunch, spec: PDDeploymentSpec, tier: CpuTier
     ) -> EngineLaunch:
         """The prefill launch with ``tier`` (called where the verdict renders it)."""
+        del spec, tier
+        return launch
+
+    def disk_tier_verdict(self, spec: PDDeploymentSpec, tier: DiskTier) -> TierVerdict:
+        """Whether and how the prefill engine gets a disk tier (at DISK_TIER_MOUNT)."""
+        del spec, tier
+        return TierVerdict(False, f"{self.display_name or self.type} renders no disk tier")
+
+    def disk_tier_launch(
+        self, launch: EngineLaunch, spec: PDDeploymentSpec, tier: DiskTier
+    ) -> EngineLaunch:
+        """The prefill launch with the disk ``tier`` (called where the verdict renders it)."""
         del spec, tier
         return launch
 

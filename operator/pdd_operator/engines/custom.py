@@ -42,7 +42,8 @@ class CustomAdapter(EngineAdapter):
                 "(custom engines have no known side channel): use sidecar or etcd",
             ),
             (
-                "!has(self.kvCache.offload.cpu) || self.engine.type != 'custom'",
+                "!(has(self.kvCache.offload.cpu) || has(self.kvCache.offload.disk)) || "
+                "self.engine.type != 'custom'",
                 "spec.kvCache.offload is rendered for vllm and sglang engines: a custom "
                 "engine's KV tiers are its own (set them in spec.engine.args)",
             ),

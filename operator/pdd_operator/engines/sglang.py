@@ -20,8 +20,10 @@ from pdd_contract.ports import SGLANG_SIDE_CHANNEL, SIDE_CHANNEL_SERVED_BY
 from pdd_operator.api.v1alpha1 import LoraAdapter, PDDeploymentSpec
 from pdd_operator.engines import cel_rules
 from pdd_operator.engines.base import (
+    DISK_TIER_MOUNT,
     MAX_CHOSEN_BLOCK_TOKENS,
     CpuTier,
+    DiskTier,
     EngineAdapter,
     EngineLaunch,
     EnginePort,
@@ -98,6 +100,15 @@ SPLIT_EACH_DESCRIPTOR = '{"split_batch_size":"1"}'
 HICACHE_FLAGS = ("--enable-hierarchical-cache", "--hicache-size")
 GIGABYTE = 10**9
 METRICS_FLAG = "--enable-metrics"
+# The disk tier (spec.kvCache.offload.disk) is the hierarchical cache's file storage backend:
+# pages under SGLANG_HICACHE_FILE_BACKEND_STORAGE_DIR, each TP rank's own files capped at
+# SGLANG_HICACHE_FILE_BACKEND_MAX_SIZE bytes (mem_cache/storage/file/lru_file_evictor.py,
+# 0.5.23: its least recently used files are deleted). 0.5.4 has no cap: its files would grow
+# until the volume is full (an emptyDir over its sizeLimit gets the pod evicted).
+STORAGE_BACKEND_FLAGS = ("--hicache-storage-backend", "file")
+STORAGE_DIR_ENV = "SGLANG_HICACHE_FILE_BACKEND_STORAGE_DIR"
+STORAGE_CAP_ENV = "SGLANG_HICACHE_FILE_BACKEND_MAX_SIZE"
+STORAGE_CAPPED = Version(0, 5, 23)
 # From here a host pool smaller than the GPU's KV pool is a warning (0.5.23 pool_host/base.py);
 # 0.5.4 asserts it is larger. Not bisected: the first release read that allows it.
 HOST_POOL_MAY_BE_SMALLER = Version(0, 5, 23)
@@ -153,6 +164,7 @@ OFFLOAD_FLAGS = (
     "--hicache-size",
     "--hicache-ratio",
 )
+DISK_FLAGS = ("--hicache-storage-backend", "--hicache-storage-backend-extra-config")
 
 
 class SglangAdapter(EngineAdapter):
@@ -174,6 +186,12 @@ class SglangAdapter(EngineAdapter):
                 "has(self.kvCache.offload.cpu)",
                 OFFLOAD_FLAGS,
                 "spec.kvCache.offload.cpu renders SGLang's hierarchical cache",
+            ),
+            cel_rules.flags_refused_while(
+                "sglang",
+                "has(self.kvCache.offload.disk)",
+                DISK_FLAGS,
+                "spec.kvCache.offload.disk renders SGLang's hierarchical cache storage",
             ),
             *_layout_rules("prefill"),
             *_layout_rules("decode"),
@@ -219,6 +237,38 @@ class SglangAdapter(EngineAdapter):
         del spec
         flags = (HICACHE_FLAGS[0], HICACHE_FLAGS[1], str(tier.rank_bytes // GIGABYTE))
         return EngineLaunch(launch.command, (*launch.args, *flags), launch.env)
+
+    def disk_tier_verdict(self, spec: PDDeploymentSpec, tier: DiskTier) -> TierVerdict:
+        if self.wiring(spec) < STORAGE_CAPPED:
+            return TierVerdict(
+                False,
+                f"SGLang {self.wiring(spec)}'s file storage backend has no size cap (from "
+                f"{STORAGE_CAPPED} on: {STORAGE_CAP_ENV}): its files would outgrow the volume. "
+                "The prefill pods run without the disk tier; use SGLang 0.5.23 or later",
+            )
+        if not tier.with_cpu_tier:
+            return TierVerdict(
+                False,
+                "SGLang's storage tier sits behind its host tier: set spec.kvCache.offload.cpu "
+                "as well. The prefill pods run without the disk tier",
+            )
+        return TierVerdict(
+            True,
+            f"each prefill GPU rank keeps up to {tier.rank_bytes} bytes of KV pages in files "
+            f"under {DISK_TIER_MOUNT} (--hicache-storage-backend file, {STORAGE_CAP_ENV})",
+        )
+
+    def disk_tier_launch(
+        self, launch: EngineLaunch, spec: PDDeploymentSpec, tier: DiskTier
+    ) -> EngineLaunch:
+        del spec
+        env = (
+            env_value(STORAGE_DIR_ENV, DISK_TIER_MOUNT),
+            env_value(STORAGE_CAP_ENV, str(tier.rank_bytes)),
+        )
+        return EngineLaunch(
+            launch.command, (*launch.args, *STORAGE_BACKEND_FLAGS), (*launch.env, *env)
+        )
 
     def launch(self, spec: PDDeploymentSpec, role: str) -> EngineLaunch:
         release = self.wiring(spec)

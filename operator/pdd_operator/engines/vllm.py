@@ -32,6 +32,7 @@ from pdd_operator.engines import cel_rules
 from pdd_operator.engines.base import (
     MAX_CHOSEN_BLOCK_TOKENS,
     CpuTier,
+    DiskTier,
     EngineAdapter,
     EngineLaunch,
     EnginePort,
@@ -244,6 +245,15 @@ class VllmAdapter(EngineAdapter):
         args = list(launch.args)
         args[args.index(KV_TRANSFER_CONFIG) + 1] = _json(multi)
         return EngineLaunch(launch.command, tuple(args), launch.env)
+
+    def disk_tier_verdict(self, spec: PDDeploymentSpec, tier: DiskTier) -> TierVerdict:
+        del spec, tier
+        return TierVerdict(
+            False,
+            "vLLM's file-system tier (TieringOffloadingSpec's fs tier) does not bound its "
+            "files in size, so they would outgrow the volume: the prefill pods run without "
+            "the disk tier (remove spec.kvCache.offload.disk, or use SGLang 0.5.23 or later)",
+        )
 
     def _offload_size(self, spec: PDDeploymentSpec, tier: CpuTier) -> tuple[str, int] | None:
         """The OffloadingConnector's size key and value for one engine of a prefill pod, or

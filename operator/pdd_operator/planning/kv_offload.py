@@ -1,5 +1,5 @@
-"""The prefill pods' CPU tier of the KV cache (pure): spec.kvCache.offload.cpu divided the way
-each engine sizes it.
+"""The prefill pods' CPU and disk tiers of the KV cache (pure): spec.kvCache.offload divided
+the way each engine sizes it.
 
 The user gives one figure, host memory per prefill pod, because that is what a node's memory
 is planned in. The engines size the tier per process: vLLM 0.33 per engine (all the TP and
@@ -13,7 +13,7 @@ from __future__ import annotations
 from typing import NamedTuple
 
 from pdd_operator.api.v1alpha1 import PDDeploymentSpec
-from pdd_operator.engines.base import CpuTier, EngineAdapter, TierVerdict
+from pdd_operator.engines.base import CpuTier, DiskTier, EngineAdapter, TierVerdict
 from pdd_operator.planning.kv_layout import block_tokens, kv_heads_per_rank, model_shape
 from pdd_operator.planning.node_facts import quantity_count
 
@@ -58,6 +58,29 @@ def rendered_tier(spec: PDDeploymentSpec, adapter: EngineAdapter, role: str) -> 
     if tier is None:
         return None
     return RenderedTier(tier, adapter.cpu_tier_verdict(spec, tier))
+
+
+class RenderedDiskTier(NamedTuple):
+    tier: DiskTier
+    verdict: TierVerdict
+
+
+def rendered_disk_tier(
+    spec: PDDeploymentSpec, adapter: EngineAdapter, role: str
+) -> RenderedDiskTier | None:
+    """The role's disk tier and the adapter's verdict on it, where the role has one
+    (prefill, with spec.kvCache.offload.disk set), else None."""
+    disk = spec.kvCache.offload.disk
+    if disk is None or role != OFFLOAD_ROLE:
+        return None
+    cpu = rendered_tier(spec, adapter, role)
+    tier = DiskTier(
+        pod_bytes=quantity_count(disk.size),
+        ranks=spec.prefill.gpusPerInstance,
+        storage_class=disk.storageClassName,
+        with_cpu_tier=cpu is not None and cpu.verdict.rendered,
+    )
+    return RenderedDiskTier(tier, adapter.disk_tier_verdict(spec, tier))
 
 
 def raised_memory(quantity: str | None, extra_bytes: int) -> str:

@@ -7,7 +7,7 @@ from pdd_contract.paths import ENV_FILE
 from pdd_operator.api.v1alpha1 import PDDeploymentSpec
 from pdd_operator.engines.base import EngineAdapter, EngineLaunch, role_spec
 from pdd_operator.planning.kv_layout import chosen_block_tokens
-from pdd_operator.planning.kv_offload import rendered_tier
+from pdd_operator.planning.kv_offload import rendered_disk_tier, rendered_tier
 
 # Sources the env file the preflight container wrote (UCX_NET_DEVICES for the GPUs this pod
 # really got), then execs the engine with its arguments untouched ("$0" "$@").
@@ -15,8 +15,8 @@ SOURCE_ENV_AND_EXEC = f'set -a; if [ -f {ENV_FILE} ]; then . {ENV_FILE}; fi; set
 
 
 def engine_launch(adapter: EngineAdapter, spec: PDDeploymentSpec, role: str) -> EngineLaunch:
-    """The adapter's launch (with the prefill's CPU tier of the KV cache where
-    spec.kvCache.offload renders one), then its KV block flags (spec.engine.kvBlockSize or the
+    """The adapter's launch (with the prefill's CPU and disk tiers of the KV cache where
+    spec.kvCache.offload renders them), then its KV block flags (spec.engine.kvBlockSize or the
     size planning.kv_layout chooses) and LoRA adapters (spec.model.adapters), then
     spec.engine.args and the role's args; spec.engine.command in place of its command when
     set."""
@@ -24,6 +24,9 @@ def engine_launch(adapter: EngineAdapter, spec: PDDeploymentSpec, role: str) -> 
     tier = rendered_tier(spec, adapter, role)
     if tier is not None and tier.verdict.rendered:
         base = adapter.cpu_tier_launch(base, spec, tier.tier)
+    disk = rendered_disk_tier(spec, adapter, role)
+    if disk is not None and disk.verdict.rendered:
+        base = adapter.disk_tier_launch(base, spec, disk.tier)
     blocks = spec.engine.kvBlockSize or chosen_block_tokens(spec, adapter)
     block_flags = adapter.block_flags(spec, blocks) if blocks else ()
     lora = adapter.lora_flags(spec)

@@ -26,7 +26,7 @@ from pdd_operator.engines.base import EngineLaunch, EnginePort, HealthCheck, rol
 from pdd_operator.planning.eligibility import GPU_TOLERATION
 from pdd_operator.planning.kv_offload import raised_memory, rendered_tier
 from pdd_operator.planning.placement import Placement
-from pdd_operator.rendering import model, sidecar, transfer
+from pdd_operator.rendering import kv_disk, model, sidecar, transfer
 from pdd_operator.rendering.command import engine_launch, wrap_with_env_file
 from pdd_operator.rendering.context import RenderContext
 from pdd_operator.rendering.gang import gang_pod_fields
@@ -352,6 +352,7 @@ def _engine_container(
     rspec = role_spec(spec, role)
     adapter = ctx.engine(spec)
     engine = engine_launch(adapter, spec, role)
+    disk = kv_disk.disk_tier(spec, adapter, role)
     health = adapter.health_check(spec)
     readiness = _http_probe(health, health.failure_threshold)
     startup = _http_probe(health, model.startup_failure_threshold(spec, health))
@@ -389,12 +390,13 @@ def _engine_container(
             {"name": HTTP_PORT_NAME, "containerPort": spec.engine.port, "protocol": "TCP"},
             *[_container_port(p) for p in adapter.ports(spec)],
         ],
-        "resources": engine_resources(spec, role, ctx),
+        "resources": kv_disk.with_ephemeral_storage(engine_resources(spec, role, ctx), disk),
         "volumeMounts": [
             {"name": SHM_VOLUME, "mountPath": "/dev/shm"},
             {"name": ENV_VOLUME, "mountPath": ENV_DIR, "readOnly": True},
             *sidecar.engine_mounts(pdd),
             *model.model_mounts(spec, adapter),
+            *kv_disk.disk_mounts(disk),
         ],
         "readinessProbe": readiness,
         "startupProbe": startup,
@@ -458,6 +460,7 @@ def _volumes(spec: PDDeploymentSpec, role: str, ctx: RenderContext) -> list[dict
         {"name": ENV_VOLUME, "emptyDir": {"medium": "Memory", "sizeLimit": "1Mi"}},
         {"name": PREFLIGHT_TMP_VOLUME, "emptyDir": {"sizeLimit": "64Mi"}},
         *model.model_volumes(spec),
+        *kv_disk.disk_volumes(kv_disk.disk_tier(spec, ctx.engine(spec), role)),
     ]
 
 

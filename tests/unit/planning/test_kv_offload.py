@@ -6,6 +6,7 @@ tests/unit/engines/test_engine_parsers.py ("cpu-offload" cases)."""
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -209,3 +210,89 @@ def test_sglang_0_5_4s_condition_says_its_host_tier_must_exceed_the_gpus_kv_cach
 @pytest.mark.parametrize("role", ["prefill", "decode"])
 def test_sglang_engines_serve_their_metrics(role: str) -> None:
     assert "--enable-metrics" in engine_container(pdd("sglang", "0.5.23", cpu=None), role)["args"]
+
+
+# ------------------------------------------------------------------ spec.kvCache.offload.disk
+
+ENGINE_FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "engines"
+
+
+def with_disk(engine: str, version: str, cpu: str | None = "64Gi", **disk: Any) -> PDDeployment:
+    offload: dict[str, Any] = {"disk": {"size": "200Gi", **disk}}
+    if cpu is not None:
+        offload["cpu"] = cpu
+    return pdd(engine, version, cpu=None, kvCache={"offload": offload})
+
+
+def env_of(container: dict[str, Any]) -> dict[str, str]:
+    return {e["name"]: e.get("value", "") for e in container["env"]}
+
+
+def test_sglang_prefill_keeps_a_capped_file_store_per_rank_on_an_emptydir() -> None:
+    obj = with_disk("sglang", "0.5.23")
+    engine = engine_container(obj, "prefill")
+    assert "--hicache-storage-backend file" in " ".join(engine["args"])
+    env = env_of(engine)
+    assert env["SGLANG_HICACHE_FILE_BACKEND_STORAGE_DIR"] == "/var/cache/pdd-kv-offload"
+    assert env["SGLANG_HICACHE_FILE_BACKEND_MAX_SIZE"] == str(100 * GI)  # 200Gi over 2 GPUs
+    assert {"name": "kv-offload-disk", "mountPath": "/var/cache/pdd-kv-offload"} in engine[
+        "volumeMounts"
+    ]
+    (volume,) = [v for v in engine_pod(obj, "prefill")["volumes"] if v["name"] == "kv-offload-disk"]
+    assert volume == {"name": "kv-offload-disk", "emptyDir": {"sizeLimit": str(200 * GI)}}
+    assert engine["resources"]["requests"]["ephemeral-storage"] == str(200 * GI)
+
+
+def test_the_rendered_environment_names_are_the_releases_own() -> None:
+    names = set(json.loads((ENGINE_FIXTURES / "sglang-0.5.23.json").read_text())["env"])
+    env = env_of(engine_container(with_disk("sglang", "0.5.23"), "prefill"))
+    assert {n for n in env if n.startswith("SGLANG_HICACHE")} <= names
+
+
+def test_a_storage_class_gives_each_prefill_pod_a_claim_of_its_own() -> None:
+    obj = with_disk("sglang", "0.5.23", storageClassName="local-nvme")
+    pod = engine_pod(obj, "prefill")
+    (volume,) = [v for v in pod["volumes"] if v["name"] == "kv-offload-disk"]
+    assert volume["ephemeral"]["volumeClaimTemplate"]["spec"] == {
+        "accessModes": ["ReadWriteOnce"],
+        "storageClassName": "local-nvme",
+        "resources": {"requests": {"storage": str(200 * GI)}},
+    }
+    engine = engine_container(obj, "prefill")
+    assert "ephemeral-storage" not in engine["resources"]["requests"]
+
+
+def test_decode_pods_get_no_disk_tier() -> None:
+    obj = with_disk("sglang", "0.5.23")
+    pod = engine_pod(obj, "decode")
+    assert all(v["name"] != "kv-offload-disk" for v in pod["volumes"])
+    assert "SGLANG_HICACHE_FILE_BACKEND_STORAGE_DIR" not in env_of(engine_container(obj, "decode"))
+
+
+def test_the_condition_tells_both_tiers() -> None:
+    (condition,) = kv_offload_condition([], with_disk("sglang", "0.5.23").spec, 1, "now")
+    assert (condition.status, condition.reason) == ("True", "OffloadRendered")
+    cpu, disk = condition.message.split("; spec.kvCache.offload.disk 200Gi: ")
+    assert cpu.startswith("spec.kvCache.offload.cpu 64Gi: each prefill GPU rank keeps")
+    assert disk.startswith(f"each prefill GPU rank keeps up to {100 * GI} bytes of KV pages")
+
+
+@pytest.mark.parametrize(
+    ("engine", "version", "cpu", "says"),
+    [
+        ("sglang", "0.5.4", "64Gi", "use SGLang 0.5.23 or later"),
+        ("sglang", "0.5.23", None, "set spec.kvCache.offload.cpu as well"),
+        ("vllm", "0.33.0", "64Gi", "does not bound its files in size"),
+    ],
+)
+def test_where_the_disk_tier_is_not_rendered_nothing_of_it_is_and_the_condition_says_why(
+    engine: str, version: str, cpu: str | None, says: str
+) -> None:
+    obj = with_disk(engine, version, cpu=cpu)
+    without = pdd(engine, version, cpu=cpu)
+    assert engine_container(obj, "prefill") == engine_container(without, "prefill")
+    assert engine_pod(obj, "prefill")["volumes"] == engine_pod(without, "prefill")["volumes"]
+    conditions = kv_offload_condition([], obj.spec, 1, "now")
+    (condition,) = conditions
+    assert (condition.status, condition.reason) == ("False", "OffloadNotRendered")
+    assert says in condition.message
