@@ -53,7 +53,7 @@ from demo import (  # noqa: E402
 )
 from scrape_config import pod_monitor_jobs, pod_targets  # noqa: E402
 
-from helpers.operator_proc import OperatorProcess, install_crd  # noqa: E402
+from helpers.operator_proc import OperatorProcess, free_port, install_crd  # noqa: E402
 from helpers.traffic import SteadyTraffic  # noqa: E402
 from pdd_localcluster.__main__ import loopback_pod_ips  # noqa: E402
 from pdd_localcluster.controlplane import LocalControlPlane, resolve_bin_dir  # noqa: E402
@@ -71,7 +71,7 @@ ENGINE_ENV = {"PDD_REFENGINE_STEP_SECONDS": "0.02", "PDD_REFENGINE_KV_REGION_BYT
 UNITS = {"reqps": "req/s", "s": "s", "short": "", "GBs": "GB/s", "percentunit": "fraction"}
 PHASES = ((2, 75), (6, 75), (12, 75), (4, 75))  # (clients, seconds)
 SCRAPE_INTERVAL = "5s"
-PROMETHEUS_PORT = 19091  # on 127.0.0.1, for the run's length
+PROMETHEUS_PORT = free_port()  # on 127.0.0.1, for the run's length
 
 
 def main() -> int:

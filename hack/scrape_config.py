@@ -6,8 +6,9 @@ selector (`any` or `matchNames`), a pod selector (`matchLabels`, `matchExpressio
 `In`), `podTargetLabels`, and per endpoint a named `port`, `path`, `interval`,
 `scrapeTimeout` and `relabelings`. The jobs keep the pods (from kubernetes_sd, or
 pod_targets() with its meta labels) the monitor selects, on the named port, label them with
-`namespace`, `pod`, `container` and the pod's target labels (their names sanitized as the
-Operator does: `pdd.dev/role` becomes `pdd_dev_role`), then apply the endpoint's relabelings.
+`namespace`, `pod`, `container`, `job`, `endpoint` and the pod's target labels (their names
+sanitized as the Operator does: `pdd.dev/role` becomes `pdd_dev_role`), then apply the
+endpoint's relabelings.
 """
 
 from __future__ import annotations
@@ -61,6 +62,7 @@ def pod_monitor_jobs(monitor: Mapping[str, Any], discovery: Mapping[str, Any]) -
             _keep(["__meta_kubernetes_pod_container_port_name"], endpoint["port"]),
             *_target_labels(spec.get("podTargetLabels", [])),
             {"target_label": "job", "replacement": f"{meta['namespace']}/{meta['name']}"},
+            {"target_label": "endpoint", "replacement": endpoint["port"]},
             *(_relabeling(r) for r in endpoint.get("relabelings", [])),
         ]
         job: Json = {

@@ -41,8 +41,9 @@ def relabeled(rules: list[dict[str, Any]], labels: dict[str, str]) -> dict[str, 
             return None
         if action == "replace" and match:
             value = match.expand(rule.get("replacement", "$1").replace("$1", r"\g<1>"))
-            if value:
-                labels[rule["target_label"]] = value
+            labels[rule["target_label"]] = value
+            if not value:  # an empty value removes the label
+                del labels[rule["target_label"]]
     return {k: v for k, v in labels.items() if not k.startswith("__meta_")}
 
 
@@ -97,6 +98,8 @@ def test_each_engine_and_router_pod_is_one_target_with_its_deployment_and_role(
         ("prefill", "llama-prefill-0"),
     ]
     assert [(t["pdd_dev_role"], t["pod"]) for t in routers] == [("router", "llama-router-0")]
+    assert {t["endpoint"] for t in engines} == {"http"}
+    assert {t["endpoint"] for t in routers} == {"metrics"}
     for target in [*engines, *routers]:
         assert target["namespace"] == "team-a"
         assert target["pdd_dev_deployment"] == "llama"

@@ -146,6 +146,15 @@ INVALID: list[tuple[str, dict[str, Any], list[str]]] = [
         ["spec.kvCache.offload.disk renders SGLang's hierarchical cache storage: remove"],
     ),
     (
+        "SGLang storage tier's size in env beside the disk tier",
+        {
+            "engine.type": "sglang",
+            "kvCache.offload": {"cpu": "64Gi", "disk": {"size": "200Gi"}},
+            "prefill.env": [{"name": "SGLANG_HICACHE_FILE_BACKEND_MAX_SIZE", "value": "1T"}],
+        },
+        ["spec.kvCache.offload.disk sets where SGLang's storage tier is and its size: remove"],
+    ),
+    (
         "vLLM offload flag that replaces the NIXL connector",
         {"engine.args": ["--kv-offloading-size", "64"]},
         ["--kv-offloading-size (spec.kvCache.offload.cpu)"],

@@ -1441,10 +1441,11 @@ class KvCacheOffload(Model):
     )
     disk: KvCacheDiskTier | None = Field(
         default=None,
-        description="A disk tier behind the CPU tier on each prefill pod. SGLang (0.5.23 on): "
-        "its hierarchical cache's file storage backend, capped per GPU rank, which needs "
-        "spec.kvCache.offload.cpu as well. vLLM: not rendered (its native offloading keeps a "
-        "CPU tier only); KVCacheOffloaded says so.",
+        description="A disk tier behind the CPU tier on each prefill pod. SGLang (0.5.23 on, "
+        "single-node prefill instances): its hierarchical cache's file storage backend, capped "
+        "per GPU rank at 90% of the rank's share, which needs spec.kvCache.offload.cpu as "
+        "well. vLLM: not rendered (its file-system tier does not bound its files in size); "
+        "KVCacheOffloaded says so.",
     )
 
 

@@ -169,6 +169,7 @@ class DiskTier:
     ranks: int  # GPU ranks on the pod (each keeps its own share of the files)
     storage_class: str | None  # a generic ephemeral volume of this class; None: an emptyDir
     with_cpu_tier: bool  # spec.kvCache.offload.cpu is rendered too
+    latent: bool = False  # the model's KV is a latent (MLA), the same on every rank
 
     @property
     def rank_bytes(self) -> int:

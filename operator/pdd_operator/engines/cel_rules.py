@@ -39,6 +39,20 @@ def flags_refused_while(engine: str, when: str, flags: Sequence[str], message: s
     )
 
 
+def env_refused_while(engine: str, when: str, names: Sequence[str], message: str) -> Rule:
+    """Variables refused in the engine's and the prefill's env while the CEL condition
+    ``when`` holds (a field that sets them is set): a user's entry would win over the
+    rendered one (later in the list)."""
+    listed = cel_list(tuple(names))
+    return (
+        f"!{when} || self.engine.type != '{engine}' || "
+        # Two lists: the schema types their items apart, and CEL adds no such lists.
+        f"self.engine.env.all(e, !(e.name in {listed})) && "
+        f"self.prefill.env.all(e, !(e.name in {listed}))",
+        f"{message}: remove {', '.join(names)} from spec.engine.env and spec.prefill.env",
+    )
+
+
 def _args_without(listed: str) -> str:
     return f"{ALL_ARGS}.all(a, !(a in {listed} || {listed}.exists(f, a.startsWith(f + '='))))"
 

@@ -104,11 +104,15 @@ METRICS_FLAG = "--enable-metrics"
 # pages under SGLANG_HICACHE_FILE_BACKEND_STORAGE_DIR, each TP rank's own files capped at
 # SGLANG_HICACHE_FILE_BACKEND_MAX_SIZE bytes (mem_cache/storage/file/lru_file_evictor.py,
 # 0.5.23: its least recently used files are deleted). 0.5.4 has no cap: its files would grow
-# until the volume is full (an emptyDir over its sizeLimit gets the pod evicted).
+# until the volume is full (an emptyDir over its sizeLimit gets the pod evicted). Not
+# bisected: the releases between are taken to have none.
 STORAGE_BACKEND_FLAGS = ("--hicache-storage-backend", "file")
 STORAGE_DIR_ENV = "SGLANG_HICACHE_FILE_BACKEND_STORAGE_DIR"
 STORAGE_CAP_ENV = "SGLANG_HICACHE_FILE_BACKEND_MAX_SIZE"
 STORAGE_CAPPED = Version(0, 5, 23)
+# The share of the volume the caps add up to: the rest is for what the cap does not count (the
+# filesystem's own blocks, a write interrupted by a crash that leaves its temporary file).
+STORAGE_CAP_SHARE = 0.9
 # From here a host pool smaller than the GPU's KV pool is a warning (0.5.23 pool_host/base.py);
 # 0.5.4 asserts it is larger. Not bisected: the first release read that allows it.
 HOST_POOL_MAY_BE_SMALLER = Version(0, 5, 23)
@@ -193,6 +197,12 @@ class SglangAdapter(EngineAdapter):
                 DISK_FLAGS,
                 "spec.kvCache.offload.disk renders SGLang's hierarchical cache storage",
             ),
+            cel_rules.env_refused_while(
+                "sglang",
+                "has(self.kvCache.offload.disk)",
+                (STORAGE_DIR_ENV, STORAGE_CAP_ENV),
+                "spec.kvCache.offload.disk sets where SGLang's storage tier is and its size",
+            ),
             *_layout_rules("prefill"),
             *_layout_rules("decode"),
             _experts_rule("prefill"),
@@ -239,12 +249,14 @@ class SglangAdapter(EngineAdapter):
         return EngineLaunch(launch.command, (*launch.args, *flags), launch.env)
 
     def disk_tier_verdict(self, spec: PDDeploymentSpec, tier: DiskTier) -> TierVerdict:
-        if self.wiring(spec) < STORAGE_CAPPED:
+        release = self.wiring(spec)
+        if release < STORAGE_CAPPED:
             return TierVerdict(
                 False,
-                f"SGLang {self.wiring(spec)}'s file storage backend has no size cap (from "
-                f"{STORAGE_CAPPED} on: {STORAGE_CAP_ENV}): its files would outgrow the volume. "
-                "The prefill pods run without the disk tier; use SGLang 0.5.23 or later",
+                f"SGLang {release}'s file storage backend has no size cap as far as the "
+                f"operator knows ({STORAGE_CAPPED} has one: {STORAGE_CAP_ENV}): its files would "
+                "outgrow the volume. The prefill pods run without the disk tier; use SGLang "
+                "0.5.23 or later",
             )
         if not tier.with_cpu_tier:
             return TierVerdict(
@@ -252,23 +264,47 @@ class SglangAdapter(EngineAdapter):
                 "SGLang's storage tier sits behind its host tier: set spec.kvCache.offload.cpu "
                 "as well. The prefill pods run without the disk tier",
             )
+        if spec.prefill.nodesPerInstance > 1:
+            # Each rank looks its pages up in its own pod's files; a latent (MLA) model's
+            # pages are written by one rank only, so the other pods' ranks would never hit.
+            return TierVerdict(
+                False,
+                "the file storage backend keeps each pod's pages on that pod: with prefill "
+                "instances over several nodes (spec.prefill.nodesPerInstance) the disk tier "
+                "is not rendered",
+            )
+        who = (
+            "rank 0 of each prefill pod keeps (the latent cache is the same on every rank, "
+            "and one rank writes it)"
+            if tier.latent
+            else "each prefill GPU rank keeps"
+        )
         return TierVerdict(
             True,
-            f"each prefill GPU rank keeps up to {tier.rank_bytes} bytes of KV pages in files "
-            f"under {DISK_TIER_MOUNT} (--hicache-storage-backend file, {STORAGE_CAP_ENV})",
+            f"{who} up to {self._storage_cap(spec, tier)} bytes of KV pages in files under "
+            f"{DISK_TIER_MOUNT} (--hicache-storage-backend file, {STORAGE_CAP_ENV}: "
+            f"{STORAGE_CAP_SHARE:.0%} of the volume's share)",
         )
 
     def disk_tier_launch(
         self, launch: EngineLaunch, spec: PDDeploymentSpec, tier: DiskTier
     ) -> EngineLaunch:
-        del spec
         env = (
             env_value(STORAGE_DIR_ENV, DISK_TIER_MOUNT),
-            env_value(STORAGE_CAP_ENV, str(tier.rank_bytes)),
+            env_value(STORAGE_CAP_ENV, str(self._storage_cap(spec, tier))),
         )
         return EngineLaunch(
             launch.command, (*launch.args, *STORAGE_BACKEND_FLAGS), (*launch.env, *env)
         )
+
+    @staticmethod
+    def _storage_cap(spec: PDDeploymentSpec, tier: DiskTier) -> int:
+        """Each rank's cap, which its own files are held under (storage/file/
+        lru_file_evictor.py): the pod's disk over its ranks, or all of it where only one rank
+        writes (a latent model: hicache_storage.py shares one file per page)."""
+        del spec
+        share = tier.pod_bytes if tier.latent else tier.rank_bytes
+        return int(share * STORAGE_CAP_SHARE)
 
     def launch(self, spec: PDDeploymentSpec, role: str) -> EngineLaunch:
         release = self.wiring(spec)

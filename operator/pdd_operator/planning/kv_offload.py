@@ -79,13 +79,14 @@ def rendered_disk_tier(
         ranks=spec.prefill.gpusPerInstance,
         storage_class=disk.storageClassName,
         with_cpu_tier=cpu is not None and cpu.verdict.rendered,
+        latent=(shape := model_shape(spec.model)) is not None and shape.latent,
     )
     return RenderedDiskTier(tier, adapter.disk_tier_verdict(spec, tier))
 
 
-def raised_memory(quantity: str | None, extra_bytes: int) -> str:
-    """``quantity`` (a memory request or limit; None: none set) plus ``extra_bytes``, spelled
-    in the largest binary unit that keeps it whole."""
+def raised_quantity(quantity: str | None, extra_bytes: int) -> str:
+    """``quantity`` (a request or limit of memory or storage; None: none set) plus
+    ``extra_bytes``, spelled in the largest binary unit that keeps it whole."""
     total = (quantity_count(quantity) if quantity else 0) + extra_bytes
     for suffix, unit in (("Gi", 1 << 30), ("Mi", 1 << 20), ("Ki", 1 << 10)):
         if total % unit == 0:

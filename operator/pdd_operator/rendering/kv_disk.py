@@ -9,9 +9,10 @@ from typing import Any
 
 from pdd_operator.api.v1alpha1 import PDDeploymentSpec
 from pdd_operator.engines.base import DISK_TIER_MOUNT, DiskTier, EngineAdapter
-from pdd_operator.planning.kv_offload import rendered_disk_tier
+from pdd_operator.planning.kv_offload import raised_quantity, rendered_disk_tier
 
 DISK_VOLUME = "kv-offload-disk"
+EPHEMERAL = "ephemeral-storage"
 
 
 def disk_tier(spec: PDDeploymentSpec, adapter: EngineAdapter, role: str) -> DiskTier | None:
@@ -25,7 +26,7 @@ def disk_volumes(tier: DiskTier | None) -> list[dict[str, Any]]:
     it), else an emptyDir whose sizeLimit is the tier (the engine's cap keeps it under)."""
     if tier is None:
         return []
-    size = str(tier.pod_bytes)
+    size = raised_quantity(None, tier.pod_bytes)
     if tier.storage_class is None:
         return [{"name": DISK_VOLUME, "emptyDir": {"sizeLimit": size}}]
     claim = {
@@ -41,10 +42,15 @@ def disk_mounts(tier: DiskTier | None) -> list[dict[str, Any]]:
 
 
 def with_ephemeral_storage(resources: dict[str, Any], tier: DiskTier | None) -> dict[str, Any]:
-    """An emptyDir tier lives on the node's ephemeral storage: the engine requests it, so that
-    the scheduler places the pod where it fits."""
+    """An emptyDir tier lives on the node's ephemeral storage: the engine's request (and
+    limit, where set) grows by it, so that the scheduler places the pod where it fits and the
+    kubelet does not evict it for using what the tier was given."""
     if tier is None or tier.storage_class is not None:
         return resources
-    requests = resources["requests"]
-    requests["ephemeral-storage"] = str(int(requests.get("ephemeral-storage", 0)) + tier.pod_bytes)
+    requests, limits = resources["requests"], resources["limits"]
+    # A limit without a request is the request too (Kubernetes' defaulting): raise from it.
+    request = requests.get(EPHEMERAL, limits.get(EPHEMERAL))
+    requests[EPHEMERAL] = raised_quantity(request, tier.pod_bytes)
+    if EPHEMERAL in limits:
+        limits[EPHEMERAL] = raised_quantity(limits[EPHEMERAL], tier.pod_bytes)
     return resources

@@ -24,7 +24,7 @@ from pdd_operator.api.v1alpha1 import (
 )
 from pdd_operator.engines.base import EngineLaunch, EnginePort, HealthCheck, role_spec
 from pdd_operator.planning.eligibility import GPU_TOLERATION
-from pdd_operator.planning.kv_offload import raised_memory, rendered_tier
+from pdd_operator.planning.kv_offload import raised_quantity, rendered_tier
 from pdd_operator.planning.placement import Placement
 from pdd_operator.rendering import kv_disk, model, sidecar, transfer
 from pdd_operator.rendering.command import engine_launch, wrap_with_env_file
@@ -339,9 +339,9 @@ def engine_resources(spec: PDDeploymentSpec, role: str, ctx: RenderContext) -> d
     requests, limits = resources["requests"], resources["limits"]
     # A limit without a request is the request too (Kubernetes' defaulting): raise from it.
     request = requests.get("memory", limits.get("memory"))
-    requests["memory"] = raised_memory(request, extra)
+    requests["memory"] = raised_quantity(request, extra)
     if "memory" in limits:
-        limits["memory"] = raised_memory(limits["memory"], extra)
+        limits["memory"] = raised_quantity(limits["memory"], extra)
     return resources
 
 
@@ -471,7 +471,7 @@ def shared_memory_size(spec: PDDeploymentSpec, role: str, ctx: RenderContext) ->
     tier = rendered_tier(spec, ctx.engine(spec), role)
     if tier is None or not tier.verdict.in_shared_memory:
         return size
-    return raised_memory(size, tier.tier.pod_bytes)
+    return raised_quantity(size, tier.tier.pod_bytes)
 
 
 def _service_ports(spec: PDDeploymentSpec, ctx: RenderContext) -> list[dict[str, Any]]:

@@ -13,7 +13,7 @@ import pytest
 
 from helpers.factories import make_pdd
 from pdd_operator.api.v1alpha1 import PDDeployment
-from pdd_operator.planning.kv_offload import raised_memory
+from pdd_operator.planning.kv_offload import raised_quantity
 from pdd_operator.rendering.children import render_children
 from pdd_operator.rendering.context import RenderContext
 from pdd_operator.status.conditions import event_for
@@ -169,10 +169,10 @@ def test_no_offload_no_condition_and_nothing_changed() -> None:
         ("512Mi", 1 << 29, "1Gi"),
     ],
 )
-def test_raised_memory_keeps_a_whole_binary_unit(
+def test_raised_quantity_keeps_a_whole_binary_unit(
     given: str | None, extra: int, expected: str
 ) -> None:
-    assert raised_memory(given, extra) == expected
+    assert raised_quantity(given, extra) == expected
 
 
 def test_a_tier_in_tebibytes_is_sized_as_such() -> None:
@@ -217,11 +217,16 @@ def test_sglang_engines_serve_their_metrics(role: str) -> None:
 ENGINE_FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "engines"
 
 
-def with_disk(engine: str, version: str, cpu: str | None = "64Gi", **disk: Any) -> PDDeployment:
-    offload: dict[str, Any] = {"disk": {"size": "200Gi", **disk}}
-    if cpu is not None:
-        offload["cpu"] = cpu
-    return pdd(engine, version, cpu=None, kvCache={"offload": offload})
+def with_disk(
+    engine: str,
+    version: str,
+    cpu: str | None = "64Gi",
+    storage_class: str | None = None,
+    **patch: Any,
+) -> PDDeployment:
+    disk = {"size": "200Gi", **({"storageClassName": storage_class} if storage_class else {})}
+    offload: dict[str, Any] = {"disk": disk, **({"cpu": cpu} if cpu is not None else {})}
+    return pdd(engine, version, cpu=None, kvCache={"offload": offload}, **patch)
 
 
 def env_of(container: dict[str, Any]) -> dict[str, str]:
@@ -234,13 +239,14 @@ def test_sglang_prefill_keeps_a_capped_file_store_per_rank_on_an_emptydir() -> N
     assert "--hicache-storage-backend file" in " ".join(engine["args"])
     env = env_of(engine)
     assert env["SGLANG_HICACHE_FILE_BACKEND_STORAGE_DIR"] == "/var/cache/pdd-kv-offload"
-    assert env["SGLANG_HICACHE_FILE_BACKEND_MAX_SIZE"] == str(100 * GI)  # 200Gi over 2 GPUs
+    # 200Gi over 2 GPUs, 90% of it: room for what the cap does not count
+    assert env["SGLANG_HICACHE_FILE_BACKEND_MAX_SIZE"] == str(int(100 * GI * 0.9))
     assert {"name": "kv-offload-disk", "mountPath": "/var/cache/pdd-kv-offload"} in engine[
         "volumeMounts"
     ]
     (volume,) = [v for v in engine_pod(obj, "prefill")["volumes"] if v["name"] == "kv-offload-disk"]
-    assert volume == {"name": "kv-offload-disk", "emptyDir": {"sizeLimit": str(200 * GI)}}
-    assert engine["resources"]["requests"]["ephemeral-storage"] == str(200 * GI)
+    assert volume == {"name": "kv-offload-disk", "emptyDir": {"sizeLimit": "200Gi"}}
+    assert engine["resources"]["requests"]["ephemeral-storage"] == "200Gi"
 
 
 def test_the_rendered_environment_names_are_the_releases_own() -> None:
@@ -250,13 +256,13 @@ def test_the_rendered_environment_names_are_the_releases_own() -> None:
 
 
 def test_a_storage_class_gives_each_prefill_pod_a_claim_of_its_own() -> None:
-    obj = with_disk("sglang", "0.5.23", storageClassName="local-nvme")
+    obj = with_disk("sglang", "0.5.23", storage_class="local-nvme")
     pod = engine_pod(obj, "prefill")
     (volume,) = [v for v in pod["volumes"] if v["name"] == "kv-offload-disk"]
     assert volume["ephemeral"]["volumeClaimTemplate"]["spec"] == {
         "accessModes": ["ReadWriteOnce"],
         "storageClassName": "local-nvme",
-        "resources": {"requests": {"storage": str(200 * GI)}},
+        "resources": {"requests": {"storage": "200Gi"}},
     }
     engine = engine_container(obj, "prefill")
     assert "ephemeral-storage" not in engine["resources"]["requests"]
@@ -274,7 +280,7 @@ def test_the_condition_tells_both_tiers() -> None:
     assert (condition.status, condition.reason) == ("True", "OffloadRendered")
     cpu, disk = condition.message.split("; spec.kvCache.offload.disk 200Gi: ")
     assert cpu.startswith("spec.kvCache.offload.cpu 64Gi: each prefill GPU rank keeps")
-    assert disk.startswith(f"each prefill GPU rank keeps up to {100 * GI} bytes of KV pages")
+    assert disk.startswith(f"each prefill GPU rank keeps up to {int(100 * GI * 0.9)} bytes")
 
 
 @pytest.mark.parametrize(
@@ -296,3 +302,34 @@ def test_where_the_disk_tier_is_not_rendered_nothing_of_it_is_and_the_condition_
     (condition,) = conditions
     assert (condition.status, condition.reason) == ("False", "OffloadNotRendered")
     assert says in condition.message
+
+
+def test_an_ephemeral_storage_request_and_limit_grow_by_the_emptydir_tier() -> None:
+    resources = {"requests": {"ephemeral-storage": "10Gi"}, "limits": {"ephemeral-storage": "50Gi"}}
+    obj = with_disk("sglang", "0.5.23", prefill={"gpusPerInstance": 2, "resources": resources})
+    got = engine_container(obj, "prefill")["resources"]
+    assert got["requests"]["ephemeral-storage"] == "210Gi"
+    assert got["limits"]["ephemeral-storage"] == "250Gi"
+
+
+def test_an_ephemeral_storage_limit_alone_is_raised_as_the_request_it_stands_for() -> None:
+    resources = {"limits": {"ephemeral-storage": "50Gi"}}
+    obj = with_disk("sglang", "0.5.23", prefill={"gpusPerInstance": 2, "resources": resources})
+    got = engine_container(obj, "prefill")["resources"]
+    assert got["requests"]["ephemeral-storage"] == got["limits"]["ephemeral-storage"] == "250Gi"
+
+
+def test_a_latent_models_pages_are_written_by_one_rank_which_gets_the_pods_whole_share() -> None:
+    deepseek = {"name": "deepseek-ai/DeepSeek-V3"}
+    obj = with_disk("sglang", "0.5.23", model=deepseek)
+    env = env_of(engine_container(obj, "prefill"))
+    assert env["SGLANG_HICACHE_FILE_BACKEND_MAX_SIZE"] == str(int(200 * GI * 0.9))
+    (condition,) = kv_offload_condition([], obj.spec, 1, "now")
+    assert "rank 0 of each prefill pod keeps" in condition.message
+
+
+def test_prefill_instances_over_several_nodes_get_no_disk_tier() -> None:
+    layout = {"gpusPerInstance": 8, "nodesPerInstance": 2}
+    obj = with_disk("sglang", "0.5.23", prefill=layout, decode=layout)
+    (condition,) = kv_offload_condition([], obj.spec, 1, "now")
+    assert condition.status == "False" and "spec.prefill.nodesPerInstance" in condition.message
