@@ -1,7 +1,8 @@
 """The Reconciler against the fake cluster: the sidecar token Secret, which the operator may
-create but never read, is created again when a pod's kubelet reports it cannot mount it; one
-that existed before the deployment's children is refused (and left as it is); and a
-StatefulSet short of pods reports its controller's FailedCreate."""
+create but never read, is created after the children its pods run against and before the
+workloads, and again when a pod's kubelet reports it cannot mount it; one that existed while
+the deployment had no children is refused (and left as it is), by a restarted operator too;
+and a StatefulSet short of pods reports its controller's FailedCreate."""
 
 from __future__ import annotations
 
@@ -235,3 +236,45 @@ async def test_a_refused_statefulset_reports_its_controllers_answer() -> None:
     cluster.workloads_ready(NS)  # the quota was raised: every pod exists
     await rec.reconcile(KEY)
     assert condition(cluster, "Degraded")[:2] == ("False", "AsExpected")
+
+
+async def test_a_planted_token_secret_stays_refused_when_a_taken_name_blocks_too() -> None:
+    """The status tells the token's conflict first whatever else blocks the deployment: a
+    restarted operator reads it there, and must not take the planted Secret for its own once
+    the other name is free."""
+    cluster = FakeCluster(body())
+    cluster.objects[SECRET_KEY] = {
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "metadata": {"name": TOKEN, "namespace": NS, "uid": "planted", "resourceVersion": "3"},
+    }
+    taken = (NS, "networking.k8s.io/v1", "NetworkPolicy", "llama-router")
+    cluster.objects[taken] = {
+        "apiVersion": "networking.k8s.io/v1",
+        "kind": "NetworkPolicy",
+        "metadata": {"name": "llama-router", "namespace": NS, "uid": "theirs"},
+    }
+    await reconciler(cluster).reconcile(KEY)
+    status, reason, message = condition(cluster, "Stalled")
+    assert (status, reason) == ("True", "TokenSecretConflict")
+    assert "NetworkPolicy llama-router" in message  # the other trouble is told as well
+
+    del cluster.objects[taken]
+    await reconciler(cluster).reconcile(KEY)  # a new process
+    assert condition(cluster, "Stalled")[:2] == ("True", "TokenSecretConflict")
+    assert not [w for w in cluster.writes if w[1] == "StatefulSet"]
+
+
+async def test_no_token_secret_is_created_while_the_children_before_it_cannot_be_written() -> None:
+    """A Secret without children beside it would be taken for someone else's after a
+    restart: it waits for a pass that could write them."""
+    cluster = FakeCluster(body())
+    cluster.apply_error = forbidden("denied by a webhook")
+    await reconciler(cluster).reconcile(KEY)
+    assert SECRET_KEY not in cluster.objects
+    assert condition(cluster, "Stalled")[:2] == ("True", "ApplyFailed")
+
+    cluster.apply_error = None
+    await reconciler(cluster).reconcile(KEY)  # a new process, once the webhook admits them
+    assert cluster.objects[SECRET_KEY]["metadata"]["ownerReferences"][0]["uid"] == UID
+    assert condition(cluster, "Stalled")[:2] == ("False", "NotStalled")

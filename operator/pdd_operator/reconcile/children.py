@@ -104,8 +104,8 @@ def render(pdd: PDDeployment, ctx: RenderContext, record: DeploymentRecord) -> D
 
 
 def ahead_of_pods(desired: Desired) -> frozenset[ChildKey]:
-    """The children pods run against (Services, ConfigMaps, accounts and roles, policies):
-    all but the workloads and the gang objects that admit their pods."""
+    """The children pods run against (Services, accounts and roles, policies, disruption
+    budgets): all but the workloads and the gang objects that admit their pods."""
     return frozenset(key for key in desired.hashes if key[1] not in POD_MAKERS)
 
 

@@ -83,15 +83,20 @@ class Prerequisites:
         self._served: dict[tuple[str, str], tuple[float, bool]] = {}
 
     async def check(
-        self, pdd: PDDeployment, record: DeploymentRecord, had_children: bool
+        self,
+        pdd: PDDeployment,
+        record: DeploymentRecord,
+        had_children: bool,
+        may_create_token: bool = True,
     ) -> Readiness:
         """Every prerequisite. The token Secret is looked at, and created when missing,
         before the engines are applied: their pods mount it, and a Secret of its name that
         is not this deployment's (found, or planted before a late create) holds a token
         someone else may know. `had_children`: the deployment had children when the pass
-        began (token.py tells an existing Secret's maker by it)."""
+        began (token.py tells an existing Secret's maker by it); `may_create_token`: False
+        holds the token's create for a later pass (the engines wait)."""
         model = await self.model(pdd, record)
-        token = await check_token(self.ports, pdd, record, had_children)
+        token = await check_token(self.ports, pdd, record, had_children, may_create_token)
         parallelism = parallelism_verdict(pdd.spec)
         gang = await self.gang(pdd)
         token_again = self.conflict_retry_seconds if token.conflicting else None

@@ -43,6 +43,16 @@ TRANSIENT_RETRY_FIRST_S = 2.0
 TRANSIENT_RETRY_MAX_S = 60.0
 
 
+def what_blocks(children: Blocked, token: Blocked) -> Blocked:
+    """What the status tells: a token Secret someone else made before anything else (with
+    the rest in its message), for a restarted operator reads it there (token.py); else the
+    children's trouble, else the token's."""
+    if token.reason != ownership.TOKEN_REASON or not children.message:
+        return children if children.message else token
+    message = f"{token.message}. Besides: {children.message}"
+    return Blocked(token.reason, message, transient=children.transient)
+
+
 class Reconciler:
     def __init__(
         self,
@@ -194,7 +204,12 @@ class Reconciler:
         pdd = plan.pdd
         desired = child_part.render(pdd, plan.context, record)
         ahead, applied_ahead = await self._apply_ahead_of_token(pdd, body, desired, observed)
-        readiness = await self._prerequisites.check(pdd, record, had_children=bool(observed))
+        # After a write that failed there, no token yet: a Secret without children beside it
+        # would be taken for someone else's after a restart.
+        failed_ahead = bool(ahead.blocked.message) and not ahead.taken
+        readiness = await self._prerequisites.check(
+            pdd, record, had_children=bool(observed), may_create_token=not failed_ahead
+        )
         again += readiness.again_in
         held = child_part.held_children(
             pdd, desired, readiness.engines_held, readiness.gang_waiting
@@ -205,7 +220,7 @@ class Reconciler:
                 pdd, body, desired, observed, held | applied_ahead, ahead.taken
             )
             conflict = synced.blocked
-        blocked = conflict if conflict.message else readiness.token.found
+        blocked = what_blocks(conflict, readiness.token.found)
         if not blocked.message:
             blocked = await sync_scalers(self._ports, pdd, plan.scaling.plan)
         if not blocked.message:

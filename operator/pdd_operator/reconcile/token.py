@@ -52,7 +52,11 @@ class TokenCheck:
 
 
 async def check_token(
-    ports: Ports, pdd: PDDeployment, record: DeploymentRecord, had_children: bool
+    ports: Ports,
+    pdd: PDDeployment,
+    record: DeploymentRecord,
+    had_children: bool,
+    may_create: bool = True,
 ) -> TokenCheck:
     """Whether the sidecar token Secret is there and this PDDeployment's. The operator
     creates it on the deployment's first pass here, and again whenever a pod reports it
@@ -70,13 +74,15 @@ async def check_token(
     last = record.token
     first_look = last is None or last.uid != pdd.uid
     if first_look and had_children and not _conflict_reported(pdd):
-        # Made before its children, by this process or its predecessor: no request, and
-        # a pod's report says if it has gone since.
+        # Made after the children its pods run against, by this process or its
+        # predecessor: no request, and a pod's report says if it has gone since.
         last = record.token = TokenCheck(pdd.uid)
     reports = ports.view.mount_failures(pdd.namespace, name)
     newest = reports[0].seen if reports else ""
     if last is not None and last.uid == pdd.uid and last.ours and last.answered == newest:
         return last
+    if not may_create:
+        return TokenCheck(pdd.uid, missing=True)  # created on a later pass
     try:
         created = await _created_token(ports, pdd)
     except Exception as err:
