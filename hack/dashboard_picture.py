@@ -8,7 +8,7 @@ Prometheus Operator would (hack/scrape_config.py: the monitors' selectors, ports
 labels and relabelings; the pods are listed from the API server with kubernetes_sd's meta
 labels, Debian's build being without kubernetes_sd), and the operator's /metrics with
 honor_labels, as its ServiceMonitor says (the operator runs as a local process here, not
-behind its Service). Traffic goes through the example's router in phases of 2, 6, 12 and 4
+behind its Service). Traffic goes through the example's router in phases of 2, 4, 8 and 3
 clients; then every query of charts/pdd-operator/dashboards/pdd-deployment.json, unchanged
 but for its $namespace and $deployment, is evaluated over the run by Prometheus's
 query_range API and plotted, one plot per panel: docs/img/dashboard.png, with what each
@@ -26,6 +26,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import shutil
 import subprocess
 import sys
 import time
@@ -64,12 +65,12 @@ from pdd_localcluster.runtime.images import KNOWN_IMAGES, repository  # noqa: E4
 CHART = ROOT / "charts" / "pdd-operator"
 DASHBOARD = CHART / "dashboards" / "pdd-deployment.json"
 # The test double's knobs: 20 ms per token after the first, and a KV region that holds the
-# 70B model's KV (320 KiB a token) of the 12 clients' prompts at once (the default 64 MiB
-# holds about four).
-ENGINE_ENV = {"PDD_REFENGINE_STEP_SECONDS": "0.02", "PDD_REFENGINE_KV_REGION_BYTES": str(512 << 20)}
+# 8 clients' requests at once: it plays a 70B model's KV, whose 256-token blocks (the operator's
+# choice for this model) are 80 MiB each, and the default region holds four (1 GiB: twelve).
+ENGINE_ENV = {"PDD_REFENGINE_STEP_SECONDS": "0.02", "PDD_REFENGINE_KV_REGION_BYTES": str(1 << 30)}
 # Grafana's unit ids in the dashboard, as an axis says them.
 UNITS = {"reqps": "req/s", "s": "s", "short": "", "GBs": "GB/s", "percentunit": "fraction"}
-PHASES = ((2, 75), (6, 75), (12, 75), (4, 75))  # (clients, seconds)
+PHASES = ((2, 75), (4, 75), (8, 75), (3, 75))  # (clients, seconds)
 SCRAPE_INTERVAL = "5s"
 PROMETHEUS_PORT = free_port()  # on 127.0.0.1, for the run's length
 
@@ -81,6 +82,9 @@ def main() -> int:
     parser.add_argument("--prometheus", default="", help="its binary (default: fetched)")
     args = parser.parse_args()
     state = Path(args.state_dir)
+    # A fresh run each time: Prometheus's data of an earlier run would reach into this one's
+    # rate windows (the same namespace and deployment).
+    shutil.rmtree(state, ignore_errors=True)
     prometheus = args.prometheus or _fetched_prometheus()
     body = yaml.safe_load(EXAMPLE.read_text())
     with LocalControlPlane(state / "cluster") as cp:
