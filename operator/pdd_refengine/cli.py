@@ -1,7 +1,8 @@
 """The two command lines the operator renders, parsed into one ``EngineConfig``.
 
 vLLM: ``vllm serve MODEL --host H --port P --tensor-parallel-size N --kv-transfer-config JSON
-[--served-model-name NAME] [--block-size N] [--enable-lora --lora-modules NAME=PATH ...] [...]``;
+[--served-model-name NAME] [--block-size N] [--enable-lora --lora-modules NAME=PATH ...]
+[--kv-events-config JSON] [...]``;
 the role, for the logs, is the config's ``kv_role`` (``kv_producer`` prefill, ``kv_consumer``
 decode; either way each request's ``kv_transfer_params`` decide what it does), of the NIXL
 connector itself or of a MultiConnector's NIXL child.
@@ -23,7 +24,7 @@ import argparse
 import json
 import os
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from pdd_refengine.kv_params import Generation, protocol_generation
@@ -49,6 +50,30 @@ CONNECTORS = {"NixlConnector": "pull", "NixlPushConnector": "push"}
 
 class UsageError(ValueError):
     pass
+
+
+@dataclass(frozen=True)
+class KvEventsConfig:
+    """vLLM's ``--kv-events-config`` (0.33 ``vllm/config/kv_events.py``, ``KVEventsConfig``):
+    where the engine publishes its prefix cache's KV events (``kv_events``)."""
+
+    enable_kv_cache_events: bool = False
+    # "null" | "zmq"; None (not given) is resolved per release by parse_args.
+    publisher: str | None = None
+    endpoint: str = "tcp://*:5557"
+    replay_endpoint: str | None = None
+    buffer_steps: int = 10_000
+    hwm: int = 100_000
+    max_queue_size: int = 100_000
+    topic: str = ""
+
+    @property
+    def publishes(self) -> bool:
+        """As vLLM's EventPublisherFactory: a ZMQ publisher only when both say so."""
+        return self.enable_kv_cache_events and self.publisher == "zmq"
+
+    def to_json(self) -> dict[str, Any]:
+        return dict(self.__dict__)
 
 
 @dataclass(frozen=True)
@@ -80,6 +105,7 @@ class EngineConfig:
     # --lora-paths), with the path each was given: served as the model itself (the double has
     # no weights to adapt), named in the answer and in /v1/models.
     adapters: tuple[tuple[str, str], ...] = ()
+    kv_events: KvEventsConfig = KvEventsConfig()  # vLLM's --kv-events-config
 
     @property
     def served_names(self) -> tuple[str, ...]:
@@ -114,6 +140,7 @@ def _parse_vllm(argv: Sequence[str]) -> EngineConfig:
     parser.add_argument("--block-size", type=int, default=VLLM_BLOCK_TOKENS)
     parser.add_argument("--enable-lora", action="store_true")
     parser.add_argument("--lora-modules", nargs="+", default=[])
+    parser.add_argument("--kv-events-config", default=None)
     known, unknown = _parse(parser, argv[1:])
     return EngineConfig(
         engine="vllm",
@@ -127,8 +154,51 @@ def _parse_vllm(argv: Sequence[str]) -> EngineConfig:
         block_tokens=known.block_size,
         max_model_len=known.max_model_len,
         adapters=_adapters("--lora-modules", known.lora_modules, known.enable_lora),
+        kv_events=_kv_events(known.kv_events_config),
         ignored=tuple(unknown),
     )
+
+
+def _kv_events(text: str | None) -> KvEventsConfig:
+    """``--kv-events-config JSON``, checked as vLLM's config class checks it: known fields
+    only, of the right types. An unset ``publisher`` stays None until the release is known
+    (``_resolved_publisher``)."""
+    if text is None:
+        return KvEventsConfig()
+    try:
+        given = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise UsageError(f"--kv-events-config is not JSON: {exc}") from None
+    if not isinstance(given, dict):
+        raise UsageError("--kv-events-config must be a JSON object")
+    unknown = sorted(set(given) - set(KvEventsConfig.__dataclass_fields__))
+    if unknown:
+        raise UsageError(f"--kv-events-config: unknown field(s) {', '.join(unknown)}")
+    if given.get("publisher") not in (None, "null", "zmq"):
+        raise UsageError(
+            f'--kv-events-config: publisher must be "null" or "zmq", not {given["publisher"]!r}'
+        )
+    config = KvEventsConfig(**given)
+    _check_kv_events_types(config)
+    return config
+
+
+def _check_kv_events_types(config: KvEventsConfig) -> None:
+    expected: dict[str, tuple[type, ...]] = {
+        "enable_kv_cache_events": (bool,),
+        "endpoint": (str,),
+        "replay_endpoint": (str, type(None)),
+        "buffer_steps": (int,),
+        "hwm": (int,),
+        "max_queue_size": (int,),
+        "topic": (str,),
+    }
+    for name, types in expected.items():
+        value = getattr(config, name)
+        if not isinstance(value, types) or (isinstance(value, bool) and bool not in types):
+            raise UsageError(f"--kv-events-config: {name} has the wrong type ({value!r})")
+    if config.buffer_steps < 1:
+        raise UsageError("--kv-events-config: buffer_steps must be at least 1")
 
 
 def _adapters(flag: str, entries: list[str], enabled: bool) -> tuple[tuple[str, str], ...]:
@@ -245,8 +315,6 @@ def default_region_bytes(config: EngineConfig) -> int:
 
 
 def _with_environment(config: EngineConfig, env: dict[str, str]) -> EngineConfig:
-    from dataclasses import replace
-
     region = int(env.get(REGION_BYTES_ENV) or default_region_bytes(config))
     memory = (env.get(MEMORY_ENV) or "dram").upper()
     if memory not in ("DRAM", "VRAM"):
@@ -267,4 +335,15 @@ def _with_environment(config: EngineConfig, env: dict[str, str]) -> EngineConfig
         memory=memory,
         protocol=protocol,
         bootstrap_protocol=bootstrap_generation(tag),
+        kv_events=_resolved_publisher(config.kv_events, protocol),
     )
+
+
+def _resolved_publisher(config: KvEventsConfig, protocol: Generation) -> KvEventsConfig:
+    """An unset publisher: "zmq" when events are enabled from 0.33 on
+    (``KVEventsConfig.__post_init__``); 0.11 defaults to "null" whatever the switch says
+    (v0.11.0 ``vllm/config/kv_events.py``), so there events need ``"publisher": "zmq"``."""
+    if config.publisher is not None:
+        return config
+    zmq = config.enable_kv_cache_events and protocol == "0.33"
+    return replace(config, publisher="zmq" if zmq else "null")

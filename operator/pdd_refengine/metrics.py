@@ -58,6 +58,10 @@ class EngineMetrics:
     lora_requests: Counter  # by adapter name (labels: adapter)
     time_to_first_token: Histogram
     inter_token_latency: Histogram
+    # vLLM only (SGLang's /metrics must name nothing vllm): prompt tokens looked up in the
+    # prefix cache, and those found there (kv_events.PrefixStore).
+    prefix_cache_queries: Counter | None = None
+    prefix_cache_hits: Counter | None = None
 
 
 def engine_metrics(engine: str, model_name: str) -> EngineMetrics:
@@ -79,6 +83,7 @@ def engine_metrics(engine: str, model_name: str) -> EngineMetrics:
             return Counter(name, text, registry=registry)
         return Counter(name, text, list(label), registry=registry).labels(**label)
 
+    vllm = engine == "vllm"
     return EngineMetrics(
         registry=registry,
         running=gauge(running, "Requests being served."),
@@ -116,4 +121,15 @@ def engine_metrics(engine: str, model_name: str) -> EngineMetrics:
         kv_verify_failures=counter(
             "pdd_refengine_kv_verify_failures", "Requests whose received KV differed.", False
         ),
+        # vLLM's names (tests/fixtures/metrics, 0.11.0 and 0.33.0 alike).
+        prefix_cache_queries=counter(
+            "vllm:prefix_cache_queries", "Prompt tokens looked up in the prefix cache."
+        )
+        if vllm
+        else None,
+        prefix_cache_hits=counter(
+            "vllm:prefix_cache_hits", "Prompt tokens found in the prefix cache."
+        )
+        if vllm
+        else None,
     )

@@ -147,6 +147,20 @@ def _prompt(kind: str, body: dict[str, Any]) -> str | list[int]:
     raise BadRequest(f"{field}: a string or a list of token ids is required")
 
 
+def prompt_tokens(kind: str, body: dict[str, Any]) -> list[int]:
+    """The token ids the engine computes for a request (its first prompt, for a batch)."""
+    return tokenize(_prompt(kind, body))
+
+
+def completion_prompts_tokens(body: dict[str, Any]) -> list[list[int]]:
+    """Each prompt of a completions request, tokenized (vLLM renders a batch prompt by
+    prompt; the engine itself serves the first)."""
+    prompt = body.get("prompt")
+    if isinstance(prompt, list) and prompt and isinstance(prompt[0], (str, list)):
+        return [prompt_tokens(COMPLETIONS, {"prompt": p}) for p in prompt]
+    return [prompt_tokens(COMPLETIONS, body)]
+
+
 def _content_text(content: Any) -> str:
     if isinstance(content, list):  # content parts
         return " ".join(str(p.get("text", "")) for p in content if isinstance(p, dict))

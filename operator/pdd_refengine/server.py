@@ -9,6 +9,7 @@ import os
 import signal
 import sys
 import time
+import uuid
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
@@ -18,6 +19,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from pdd_refengine import openai_api, sglang_flow, vllm_flow, vllm_push
 from pdd_refengine.cli import EngineConfig, UsageError, parse_args
 from pdd_refengine.engine import Engine, KvOutcome, log
+from pdd_refengine.kv_events import KvEvents
 from pdd_refengine.kv_params import KvParamsError, wants_remote_decode, wants_remote_prefill
 from pdd_refengine.kvcache import CacheFull, TransferError, run_notif_loop
 from pdd_refengine.openai_api import BadRequest, Completion, ModelNotFound
@@ -30,6 +32,12 @@ DRAIN_ENV = "PDD_REFENGINE_DRAIN_SECONDS"
 # set to give the inter-token latency a shape, as hack/dashboard_picture.py does.
 STEP_ENV = "PDD_REFENGINE_STEP_SECONDS"
 DRAIN_QUIET_S = 3.0
+# vLLM serves its development routes (/server_info, /reset_prefix_cache, ...) only with this
+# set to 1 (vllm/envs.py VLLM_SERVER_DEV_MODE; entrypoints/launchers/api_server/routers.py).
+DEV_MODE_ENV = "VLLM_SERVER_DEV_MODE"
+# /tokenize's max_model_len when --max-model-len is not given: the double has no model whose
+# context would bound it, and a router compares prompt lengths against it.
+UNBOUNDED_MODEL_LEN = 2**31 - 1
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 
@@ -42,6 +50,13 @@ class App:
         self.pushes = vllm_push.Pushes(engine, loop)
         self.in_flight = 0  # requests being served, for the routers' load polls
         self.step_seconds = float(os.environ.get(STEP_ENV) or 0)
+        self.dev_mode = os.environ.get(DEV_MODE_ENV, "0") == "1"
+        # vLLM's prefix cache bookkeeping and its KV events (SGLang's are not played).
+        self.kv_events = (
+            KvEvents(self.config, engine.cache.info.num_blocks)
+            if self.config.engine == "vllm"
+            else None
+        )
 
     def on_notif(self, agent: str, message: bytes) -> None:
         self.held.on_notif(agent, message)
@@ -64,10 +79,31 @@ class App:
         ]
         for path in ("/get_load", "/get_loads", "/loads", "/v1/loads"):
             routes.append(web.get(path, self.load))
-        for path in ("/server_info", "/get_server_info", "/model_info", "/get_model_info"):
-            routes.append(web.get(path, self.server_info))
+        routes += self._vllm_routes() if self.config.engine == "vllm" else self._sglang_routes()
         app.add_routes(routes)
         return app
+
+    def _sglang_routes(self) -> list[web.RouteDef]:
+        paths = ("/server_info", "/get_server_info", "/model_info", "/get_model_info")
+        return [web.get(path, self.server_info) for path in paths]
+
+    def _vllm_routes(self) -> list[web.RouteDef]:
+        """vLLM's: /tokenize always; from 0.33 the KV event sources and the render routes a
+        router tokenizes with (entrypoints/serve/instrumentator/basic.py,
+        entrypoints/scale_out/render/api_router.py); the development routes in dev mode."""
+        routes = [web.post("/tokenize", self.tokenize)]
+        if self.config.protocol == "0.33":
+            routes += [
+                web.get("/kv_event_sources", self.kv_event_sources),
+                web.post("/v1/completions/render", self.render_completion),
+                web.post("/v1/chat/completions/render", self.render_chat),
+            ]
+        if self.dev_mode:
+            routes += [
+                web.get("/server_info", self.vllm_server_info),
+                web.post("/reset_prefix_cache", self.reset_prefix_cache),
+            ]
+        return routes
 
     # -- what routers poll
 
@@ -136,6 +172,93 @@ class App:
             }
         )
 
+    # -- vLLM's routes beside the completions
+
+    async def vllm_server_info(self, request: web.Request) -> web.Response:
+        """vLLM's dev-mode /server_info: its config (JSON with ?config_format=json, else its
+        text), the VLLM_ environment; the part of the config a double has."""
+        config = self._vllm_config()
+        as_json = request.query.get("config_format", "text") == "json"
+        environment = {k: v for k, v in os.environ.items() if k.startswith("VLLM_")}
+        return web.json_response(
+            {
+                "vllm_config": config if as_json else str(config),
+                "vllm_env": {k: v for k, v in environment.items() if "KEY" not in k},
+                "system_env": {},
+            }
+        )
+
+    def _vllm_config(self) -> dict[str, Any]:
+        c = self.config
+        return {
+            "model_config": {
+                "model": c.model,
+                "served_model_name": c.served_name,
+                "max_model_len": c.max_model_len,
+            },
+            "cache_config": {"block_size": c.block_tokens, "enable_prefix_caching": True},
+            "parallel_config": {"tensor_parallel_size": c.tp_size, "data_parallel_size": 1},
+            "kv_events_config": c.kv_events.to_json(),
+        }
+
+    async def kv_event_sources(self, _request: web.Request) -> web.Response:
+        assert self.kv_events is not None
+        return web.json_response(self.kv_events.sources())
+
+    async def reset_prefix_cache(self, _request: web.Request) -> web.Response:
+        assert self.kv_events is not None
+        self.kv_events.reset()
+        return web.Response(text="")
+
+    async def tokenize(self, request: web.Request) -> web.Response:
+        """vLLM's /tokenize: a prompt, or chat messages, as the engine tokenizes them."""
+        try:
+            body = await self._model_request(request)
+            kind = openai_api.CHAT if "messages" in body else openai_api.COMPLETIONS
+            tokens = openai_api.prompt_tokens(kind, body)
+        except BadRequest as exc:
+            return _error(400, "BadRequestError", str(exc))
+        except ModelNotFound as exc:
+            return _error(404, "NotFoundError", str(exc))
+        limit = self.config.max_model_len or UNBOUNDED_MODEL_LEN
+        return web.json_response(
+            {"count": len(tokens), "max_model_len": limit, "tokens": tokens, "token_strs": None}
+        )
+
+    async def render_completion(self, request: web.Request) -> web.Response:
+        """vLLM 0.33's completions render: one GenerateRequest per prompt."""
+        try:
+            body = await self._model_request(request)
+            prompts = openai_api.completion_prompts_tokens(body)
+        except BadRequest as exc:
+            return _error(400, "BadRequestError", str(exc))
+        except ModelNotFound as exc:
+            return _error(404, "NotFoundError", str(exc))
+        return web.json_response([_generate_request(tokens) for tokens in prompts])
+
+    async def render_chat(self, request: web.Request) -> web.Response:
+        """vLLM 0.33's chat render: the GenerateRequest of the prompt the chat turns into."""
+        try:
+            body = await self._model_request(request)
+            tokens = openai_api.prompt_tokens(openai_api.CHAT, body)
+        except BadRequest as exc:
+            return _error(400, "BadRequestError", str(exc))
+        except ModelNotFound as exc:
+            return _error(404, "NotFoundError", str(exc))
+        return web.json_response(_generate_request(tokens))
+
+    async def _model_request(self, request: web.Request) -> dict[str, Any]:
+        """The JSON body, its `model` checked as the completions check it."""
+        try:
+            body = await request.json()
+        except ValueError:
+            raise BadRequest("the request body is not JSON") from None
+        if not isinstance(body, dict):
+            raise BadRequest("the request body must be a JSON object")
+        adapters = [name for name, _ in self.config.adapters]
+        openai_api.requested_adapter("vllm", body, self.config.served_name, adapters)
+        return body
+
     # -- completions
 
     def _serve(self, kind: str) -> Handler:
@@ -178,6 +301,7 @@ class App:
         )
         arrived = time.monotonic()
         count, extra = await self._handoff(req)
+        self._cache_prompt(req, adapter)
         self.engine.metrics.time_to_first_token.observe(time.monotonic() - arrived)
         if adapter:
             self.engine.metrics.lora_requests.labels(adapter=adapter).inc()
@@ -189,6 +313,18 @@ class App:
         for _ in range(count - 1):
             await self._next_token()
         return web.json_response(openai_api.response(req, count, extra))
+
+    def _cache_prompt(self, req: Completion, adapter: str) -> None:
+        """vLLM: a request that computed its prompt's KV here (a prefill, or one served
+        whole) caches the prompt's blocks, counts its prefix hit and publishes what it
+        stored; a decode's KV came from its prefill."""
+        metrics = self.engine.metrics
+        if self.kv_events is None or wants_remote_prefill(req.body.get("kv_transfer_params")):
+            return
+        hit = self.kv_events.record(req.prompt_tokens, adapter)
+        if metrics.prefix_cache_queries is not None and metrics.prefix_cache_hits is not None:
+            metrics.prefix_cache_queries.inc(len(req.prompt_tokens))
+            metrics.prefix_cache_hits.inc(hit)
 
     async def _next_token(self) -> None:
         """One decode step after the first token: the step time, observed as measured."""
@@ -247,6 +383,11 @@ class App:
         return response
 
 
+def _generate_request(tokens: list[int]) -> dict[str, Any]:
+    """vLLM 0.33's GenerateRequest, the fields a router reads (token_ids, no features)."""
+    return {"request_id": uuid.uuid4().hex, "token_ids": tokens, "features": None}
+
+
 def _error(status: int, kind: str, message: str) -> web.Response:
     return web.json_response(
         {
@@ -298,6 +439,8 @@ async def serve(config: EngineConfig) -> None:
     for runner in runners:
         await runner.cleanup()
     await app.rooms.sockets.close()
+    if app.kv_events is not None:
+        await asyncio.to_thread(app.kv_events.close)
     await asyncio.to_thread(_unpublish, engine)
 
 

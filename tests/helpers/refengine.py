@@ -22,6 +22,7 @@ import pytest
 from helpers.factories import make_pdd
 from helpers.waits import free_port as free_port  # its tests import both from here
 from helpers.waits import wait_until as wait_until
+from pdd_operator.api.v1alpha1 import PDDeploymentSpec
 from pdd_operator.engines.registry import ENGINES
 
 REPO = Path(__file__).resolve().parents[2]
@@ -44,26 +45,48 @@ def rendered_engine_argv(
     release: str | None = None,
     host_pid: bool = False,
     adapters: Sequence[dict[str, Any]] = (),
+    router: dict[str, Any] | None = None,
 ) -> list[str]:
     """The engine command line the operator renders for ``role`` (of ``release``, default
     the newest supported; with ``host_pid``, for roles that share the host's PID namespace;
-    with spec.model.adapters), bound where the test says (a pod's IP and ports are its own;
-    here pods share loopback, so each gets its own)."""
-    versions = ENGINES[engine].versions
-    assert versions is not None
-    roles = {"prefill": HOST_PID, "decode": HOST_PID} if host_pid else {}
-    spec = make_pdd(
-        {
-            "engine": {"type": engine, "version": release or str(versions.newest)},
-            "model": {"name": MODEL, "servedName": "tiny", "adapters": list(adapters)},
-            "kvTransfer": {"bootstrapPort": bootstrap},
-            **roles,
-        }
-    ).spec
+    with spec.model.adapters; with spec.router), bound where the test says (a pod's IP and
+    ports are its own; here pods share loopback, so each gets its own)."""
+    spec = _spec(engine, bootstrap, release, host_pid, adapters, router)
     adapter = ENGINES[engine]
     launch = adapter.launch(spec, role)
     argv = [*launch.command, *launch.args, *adapter.lora_flags(spec)]
     return _replace_flag(_replace_flag(argv, "--host", host), "--port", str(port))
+
+
+def rendered_engine_values(
+    engine: str, role: str, router: dict[str, Any] | None = None
+) -> dict[str, str]:
+    """The environment variables with plain values the operator renders for ``role`` (those
+    from the downward API, the pod's IP, each test sets itself)."""
+    launch = ENGINES[engine].launch(_spec(engine, 0, router=router), role)
+    return {e["name"]: e["value"] for e in launch.env if "value" in e}
+
+
+def _spec(
+    engine: str,
+    bootstrap: int,
+    release: str | None = None,
+    host_pid: bool = False,
+    adapters: Sequence[dict[str, Any]] = (),
+    router: dict[str, Any] | None = None,
+) -> PDDeploymentSpec:
+    versions = ENGINES[engine].versions
+    assert versions is not None
+    roles = {"prefill": HOST_PID, "decode": HOST_PID} if host_pid else {}
+    return make_pdd(
+        {
+            "engine": {"type": engine, "version": release or str(versions.newest)},
+            "model": {"name": MODEL, "servedName": "tiny", "adapters": list(adapters)},
+            "kvTransfer": {"bootstrapPort": bootstrap},
+            **({"router": router} if router else {}),
+            **roles,
+        }
+    ).spec
 
 
 def _replace_flag(argv: list[str], flag: str, value: str) -> list[str]:

@@ -165,6 +165,24 @@ INVALID: list[tuple[str, dict[str, Any], list[str]]] = [
         ["spec.router.policy must be one of the vllm router's policies", "cache_aware"],
     ),
     (
+        "kv_aware for both roles",
+        {"router.policy": "kv_aware"},
+        ["spec.router.policy: kv_aware routes the prefill pods", "spec.router.prefillPolicy"],
+    ),
+    (
+        "kv_aware for decode",
+        {"router.decodePolicy": "kv_aware"},
+        ["spec.router.decodePolicy: kv_aware", "decode pods publish none"],
+    ),
+    (
+        "KV events of your own beside kv_aware",
+        {
+            "router.prefillPolicy": "kv_aware",
+            "prefill.args": ["--kv-events-config", '{"enable_kv_cache_events":true}'],
+        },
+        ["renders the prefill engines' KV event publishers", "remove --kv-events-config"],
+    ),
+    (
         "router policy for a router of your own",
         {"router.command": ["my-router"], "router.decodePolicy": "round_robin"},
         ["with a custom engine or spec.router.command", "spec.router.args"],
@@ -692,6 +710,11 @@ ACCEPTED: list[tuple[str, dict[str, Any]]] = [
     (
         "a routing policy per role",
         {"router.prefillPolicy": "cache_aware", "router.decodePolicy": "power_of_two"},
+    ),
+    ("prefill routed by KV events", {"router.prefillPolicy": "kv_aware"}),
+    (
+        "vLLM's KV events in args without kv_aware",
+        {"prefill.args": ["--kv-events-config", '{"enable_kv_cache_events":true}']},
     ),
     ("a CPU tier of the KV cache", {"kvCache.offload.cpu": "64Gi"}),
     (

@@ -281,6 +281,93 @@ def test_the_previous_protocol_generation_serves_through_the_router(
         print(f"\nrequest path [{engine} {release} protocol]: {report}")
 
 
+# Four long prefixes (about 500 bytes each), each asked with four endings, as in
+# test_routing_policies.py; they differ from their first word on.
+PREFIXES = [
+    f"{w} report. " + f"{w} section of a shared context. " * 14 for w in ("Ab", "Cd", "Ef", "Gh")
+]
+ENDINGS = ["Summarise it.", "List the names.", "Translate it.", "What comes next?"]
+# vllm-router 0.1.17 subscribes to a discovered prefill's KV events on the first request it
+# routes after the pod joined, within its one-second tick (src/routers/http/pd_kv_state.rs).
+SUBSCRIBE_S = 3.0
+
+
+def ready_router_urls(core: client.CoreV1Api, ns: str, name: str) -> list[str]:
+    pods = core.list_namespaced_pod(
+        ns, label_selector=f"pdd.dev/deployment={name},pdd.dev/role=router"
+    ).items
+    ready = [
+        p
+        for p in pods
+        if any(c.type == "Ready" and c.status == "True" for c in p.status.conditions or [])
+    ]
+    return [f"http://{p.status.pod_ip}:8000" for p in ready if p.status.pod_ip]
+
+
+def prefill_of(url: str, prompt: str) -> str:
+    outcome = complete(url, "tiny", prompt, max_tokens=2, timeout=TIMEOUT_S)
+    assert outcome.ok and outcome.served.get("kv_verified"), outcome
+    return str(outcome.served["prefill"])
+
+
+def test_kv_aware_routing_sends_a_prefix_to_the_prefill_that_holds_it(
+    operator: OperatorProcess,
+    api_client: client.ApiClient,
+    namespace: str,
+    runtime: PodRuntime,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """spec.router.prefillPolicy kv_aware with two router replicas, as the operator renders
+    them: the routers find the prefills by Kubernetes discovery and subscribe to their KV
+    events. Each prefix is first served by one prefill pod directly, which no router sees
+    (as traffic through another replica, or before a router restarted, is not); its later
+    requests, through either router, reach that prefill: the routers know it from the
+    prefill's events alone."""
+    core = client.CoreV1Api(api_client)
+    name = "kv-aware"
+    body = pdd_body(name, "vllm")
+    body["spec"]["router"] |= {"replicas": 2, "prefillPolicy": "kv_aware"}
+    client.CustomObjectsApi(api_client).create_namespaced_custom_object(
+        GROUP, VERSION, namespace, PLURAL, body
+    )
+    wait_serving(api_client, namespace, name, runtime)
+    conditions = {c["type"]: c for c in status(api_client, namespace, name)["status"]["conditions"]}
+    assert conditions["KVAwareRouting"]["status"] == "True", conditions["KVAwareRouting"]
+    wait_for(lambda: len(ready_router_urls(core, namespace, name)) == 2, 60, what="2 routers")
+    routers = ready_router_urls(core, namespace, name)
+    for url in routers:
+        prefill_of(url, "An unrelated opening request.")
+    time.sleep(SUBSCRIBE_S)
+    prefills = pod_urls(core, namespace, name, "prefill")
+    holder: dict[str, str] = {}
+    for i, prefix in enumerate(PREFIXES):
+        pod, url = prefills[i % len(prefills)]
+        outcome = complete(url, "tiny", prefix + ENDINGS[0], max_tokens=2, timeout=TIMEOUT_S)
+        assert outcome.ok, outcome
+        holder[prefix] = pod
+    later = [
+        (holder[prefix], prefill_of(routers[j % 2], prefix + ending))
+        for prefix in PREFIXES
+        for j, ending in enumerate(ENDINGS[1:])
+    ]
+    hits = sum(held == went for held, went in later)
+    with capsys.disabled():
+        print(
+            f"\nrequest path [vllm kv_aware, two router replicas]: prefix hit rate "
+            f"{hits / len(later):.2f} ({hits}/{len(later)}), prefixes held by "
+            f"{sorted(set(holder.values()))}"
+        )
+    assert hits / len(later) >= 0.9, later
+
+
+def pod_urls(core: client.CoreV1Api, ns: str, name: str, role: str) -> list[tuple[str, str]]:
+    """(name, engine URL) of the role's pods, by name."""
+    pods = core.list_namespaced_pod(
+        ns, label_selector=f"pdd.dev/deployment={name},pdd.dev/role={role}"
+    ).items
+    return sorted((p.metadata.name, f"http://{p.status.pod_ip}:8000") for p in pods)
+
+
 def run_disruptions(
     api: client.ApiClient, ns: str, name: str, runtime: PodRuntime, engine: str
 ) -> dict[str, list[Outcome]]:

@@ -190,6 +190,16 @@ CASES: list[tuple[str, dict[str, Any] | None, Callable[[], Observed]]] = [
         {"engine": {"type": "sglang"}, "kvCache": {"offload": {"cpu": "1Gi"}}, **EIGHT_GPUS},
         lambda: seen(),
     ),
+    (
+        "kv_aware routing",
+        {"engine": {"version": "0.33.0"}, "router": {"prefillPolicy": "kv_aware"}},
+        lambda: seen(),
+    ),
+    (
+        "kv_aware routing on a release without KV event sources",
+        {"engine": {"version": "0.11.0"}, "router": {"prefillPolicy": "kv_aware"}},
+        lambda: seen(),
+    ),
 ]
 
 

@@ -86,6 +86,10 @@ VERSION_NOT_SUPPORTED = "VersionNotSupported"
 OFFLOAD_RENDERED = "OffloadRendered"
 OFFLOAD_NOT_RENDERED = "OffloadNotRendered"
 
+# KVAwareRouting: whether the prefill engines publish the KV events kv_aware routes by.
+KV_EVENTS_PUBLISHED = "KVEventsPublished"
+KV_EVENTS_NOT_PUBLISHED = "KVEventsNotPublished"
+
 # ScaledToZero: whether an autoscaled deployment's roles are both at 0 pods.
 SCALED_TO_ZERO = "ScaledToZero"
 SERVING = "Serving"
@@ -149,6 +153,8 @@ REASONS = (
     VERSION_NOT_SUPPORTED,
     OFFLOAD_RENDERED,
     OFFLOAD_NOT_RENDERED,
+    KV_EVENTS_PUBLISHED,
+    KV_EVENTS_NOT_PUBLISHED,
     SCALED_TO_ZERO,
     SERVING,
     KV_PATH_DEGRADED,

@@ -403,6 +403,12 @@ class EngineAdapter(ABC):
         del spec, tier
         return launch
 
+    def kv_events_verdict(self, spec: PDDeploymentSpec) -> TierVerdict | None:
+        """Where the router routes prefill by the engines' KV events: whether the prefill
+        engines publish them (None: the spec routes otherwise)."""
+        del spec
+        return None
+
     def disk_tier_verdict(self, spec: PDDeploymentSpec, tier: DiskTier) -> TierVerdict:
         """Whether and how the prefill engine gets a disk tier (at DISK_TIER_MOUNT)."""
         del spec, tier

@@ -1,9 +1,9 @@
 """Every engine adapter, keyed by its ``spec.engine.type`` value, and the CRD rules they own.
 
-Each module of this package other than ``base``, ``cel_rules``, ``version`` and this one is an
-engine and defines ``ADAPTER``; they are found by listing the package, so adding an engine is
-adding its module (and its value to ``EngineSpec.type``). tests/unit/engines checks the two
-lists agree.
+Each module of this package other than ``base``, ``cel_rules``, ``version``, this one and an
+adapter's own parts (``vllm_kv_events``) is an engine and defines ``ADAPTER``; they are found
+by listing the package, so adding an engine is adding its module (and its value to
+``EngineSpec.type``). tests/unit/engines checks the two lists agree.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ import pdd_operator.engines as _package
 from pdd_operator.api.v1alpha1 import SPEC_RULES
 from pdd_operator.engines.base import EngineAdapter
 
-_NOT_ENGINES = frozenset({"base", "cel_rules", "registry", "version"})
+_NOT_ENGINES = frozenset({"base", "cel_rules", "registry", "version", "vllm_kv_events"})
 
 
 def _discover() -> Mapping[str, EngineAdapter]:

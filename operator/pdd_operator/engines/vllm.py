@@ -28,7 +28,7 @@ from pdd_contract.env import (
 from pdd_contract.ports import SIDE_CHANNEL_SERVED_BY, VLLM_SIDE_CHANNEL, RankPorts
 from pdd_operator.api.pod_namespaces import shares_pid_namespace
 from pdd_operator.api.v1alpha1 import PDDeploymentSpec
-from pdd_operator.engines import cel_rules
+from pdd_operator.engines import cel_rules, vllm_kv_events
 from pdd_operator.engines.base import (
     MAX_CHOSEN_BLOCK_TOKENS,
     CpuTier,
@@ -36,6 +36,7 @@ from pdd_operator.engines.base import (
     EngineAdapter,
     EngineLaunch,
     EnginePort,
+    EnvEntry,
     KvLayout,
     KvPattern,
     Layout,
@@ -129,10 +130,11 @@ RESERVED_FLAGS = {
     "--model": "spec.model.name",
 }
 # vllm-router 0.1.17's policies that run with what the operator renders (its own --policy
-# names, tests/fixtures/routers). Left out: kv_aware, which needs the engines' KV events that
-# the operator does not wire yet.
+# names, tests/fixtures/routers). kv_aware routes prefill by the KV events the prefill
+# engines publish (vllm_kv_events), so the CRD takes it as spec.router.prefillPolicy only.
 ROUTER_POLICIES = (
     "cache_aware",
+    vllm_kv_events.KV_AWARE,
     "round_robin",
     "random",
     "power_of_two",
@@ -171,6 +173,7 @@ class VllmAdapter(EngineAdapter):
             ),
             *_layout_rules("prefill"),
             *_layout_rules("decode"),
+            *_kv_aware_rules(),
         ]
 
     def launch(self, spec: PDDeploymentSpec, role: str) -> EngineLaunch:
@@ -186,11 +189,23 @@ class VllmAdapter(EngineAdapter):
             KV_TRANSFER_CONFIG,
             _json(kv_config),
         ]
-        env = (
+        env: tuple[EnvEntry, ...] = (
             env_pod_ip(VLLM_NIXL_SIDE_CHANNEL_HOST),
             env_value(VLLM_NIXL_SIDE_CHANNEL_PORT, str(spec.kvTransfer.sideChannelPort)),
         )
+        if role == "prefill" and self._publishes_kv_events(spec):
+            args += vllm_kv_events.launch_args()
+            env += vllm_kv_events.launch_env()
         return EngineLaunch(("vllm", "serve"), tuple(args), env)
+
+    def kv_events_verdict(self, spec: PDDeploymentSpec) -> TierVerdict | None:
+        if not vllm_kv_events.chosen(spec):
+            return None
+        return vllm_kv_events.verdict(spec, self.wiring(spec))
+
+    def _publishes_kv_events(self, spec: PDDeploymentSpec) -> bool:
+        verdict = self.kv_events_verdict(spec)
+        return verdict is not None and verdict.rendered
 
     def kv_transfer_config(self, spec: PDDeploymentSpec, role: str) -> dict[str, Any]:
         return {"kv_connector": self.connector(spec), "kv_role": KV_ROLE[role]}
@@ -332,9 +347,14 @@ class VllmAdapter(EngineAdapter):
         )
 
     def ports(self, spec: PDDeploymentSpec) -> tuple[EnginePort, ...]:
-        return tuple(
-            EnginePort(_port_name(i), port) for i, port in enumerate(self._side_ports(spec))
-        )
+        side = (EnginePort(_port_name(i), port) for i, port in enumerate(self._side_ports(spec)))
+        return (*side, *self.router_ports(spec))
+
+    def router_ports(self, spec: PDDeploymentSpec) -> tuple[EnginePort, ...]:
+        """The prefill engines' KV event publishers, where the router subscribes to them."""
+        if not self._publishes_kv_events(spec):
+            return ()
+        return vllm_kv_events.ports(self._engines_per_pod(spec))
 
     def side_channel(self, spec: PDDeploymentSpec) -> SideChannel:
         served_by = SIDE_CHANNEL_SERVED_BY[VLLM_SIDE_CHANNEL]
@@ -373,6 +393,28 @@ class VllmAdapter(EngineAdapter):
     def pod_annotations(self, spec: PDDeploymentSpec, role: str) -> dict[str, str]:
         del role
         return {SMG_KV_CONNECTOR_ANNOTATION: self.connector(spec)}
+
+
+def _kv_aware_rules() -> list[tuple[str, str]]:
+    """kv_aware for prefill alone: decode pods publish no KV events to route by."""
+    kv_aware = vllm_kv_events.KV_AWARE
+    chosen = f"(has(self.router.prefillPolicy) && self.router.prefillPolicy == '{kv_aware}')"
+    own_config = cel_rules.flags_refused_while(
+        "vllm",
+        chosen,
+        (vllm_kv_events.KV_EVENTS_CONFIG,),
+        f"spec.router.prefillPolicy {kv_aware} renders the prefill engines' KV event publishers",
+    )
+    prefill_only = [
+        (
+            f"self.engine.type != 'vllm' || !has(self.router.{name}) || "
+            f"self.router.{name} != '{kv_aware}'",
+            f"spec.router.{name}: {kv_aware} routes the prefill pods by the KV events they "
+            f"publish; set it as spec.router.prefillPolicy (decode pods publish none)",
+        )
+        for name in ("policy", "decodePolicy")
+    ]
+    return [own_config, *prefill_only]
 
 
 def _layout_rules(role: str) -> list[tuple[str, str]]:

@@ -27,6 +27,7 @@ from pdd_operator.planning.placement import PlacementResult
 from pdd_operator.status.conditions import find, set_condition
 from pdd_operator.status.engine_version import engine_version_condition
 from pdd_operator.status.gang import GangReadiness
+from pdd_operator.status.kv_aware_routing import kv_aware_routing_condition
 from pdd_operator.status.kv_offload import kv_offload_condition
 from pdd_operator.status.model import (
     ModelReadiness,
@@ -221,6 +222,7 @@ def compute_status(pdd: PDDeployment, observed: Observed, now: str) -> PDDeploym
         *_scaling_held_condition(previous, observed, gen, now),
         *engine_version_condition(previous, pdd.spec, gen, now),
         *kv_offload_condition(previous, pdd.spec, gen, now),
+        *kv_aware_routing_condition(previous, pdd.spec, gen, now),
         *parallelism_condition(previous, observed.parallelism, gen, now),
     ]
     return PDDeploymentStatus(

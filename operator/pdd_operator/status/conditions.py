@@ -87,6 +87,7 @@ def event_for(cond: Condition) -> Event | None:
     if cond.type in (
         condition_types.ENGINE_VERSION_SUPPORTED,
         condition_types.KV_CACHE_OFFLOADED,
+        condition_types.KV_AWARE_ROUTING,
     ):  # told once it is False; True says nothing new
         return Event("Warning", cond.reason, cond.message) if cond.status == "False" else None
     if (

@@ -52,6 +52,7 @@ MATRIX: dict[str, dict[str, Any]] = {
     "tp1": {"prefill": {"gpusPerInstance": 1}, "decode": {"gpusPerInstance": 1}},
     "tp8": {"prefill": dict(ONE_NODE), "decode": dict(ONE_NODE)},
     "block-128": {"engine": {"kvBlockSize": 128}},
+    "kv-aware": {"router": {"prefillPolicy": "kv_aware"}},
     "dp2-tp4": {
         "prefill": {**ONE_NODE, "parallelism": {"tensor": 4, "data": 2}},
         "decode": {**ONE_NODE, "parallelism": {"tensor": 4, "data": 2}},

@@ -12,7 +12,8 @@ What P and D use between them (docs/engines.md, "What each engine gets"):
 
 What the router uses besides the HTTP port: smg 1.13.0 connects to each prefill's SGLang
 bootstrap port when it registers the pod (engines/sglang.py, `router_ports`); vllm-router
-pairs vLLM pods over HTTP alone.
+pairs vLLM pods over HTTP alone, and under kv_aware subscribes to each prefill engine's KV
+events (engines/vllm_kv_events.py).
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from helpers.netpol import External, Pod, Source, ingress_allowed, pod_from_work
 from pdd_contract.ports import SGLANG_BOOTSTRAP_PORT, vllm_side_channel_ports
 from pdd_operator.api import names
 from pdd_operator.api.v1alpha1 import PDDeployment
+from pdd_operator.engines.vllm_kv_events import EVENTS_PORT, REPLAY_PORT
 from pdd_operator.rendering.children import render_children
 from pdd_operator.rendering.context import RenderContext
 from pdd_operator.rendering.sidecar import sidecar_enabled
@@ -117,6 +119,13 @@ def sglang(mode: str = "sidecar") -> Rendered:
     return render(spec, runtime_ports=SGLANG_RANDOM, router_connects=(SGLANG_BOOTSTRAP_PORT,))
 
 
+def vllm_kv_aware() -> Rendered:
+    """vllm-router's kv_aware subscribes to each prefill engine's KV event publisher and its
+    replay socket (engines/vllm_kv_events.py)."""
+    spec = {"engine": {"version": "0.33.0"}, "router": {"prefillPolicy": "kv_aware"}}
+    return render(spec, router_connects=(EVENTS_PORT, REPLAY_PORT))
+
+
 def custom() -> Rendered:
     return render({"engine": {"type": "custom", "command": ["my-engine"]}})
 
@@ -125,6 +134,7 @@ DEPLOYMENTS: dict[str, Callable[[], Rendered]] = {
     "vllm": vllm,
     "vllm-engine-mode": lambda: vllm(mode="engine"),
     "vllm-etcd-mode": lambda: vllm(mode="etcd"),
+    "vllm-kv-aware": vllm_kv_aware,
     "sglang": sglang,
     "sglang-engine-mode": lambda: sglang(mode="engine"),
     "custom": custom,
