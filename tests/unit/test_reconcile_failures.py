@@ -7,7 +7,10 @@ and a StatefulSet short of pods reports its controller's FailedCreate."""
 from __future__ import annotations
 
 import copy
+import logging
 from typing import Any
+
+import pytest
 
 from helpers.factories import BASE_BODY
 from helpers.fake_cluster import FakeCluster, forbidden, reconciler_for
@@ -278,3 +281,22 @@ async def test_no_token_secret_is_created_while_the_children_before_it_cannot_be
     await reconciler(cluster).reconcile(KEY)  # a new process, once the webhook admits them
     assert cluster.objects[SECRET_KEY]["metadata"]["ownerReferences"][0]["uid"] == UID
     assert condition(cluster, "Stalled")[:2] == ("False", "NotStalled")
+
+
+async def test_a_planted_token_secret_is_logged_once_while_it_stays(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """The conflict is a log line when found, not one per pass: the status keeps saying it."""
+    cluster = FakeCluster(body())
+    cluster.objects[SECRET_KEY] = {
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "metadata": {"name": TOKEN, "namespace": NS, "uid": "planted", "resourceVersion": "3"},
+    }
+    rec = reconciler(cluster)
+    with caplog.at_level(logging.WARNING):
+        for _ in range(3):
+            await rec.reconcile(KEY)
+    told = [r for r in caplog.records if f"{TOKEN} existed before" in r.getMessage()]
+    assert len(told) == 1, [r.getMessage() for r in told]
+    assert condition(cluster, "Stalled")[:2] == ("True", "TokenSecretConflict")

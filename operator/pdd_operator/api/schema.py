@@ -18,6 +18,18 @@ def free_form() -> Any:
     return Field(json_schema_extra={"type": "object", "x-kubernetes-preserve-unknown-fields": True})
 
 
+def quantity_at_least(field: str, example: str, minimum: str, why: str = "") -> dict[str, Any]:
+    """CEL for a quantity field of at least ``minimum`` (``why``, if given, says why), each
+    failure in words of its own."""
+    least = f"{field} must be at least {minimum}" + (f" ({why})" if why else "")
+    return cel(
+        [
+            ("isQuantity(self)", f"{field} must be a quantity such as {example}"),
+            (f"!isQuantity(self) || quantity(self).compareTo(quantity('{minimum}')) >= 0", least),
+        ]
+    )
+
+
 def quantity(field: str) -> Any:
     """A resource quantity ('16Gi', '500m'), checked by CEL's isQuantity.
 

@@ -16,7 +16,7 @@ from pdd_contract import env as contract_env
 from pdd_contract.env import GpuDirectRequest, NicSelectionMode
 from pdd_contract.ports import SGLANG_BOOTSTRAP_PORT, SIDECAR_PORT, VLLM_SIDE_CHANNEL_BASE_PORT
 from pdd_operator.api import condition_types
-from pdd_operator.api.schema import cel, free_form, quantity
+from pdd_operator.api.schema import cel, free_form, quantity, quantity_at_least
 
 GROUP = "pdd.dev"
 VERSION = "v1alpha1"
@@ -1419,18 +1419,11 @@ class KvCacheOffload(Model):
     cpu: str | None = Field(
         default=None,
         max_length=64,
-        json_schema_extra=cel(
-            [
-                (
-                    "isQuantity(self)",
-                    "spec.kvCache.offload.cpu must be a quantity such as 64Gi",
-                ),
-                (
-                    "!isQuantity(self) || quantity(self).compareTo(quantity('1Gi')) >= 0",
-                    "spec.kvCache.offload.cpu must be at least 1Gi (SGLang sizes its host "
-                    "tier in whole gigabytes per GPU)",
-                ),
-            ]
+        json_schema_extra=quantity_at_least(
+            "spec.kvCache.offload.cpu",
+            "64Gi",
+            "1Gi",
+            "SGLang sizes its host tier in whole gigabytes per GPU",
         ),
         description="Host memory each prefill pod gives its engine for a CPU tier of the KV "
         "cache: prompts whose prefix fell out of GPU memory are loaded back from it instead "
@@ -1454,18 +1447,7 @@ class KvCacheDiskTier(Model):
 
     size: str = Field(
         max_length=64,
-        json_schema_extra=cel(
-            [
-                (
-                    "isQuantity(self)",
-                    "spec.kvCache.offload.disk.size must be a quantity such as 200Gi",
-                ),
-                (
-                    "!isQuantity(self) || quantity(self).compareTo(quantity('1Gi')) >= 0",
-                    "spec.kvCache.offload.disk.size must be at least 1Gi",
-                ),
-            ]
-        ),
+        json_schema_extra=quantity_at_least("spec.kvCache.offload.disk.size", "200Gi", "1Gi"),
         description="Disk each prefill pod gives its engine for KV pages that fell out of the "
         "CPU tier; the engine evicts its least recently used pages to stay within it.",
     )

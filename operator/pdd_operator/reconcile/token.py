@@ -95,7 +95,9 @@ async def check_token(
     check = TokenCheck(pdd.uid, answered=newest)
     if not created and not _existing_token_is_ours(last, pdd, had_children):
         found = Blocked(ownership.TOKEN_REASON, token_conflict_message(name))
-        log.warning("%s/%s: %s", pdd.namespace, pdd.name, found.message)
+        if not (last is not None and last.uid == pdd.uid and last.conflicting):
+            # Told once; each later pass finds the same Secret, and the status still says so.
+            log.warning("%s/%s: %s", pdd.namespace, pdd.name, found.message)
         check = replace(check, found=found)
     record.token = check
     return check
