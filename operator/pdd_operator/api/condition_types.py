@@ -34,3 +34,13 @@ TYPES = (
     SCALED_TO_ZERO,
     SCALING_HELD,
 )
+
+# Conditions that judge a setting the pods run without (spec-derived: status/spec_conditions,
+# and the parallelism check): a Warning event once one turns False; True, or Unknown (not
+# judged), says nothing new.
+WARN_WHEN_FALSE = (
+    ENGINE_VERSION_SUPPORTED,
+    KV_CACHE_OFFLOADED,
+    KV_AWARE_ROUTING,
+    PARALLELISM_SUPPORTED,
+)

@@ -25,10 +25,7 @@ from pdd_operator.api.v1alpha1 import (
 from pdd_operator.engines.registry import adapter_for
 from pdd_operator.planning.placement import PlacementResult
 from pdd_operator.status.conditions import find, set_condition
-from pdd_operator.status.engine_version import engine_version_condition
 from pdd_operator.status.gang import GangReadiness
-from pdd_operator.status.kv_aware_routing import kv_aware_routing_condition
-from pdd_operator.status.kv_offload import kv_offload_condition
 from pdd_operator.status.model import (
     ModelReadiness,
     awaiting_message,
@@ -38,6 +35,7 @@ from pdd_operator.status.model import (
 from pdd_operator.status.parallelism import ParallelismVerdict, parallelism_condition
 from pdd_operator.status.refusals import REASON as REFUSED
 from pdd_operator.status.refusals import Refusal
+from pdd_operator.status.spec_conditions import spec_conditions
 
 ROLES_WITH_ROUTER = ("prefill", "decode", "router")
 # The reasons of a failed write of the children: refused until someone changes something
@@ -220,9 +218,7 @@ def compute_status(pdd: PDDeployment, observed: Observed, now: str) -> PDDeploym
         *_transfer_condition(previous, observed, gen, now),
         *_scaled_to_zero_condition(previous, observed, gen, now),
         *_scaling_held_condition(previous, observed, gen, now),
-        *engine_version_condition(previous, pdd.spec, gen, now),
-        *kv_offload_condition(previous, pdd.spec, gen, now),
-        *kv_aware_routing_condition(previous, pdd.spec, gen, now),
+        *spec_conditions(previous, pdd.spec, gen, now),
         *parallelism_condition(previous, observed.parallelism, gen, now),
     ]
     return PDDeploymentStatus(

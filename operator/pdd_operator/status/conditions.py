@@ -84,15 +84,7 @@ def event_for(cond: Condition) -> Event | None:
         if cond.reason == reasons.REPLICAS_NOT_READY and not cond.message:
             return None
         return Event("Normal", reasons.NOT_READY, cond.message)
-    if cond.type in (
-        condition_types.ENGINE_VERSION_SUPPORTED,
-        condition_types.KV_CACHE_OFFLOADED,
-        condition_types.KV_AWARE_ROUTING,
-    ):  # told once it is False; True says nothing new
-        return Event("Warning", cond.reason, cond.message) if cond.status == "False" else None
-    if (
-        cond.type == condition_types.PARALLELISM_SUPPORTED
-    ):  # Unknown (shape not known) is a note, no event
+    if cond.type in condition_types.WARN_WHEN_FALSE:
         return Event("Warning", cond.reason, cond.message) if cond.status == "False" else None
     if cond.type in (condition_types.DEGRADED, condition_types.STALLED):
         return Event("Warning", cond.reason, cond.message) if cond.status == "True" else None

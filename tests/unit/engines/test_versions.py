@@ -17,7 +17,8 @@ from pdd_operator.engines.version import (
     resolve_version,
 )
 from pdd_operator.status.conditions import event_for
-from pdd_operator.status.engine_version import CONDITION, engine_version_condition
+from pdd_operator.status.spec_conditions.engine_version import CONDITION
+from pdd_operator.status.spec_conditions.engine_version import condition as engine_version_condition
 
 SUPPORTED = SupportedVersions(Version(0, 11, 0), Version(0, 33, 0))
 NOW = "2026-12-04T00:00:00Z"

@@ -13,7 +13,9 @@ from helpers.factories import make_pdd
 from pdd_operator.api.v1alpha1 import PDDeploymentSpec
 from pdd_operator.engines.registry import ENGINES
 from pdd_operator.engines.vllm_kv_events import DEV_MODE_ENV, KV_EVENTS_CONFIG
-from pdd_operator.status.kv_aware_routing import kv_aware_routing_condition
+from pdd_operator.status.spec_conditions.kv_aware_routing import (
+    condition as kv_aware_routing_condition,
+)
 
 VLLM = ENGINES["vllm"]
 KV_AWARE = {"router": {"prefillPolicy": "kv_aware"}}

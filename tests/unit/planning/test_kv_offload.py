@@ -17,7 +17,7 @@ from pdd_operator.planning.kv_offload import raised_quantity
 from pdd_operator.rendering.children import render_children
 from pdd_operator.rendering.context import RenderContext
 from pdd_operator.status.conditions import event_for
-from pdd_operator.status.kv_offload import kv_offload_condition
+from pdd_operator.status.spec_conditions.kv_offload import condition as kv_offload_condition
 
 GI = 1 << 30
 LLAMA_8B = "meta-llama/Llama-3.1-8B-Instruct"  # 32 layers, 8 KV heads of 128 (known shape)

@@ -21,7 +21,7 @@ from pdd_operator.status.conditions import set_condition
 CONDITION = condition_types.KV_CACHE_OFFLOADED
 
 
-def kv_offload_condition(
+def condition(
     previous: Sequence[Condition], spec: PDDeploymentSpec, gen: int, now: str
 ) -> list[Condition]:
     """True where every tier the spec asks for is rendered; the message has a part per tier."""

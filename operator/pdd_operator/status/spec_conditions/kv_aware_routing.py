@@ -19,7 +19,7 @@ from pdd_operator.status.conditions import set_condition
 CONDITION = condition_types.KV_AWARE_ROUTING
 
 
-def kv_aware_routing_condition(
+def condition(
     previous: Sequence[Condition], spec: PDDeploymentSpec, gen: int, now: str
 ) -> list[Condition]:
     verdict = adapter_for(spec.engine.type).kv_events_verdict(spec)

@@ -18,7 +18,7 @@ from pdd_operator.status.conditions import set_condition
 CONDITION = condition_types.ENGINE_VERSION_SUPPORTED
 
 
-def engine_version_condition(
+def condition(
     previous: Sequence[Condition], spec: PDDeploymentSpec, gen: int, now: str
 ) -> list[Condition]:
     """None for an engine whose wiring has no versions (custom)."""
