@@ -65,6 +65,7 @@ def vllm_extras() -> dict[str, Any]:
             "kv_roles": roles,
             "connectors": sorted(KVConnectorFactory._registry),
             "offloading_size_keys": offloading_size_keys(Path(vllm.__file__).parent),
+            "simple_offload": simple_offload(),
         },
         "nixl_kv_transfer_params": nixl_kv_transfer_params(),
         "env": sorted(vllm.envs.environment_variables),
@@ -88,6 +89,27 @@ def offloading_size_keys(vllm_root: Path) -> list[str]:
             text = path.read_text()
             found |= {k for k in OFFLOADING_SIZE_KEYS if f'extra_config.get("{k}")' in text}
     return sorted(found)
+
+
+SIMPLE_OFFLOAD_CONNECTOR = (
+    "vllm.distributed.kv_transfer.kv_connector.v1.simple_cpu_offload_connector"
+)
+
+
+def simple_offload() -> dict[str, Any] | None:
+    """The SimpleCPUOffloadConnector's kv_connector_extra_config keys (every
+    ``extra_config.get("<key>"`` of its module) and its backends; None where the release has
+    no such connector (0.11)."""
+    if not _importable(SIMPLE_OFFLOAD_CONNECTOR):
+        return None
+    import importlib
+
+    module = importlib.import_module(SIMPLE_OFFLOAD_CONNECTOR)
+    text = Path(module.__file__).read_text()
+    return {
+        "keys": sorted(set(re.findall(r'extra_config\.get\(\s*"(\w+)"', text))),
+        "backends": sorted(module.VALID_KV_OFFLOAD_BACKENDS),
+    }
 
 
 NIXL_PULL_SCHEDULERS = (

@@ -150,6 +150,27 @@ def _connector_problems(
             problems.append(f"{where}: the OffloadingConnector needs one of {sorted(sizes)}")
         unread = [k for k in extra if k not in sizes]
         problems += [f"{where}: {k!r} is not a size key vLLM {version} reads" for k in unread]
+    if connector == "SimpleCPUOffloadConnector":
+        problems += _simple_offload_problems(version, extra, known, where)
+    return problems
+
+
+def _simple_offload_problems(
+    version: Version, extra: dict[str, Any], known: dict[str, Any], where: str
+) -> list[str]:
+    """Keys the release's SimpleCPUOffloadConnector reads, a backend it has, and the ones its
+    disk backend cannot start without."""
+    read = known["simple_offload"]
+    if read is None:
+        return [f"{where}: vLLM {version} has no SimpleCPUOffloadConnector config to check"]
+    problems = [f"{where}: vLLM {version} reads no {k!r}" for k in extra if k not in read["keys"]]
+    backend = extra.get("kv_offload_backend", "cpu")
+    if backend not in read["backends"]:
+        problems.append(f"{where}: no kv_offload_backend {backend!r}")
+    if backend == "disk" and not extra.get("disk_path"):
+        problems.append(f"{where}: the disk backend needs disk_path")
+    if backend == "disk" and not int(extra.get("disk_capacity_bytes", 1)) > 0:
+        problems.append(f"{where}: the disk backend needs disk_capacity_bytes > 0")
     return problems
 
 

@@ -155,6 +155,14 @@ INVALID: list[tuple[str, dict[str, Any], list[str]]] = [
         ["spec.kvCache.offload.disk sets where SGLang's storage tier is and its size: remove"],
     ),
     (
+        "vLLM prefix cache turned off beside the disk tier",
+        {
+            "kvCache.offload.disk": {"size": "200Gi"},
+            "prefill.args": ["--no-enable-prefix-caching"],
+        },
+        ["vLLM's disk tier keeps the prefix cache's blocks", "remove --no-enable-prefix-caching"],
+    ),
+    (
         "vLLM offload flag that replaces the NIXL connector",
         {"engine.args": ["--kv-offloading-size", "64"]},
         ["--kv-offloading-size (spec.kvCache.offload.cpu)"],

@@ -1437,8 +1437,9 @@ class KvCacheOffload(Model):
         description="A disk tier behind the CPU tier on each prefill pod. SGLang (0.5.23 on, "
         "single-node prefill instances): its hierarchical cache's file storage backend, capped "
         "per GPU rank at 90% of the rank's share, which needs spec.kvCache.offload.cpu as "
-        "well. vLLM: not rendered (its file-system tier does not bound its files in size); "
-        "KVCacheOffloaded says so.",
+        "well. vLLM (0.33.0 on, one engine per prefill pod): a SimpleCPUOffloadConnector "
+        "with its disk backend beside the NIXL connector, one file per GPU worker made at 90% "
+        "of the worker's share. Where it is not rendered, KVCacheOffloaded says why.",
     )
 
 

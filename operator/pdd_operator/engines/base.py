@@ -126,6 +126,10 @@ class KvLayout:
 MAX_CHOSEN_BLOCK_TOKENS = 256
 # Where a prefill pod's disk tier of the KV cache (spec.kvCache.offload.disk) is mounted.
 DISK_TIER_MOUNT = "/var/cache/pdd-kv-offload"
+# The share of the disk tier's volume the engines' own caps may fill: the rest is for what
+# they do not count (the filesystem's blocks, a file a crash left half written), without which
+# an emptyDir would pass its sizeLimit and get the pod evicted.
+DISK_CAP_SHARE = 0.9
 # The descriptor the block choice aims at unless the adapter says otherwise: where SGLang
 # 0.5.23's WRITE, as the operator configures it, moved 225-248 GB/s between two pods that
 # share a PID namespace (one H200, one request in flight, docs/benchmarks.md "Each engine's
@@ -170,6 +174,9 @@ class DiskTier:
     storage_class: str | None  # a generic ephemeral volume of this class; None: an emptyDir
     with_cpu_tier: bool  # spec.kvCache.offload.cpu is rendered too
     latent: bool = False  # the model's KV is a latent (MLA), the same on every rank
+    # Every KV block region of a rank is a whole number of 4 KiB pages (the model's shape is
+    # known), so the engine may write it with O_DIRECT, past the page cache.
+    page_aligned: bool = False
 
     @property
     def rank_bytes(self) -> int:

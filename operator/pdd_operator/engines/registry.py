@@ -17,7 +17,9 @@ import pdd_operator.engines as _package
 from pdd_operator.api.v1alpha1 import SPEC_RULES
 from pdd_operator.engines.base import EngineAdapter
 
-_NOT_ENGINES = frozenset({"base", "cel_rules", "registry", "version", "vllm_kv_events"})
+_NOT_ENGINES = frozenset(
+    {"base", "cel_rules", "registry", "version", "vllm_disk_tier", "vllm_kv_events"}
+)
 
 
 def _discover() -> Mapping[str, EngineAdapter]:

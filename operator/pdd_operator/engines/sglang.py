@@ -20,6 +20,7 @@ from pdd_contract.ports import SGLANG_SIDE_CHANNEL, SIDE_CHANNEL_SERVED_BY
 from pdd_operator.api.v1alpha1 import LoraAdapter, PDDeploymentSpec
 from pdd_operator.engines import cel_rules
 from pdd_operator.engines.base import (
+    DISK_CAP_SHARE,
     DISK_TIER_MOUNT,
     MAX_CHOSEN_BLOCK_TOKENS,
     CpuTier,
@@ -110,9 +111,6 @@ STORAGE_BACKEND_FLAGS = ("--hicache-storage-backend", "file")
 STORAGE_DIR_ENV = "SGLANG_HICACHE_FILE_BACKEND_STORAGE_DIR"
 STORAGE_CAP_ENV = "SGLANG_HICACHE_FILE_BACKEND_MAX_SIZE"
 STORAGE_CAPPED = Version(0, 5, 23)
-# The share of the volume the caps add up to: the rest is for what the cap does not count (the
-# filesystem's own blocks, a write interrupted by a crash that leaves its temporary file).
-STORAGE_CAP_SHARE = 0.9
 # From here a host pool smaller than the GPU's KV pool is a warning (0.5.23 pool_host/base.py);
 # 0.5.4 asserts it is larger. Not bisected: the first release read that allows it.
 HOST_POOL_MAY_BE_SMALLER = Version(0, 5, 23)
@@ -283,7 +281,7 @@ class SglangAdapter(EngineAdapter):
             True,
             f"{who} up to {self._storage_cap(spec, tier)} bytes of KV pages in files under "
             f"{DISK_TIER_MOUNT} (--hicache-storage-backend file, {STORAGE_CAP_ENV}: "
-            f"{STORAGE_CAP_SHARE:.0%} of the volume's share)",
+            f"{DISK_CAP_SHARE:.0%} of the volume's share)",
         )
 
     def disk_tier_launch(
@@ -304,7 +302,7 @@ class SglangAdapter(EngineAdapter):
         writes (a latent model: hicache_storage.py shares one file per page)."""
         del spec
         share = tier.pod_bytes if tier.latent else tier.rank_bytes
-        return int(share * STORAGE_CAP_SHARE)
+        return int(share * DISK_CAP_SHARE)
 
     def launch(self, spec: PDDeploymentSpec, role: str) -> EngineLaunch:
         release = self.wiring(spec)

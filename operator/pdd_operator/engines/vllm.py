@@ -28,7 +28,7 @@ from pdd_contract.env import (
 from pdd_contract.ports import SIDE_CHANNEL_SERVED_BY, VLLM_SIDE_CHANNEL, RankPorts
 from pdd_operator.api.pod_namespaces import shares_pid_namespace
 from pdd_operator.api.v1alpha1 import PDDeploymentSpec
-from pdd_operator.engines import cel_rules, vllm_kv_events
+from pdd_operator.engines import cel_rules, vllm_disk_tier, vllm_kv_events
 from pdd_operator.engines.base import (
     MAX_CHOSEN_BLOCK_TOKENS,
     CpuTier,
@@ -174,6 +174,7 @@ class VllmAdapter(EngineAdapter):
             *_layout_rules("prefill"),
             *_layout_rules("decode"),
             *_kv_aware_rules(),
+            *_disk_tier_rules(),
         ]
 
     def launch(self, spec: PDDeploymentSpec, role: str) -> EngineLaunch:
@@ -251,24 +252,16 @@ class VllmAdapter(EngineAdapter):
             "kv_role": "kv_both",  # it reads no role, but vLLM refuses a connector without one
             "kv_connector_extra_config": {key: value},
         }
-        nixl = self.kv_transfer_config(spec, "prefill")
-        multi = {
-            "kv_connector": MULTI_CONNECTOR,
-            "kv_role": nixl["kv_role"],
-            "kv_connector_extra_config": {"connectors": [nixl, offload]},
-        }
-        args = list(launch.args)
-        args[args.index(KV_TRANSFER_CONFIG) + 1] = _json(multi)
-        return EngineLaunch(launch.command, tuple(args), launch.env)
+        return _with_connector_child(launch, offload)
 
     def disk_tier_verdict(self, spec: PDDeploymentSpec, tier: DiskTier) -> TierVerdict:
-        del spec, tier
-        return TierVerdict(
-            False,
-            "vLLM's file-system tier (TieringOffloadingSpec's fs tier) does not bound its "
-            "files in size, so they would outgrow the volume: the prefill pods run without "
-            "the disk tier (remove spec.kvCache.offload.disk, or use SGLang 0.5.23 or later)",
-        )
+        return vllm_disk_tier.verdict(tier, self.wiring(spec), self._engines_per_pod(spec))
+
+    def disk_tier_launch(
+        self, launch: EngineLaunch, spec: PDDeploymentSpec, tier: DiskTier
+    ) -> EngineLaunch:
+        del spec
+        return _with_connector_child(launch, vllm_disk_tier.connector_child(tier))
 
     def _offload_size(self, spec: PDDeploymentSpec, tier: CpuTier) -> tuple[str, int] | None:
         """The OffloadingConnector's size key and value for one engine of a prefill pod, or
@@ -393,6 +386,38 @@ class VllmAdapter(EngineAdapter):
     def pod_annotations(self, spec: PDDeploymentSpec, role: str) -> dict[str, str]:
         del role
         return {SMG_KV_CONNECTOR_ANNOTATION: self.connector(spec)}
+
+
+def _with_connector_child(launch: EngineLaunch, child: dict[str, Any]) -> EngineLaunch:
+    """``launch`` with ``child`` after the connectors of its --kv-transfer-config: the
+    MultiConnector's list grows, or a MultiConnector of the NIXL connector and ``child`` takes
+    the NIXL connector's place (the top-level role stays the NIXL connector's)."""
+    args = list(launch.args)
+    at = args.index(KV_TRANSFER_CONFIG) + 1
+    config = json.loads(args[at])
+    if config["kv_connector"] == MULTI_CONNECTOR:
+        config["kv_connector_extra_config"]["connectors"].append(child)
+    else:
+        config = {
+            "kv_connector": MULTI_CONNECTOR,
+            "kv_role": config["kv_role"],
+            "kv_connector_extra_config": {"connectors": [config, child]},
+        }
+    args[at] = _json(config)
+    return EngineLaunch(launch.command, tuple(args), launch.env)
+
+
+def _disk_tier_rules() -> list[tuple[str, str]]:
+    """The disk tier's connector turns itself off without the prefix cache."""
+    return [
+        cel_rules.flags_refused_while(
+            "vllm",
+            "has(self.kvCache.offload.disk)",
+            (vllm_disk_tier.NO_PREFIX_CACHING,),
+            "spec.kvCache.offload.disk: vLLM's disk tier keeps the prefix cache's blocks, and "
+            "turns itself off without it",
+        )
+    ]
 
 
 def _kv_aware_rules() -> list[tuple[str, str]]:

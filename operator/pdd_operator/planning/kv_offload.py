@@ -5,7 +5,7 @@ The user gives one figure, host memory per prefill pod, because that is what a n
 is planned in. The engines size the tier per process: vLLM 0.33 per engine (all the TP and
 PP workers of one data-parallel rank, in bytes), vLLM 0.11 per engine in KV blocks, SGLang per
 GPU rank in decimal gigabytes. This module works out the pod's shares; each adapter spells
-them (``EngineAdapter.cpu_tier_verdict`` and ``launch``).
+them (``EngineAdapter.cpu_tier_verdict``, ``disk_tier_verdict`` and their launches).
 """
 
 from __future__ import annotations
@@ -14,7 +14,12 @@ from typing import NamedTuple
 
 from pdd_operator.api.v1alpha1 import PDDeploymentSpec
 from pdd_operator.engines.base import CpuTier, DiskTier, EngineAdapter, TierVerdict
-from pdd_operator.planning.kv_layout import block_tokens, kv_heads_per_rank, model_shape
+from pdd_operator.planning.kv_layout import (
+    block_tokens,
+    descriptor_bytes,
+    kv_heads_per_rank,
+    model_shape,
+)
 from pdd_operator.planning.node_facts import quantity_count
 
 OFFLOAD_ROLE = "prefill"
@@ -80,8 +85,23 @@ def rendered_disk_tier(
         storage_class=disk.storageClassName,
         with_cpu_tier=cpu is not None and cpu.verdict.rendered,
         latent=(shape := model_shape(spec.model)) is not None and shape.latent,
+        page_aligned=_page_aligned(spec, adapter),
     )
     return RenderedDiskTier(tier, adapter.disk_tier_verdict(spec, tier))
+
+
+PAGE_BYTES = 4096
+
+
+def _page_aligned(spec: PDDeploymentSpec, adapter: EngineAdapter) -> bool:
+    """Whether every block region a prefill rank keeps (one layer's K or V, or both, of one
+    block) is whole 4 KiB pages; False where the model's shape is unknown."""
+    shape = model_shape(spec.model)
+    if shape is None:
+        return False
+    tp = adapter.layout(spec, OFFLOAD_ROLE).tensor
+    smallest = descriptor_bytes(shape, block_tokens(spec, adapter), tp, packed=False)
+    return smallest % PAGE_BYTES == 0
 
 
 def raised_quantity(quantity: str | None, extra_bytes: int) -> str:

@@ -81,8 +81,9 @@ MATRIX: dict[str, dict[str, Any]] = {
         "kvCache": {"offload": {"cpu": "64Gi"}},
         "prefill": {"gpusPerInstance": 2},
     },
-    # ... with a disk tier behind it (SGLang 0.5.23's file storage backend; 0.5.4 and vLLM
-    # render none, and their command lines stay as without it).
+    # ... with a disk tier behind it (SGLang 0.5.23's file storage backend, vLLM 0.33.0's
+    # SimpleCPUOffloadConnector; SGLang 0.5.4 and vLLM 0.11.0 render none, and their command
+    # lines stay as without it).
     "cpu-and-disk-offload": {
         "model": {"name": "meta-llama/Llama-3.1-8B-Instruct"},
         "kvCache": {"offload": {"cpu": "64Gi", "disk": {"size": "200Gi"}}},

@@ -37,7 +37,9 @@ def pdd(engine: str, version: str, cpu: str | None = "64Gi", **patch: Any) -> PD
 
 def engine_pod(obj: PDDeployment, role: str) -> dict[str, Any]:
     for child in render_children(obj, RenderContext()):
-        if child["kind"] == "StatefulSet" and child["metadata"]["name"].endswith(role):
+        name = child["metadata"]["name"]
+        # one StatefulSet per role, or per instance of a multi-node role (the first here)
+        if child["kind"] == "StatefulSet" and name.endswith((role, f"{role}-0")):
             return dict(child["spec"]["template"]["spec"])
     raise AssertionError(f"no {role} StatefulSet")
 
@@ -288,7 +290,7 @@ def test_the_condition_tells_both_tiers() -> None:
     [
         ("sglang", "0.5.4", "64Gi", "use SGLang 0.5.23 or later"),
         ("sglang", "0.5.23", None, "set spec.kvCache.offload.cpu as well"),
-        ("vllm", "0.33.0", "64Gi", "does not bound its files in size"),
+        ("vllm", "0.11.0", "64Gi", "run vLLM 0.33.0 or later"),
     ],
 )
 def test_where_the_disk_tier_is_not_rendered_nothing_of_it_is_and_the_condition_says_why(
@@ -333,3 +335,72 @@ def test_prefill_instances_over_several_nodes_get_no_disk_tier() -> None:
     obj = with_disk("sglang", "0.5.23", prefill=layout, decode=layout)
     (condition,) = kv_offload_condition([], obj.spec, 1, "now")
     assert condition.status == "False" and "spec.prefill.nodesPerInstance" in condition.message
+
+
+def disk_connector(obj: PDDeployment) -> dict[str, Any]:
+    config = kv_transfer_config(obj, "prefill")
+    assert config["kv_connector"] == "MultiConnector"
+    *_, disk = config["kv_connector_extra_config"]["connectors"]
+    assert disk["kv_connector"] == "SimpleCPUOffloadConnector"
+    assert disk["kv_role"] == "kv_both"
+    return dict(disk["kv_connector_extra_config"])
+
+
+def test_vllm_prefill_keeps_one_capped_file_per_gpu_worker_behind_the_cpu_tier() -> None:
+    obj = with_disk("vllm", "0.33.0")
+    nixl, cpu, _ = kv_transfer_config(obj, "prefill")["kv_connector_extra_config"]["connectors"]
+    assert (nixl["kv_connector"], cpu["kv_connector"]) == ("NixlConnector", "OffloadingConnector")
+    # 200Gi over 2 GPU workers, 90% of each share; Llama 8B's blocks are whole 4 KiB pages
+    assert disk_connector(obj) == {
+        "kv_offload_backend": "disk",
+        "disk_path": "/var/cache/pdd-kv-offload/kv",
+        "disk_capacity_bytes": int(100 * GI * 0.9),
+        "use_page_cache": False,
+    }
+    engine = engine_container(obj, "prefill")
+    assert {"name": "kv-offload-disk", "mountPath": "/var/cache/pdd-kv-offload"} in engine[
+        "volumeMounts"
+    ]
+    assert engine["resources"]["requests"]["ephemeral-storage"] == "200Gi"
+    assert "SimpleCPUOffloadConnector" not in " ".join(engine_container(obj, "decode")["args"])
+
+
+def test_vllm_disk_tier_alone_joins_the_nixl_connector_in_a_multiconnector() -> None:
+    config = kv_transfer_config(with_disk("vllm", "0.33.0", cpu=None), "prefill")
+    nixl, disk = config["kv_connector_extra_config"]["connectors"]
+    assert config["kv_role"] == nixl["kv_role"] == "kv_producer"
+    assert disk["kv_connector"] == "SimpleCPUOffloadConnector"
+
+
+@pytest.mark.parametrize(
+    ("model", "page_cache"),
+    [
+        (LLAMA_8B, False),
+        # a latent of 576 values: a block's region is not whole pages, which O_DIRECT needs
+        ("deepseek-ai/DeepSeek-V3", True),
+        ("my-org/model-of-unknown-shape", True),
+    ],
+)
+def test_vllm_writes_past_the_page_cache_only_where_every_block_is_whole_pages(
+    model: str, page_cache: bool
+) -> None:
+    obj = with_disk("vllm", "0.33.0", model={"name": model})
+    assert disk_connector(obj)["use_page_cache"] is page_cache
+    (condition,) = kv_offload_condition([], obj.spec, 1, "now")
+    written = "through the page cache" if page_cache else "O_DIRECT"
+    assert f"written {written}" in condition.message
+
+
+def test_vllm_data_parallel_engines_in_one_pod_get_no_disk_tier() -> None:
+    layout = {"gpusPerInstance": 8, "parallelism": {"tensor": 4, "data": 2}}
+    obj = with_disk("vllm", "0.33.0", prefill=layout, decode=layout)
+    connectors = kv_transfer_config(obj, "prefill")["kv_connector_extra_config"]["connectors"]
+    assert [c["kv_connector"] for c in connectors] == ["NixlConnector", "OffloadingConnector"]
+    (condition,) = kv_offload_condition([], obj.spec, 1, "now")
+    assert condition.status == "False" and "run one engine per pod" in condition.message
+
+
+def test_vllm_prefill_instances_over_several_nodes_keep_a_disk_tier_per_pod() -> None:
+    layout = {"gpusPerInstance": 8, "nodesPerInstance": 2}
+    obj = with_disk("vllm", "0.33.0", prefill=layout, decode=layout)
+    assert disk_connector(obj)["disk_capacity_bytes"] == int(200 * GI / 8 * 0.9)
