@@ -10,6 +10,7 @@ them (``EngineAdapter.cpu_tier_verdict``, ``disk_tier_verdict`` and their launch
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import NamedTuple
 
 from pdd_operator.api.v1alpha1 import PDDeploymentSpec
@@ -91,14 +92,19 @@ def rendered_disk_tier(
 
 
 PAGE_BYTES = 4096
+KV_CACHE_DTYPE_FLAG = "--kv-cache-dtype"
 
 
 def _page_aligned(spec: PDDeploymentSpec, adapter: EngineAdapter) -> bool:
     """Whether every block region a prefill rank keeps (one layer's K or V, or both, of one
-    block) is whole 4 KiB pages; False where the model's shape is unknown."""
+    block) is whole 4 KiB pages; False where the model's shape is unknown. A KV cache dtype
+    in the args may be an 8-bit one, which halves the regions: they are counted at one byte."""
     shape = model_shape(spec.model)
     if shape is None:
         return False
+    args = (*spec.engine.args, *spec.prefill.args)
+    if any(a == KV_CACHE_DTYPE_FLAG or a.startswith(f"{KV_CACHE_DTYPE_FLAG}=") for a in args):
+        shape = replace(shape, dtype_bytes=1)
     tp = adapter.layout(spec, OFFLOAD_ROLE).tensor
     smallest = descriptor_bytes(shape, block_tokens(spec, adapter), tp, packed=False)
     return smallest % PAGE_BYTES == 0

@@ -391,6 +391,28 @@ def test_vllm_writes_past_the_page_cache_only_where_every_block_is_whole_pages(
     assert f"written {written}" in condition.message
 
 
+def tp8_at_16_token_blocks(*args: str) -> PDDeployment:
+    layout = {"gpusPerInstance": 8, "parallelism": {"tensor": 8}}
+    engine = {"type": "vllm", "version": "0.33.0", "image": "r/e:1", "kvBlockSize": 16}
+    return make_pdd(
+        {
+            "engine": {**engine, "args": list(args)},
+            "model": {"name": LLAMA_8B},
+            "prefill": layout,
+            "decode": layout,
+            "kvCache": {"offload": {"disk": {"size": "200Gi"}}},
+        }
+    )
+
+
+def test_an_8_bit_kv_cache_in_the_args_is_counted_before_o_direct_is_chosen() -> None:
+    # Llama 8B at TP 8 and 16-token blocks: one KV head of 128 values, 4 KiB a region in
+    # bfloat16, 2 KiB in an 8-bit dtype, which O_DIRECT would refuse
+    assert disk_connector(tp8_at_16_token_blocks())["use_page_cache"] is False
+    fp8 = tp8_at_16_token_blocks("--kv-cache-dtype", "fp8")
+    assert disk_connector(fp8)["use_page_cache"] is True
+
+
 def test_vllm_data_parallel_engines_in_one_pod_get_no_disk_tier() -> None:
     layout = {"gpusPerInstance": 8, "parallelism": {"tensor": 4, "data": 2}}
     obj = with_disk("vllm", "0.33.0", prefill=layout, decode=layout)
