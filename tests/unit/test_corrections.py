@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from pdd_operator.status.corrections import Correction, CorrectionLog, drifted
-from pdd_operator.status.observe import ChildSummary
+from pdd_operator.reconcile.memory import Memory
+from pdd_operator.status.corrections import Correction, drifted, keep_wanted, recorded
+from pdd_operator.status.observe import ChildKey, ChildSummary
 
 DECODE = ("apps/v1", "StatefulSet", "llama-decode")
 PREFILL = ("apps/v1", "StatefulSet", "llama-prefill")
@@ -43,22 +44,26 @@ def test_drifted(child: ChildSummary, correction: Correction | None, expected: b
 
 
 def test_a_correction_that_returned_the_same_version_changed_nothing() -> None:
-    log = CorrectionLog()
-    assert log.record(KEY, DECODE, DONE)
-    assert not log.record(KEY, DECODE, DONE)
-    assert log.record(KEY, DECODE, Correction("want", "want", "rv-12", "rv-11"))
-    assert log.of(KEY)[DECODE].version == "rv-12"
-    assert log.of(("team-b", "llama")) == {}
+    done: dict[ChildKey, Correction] = {}
+    assert recorded(done, DECODE, DONE)
+    assert not recorded(done, DECODE, DONE)
+    assert recorded(done, DECODE, Correction("want", "want", "rv-12", "rv-11"))
+    assert done[DECODE].version == "rv-12"
 
 
 def test_corrections_toward_a_digest_no_longer_rendered_are_forgotten() -> None:
-    log = CorrectionLog()
-    log.record(KEY, DECODE, DONE)
-    log.record(KEY, PREFILL, Correction("p", "p", "rv-3", "rv-2"))
-    log.keep_wanted(KEY, {DECODE: "want", PREFILL: "p2"})
-    assert set(log.of(KEY)) == {DECODE}
-    log.keep_wanted(KEY, {PREFILL: "p2"})  # the decode StatefulSet is no longer rendered
-    assert log.of(KEY) == {}
-    log.record(KEY, DECODE, DONE)
-    log.forget(KEY)
-    assert log.of(KEY) == {}
+    done: dict[ChildKey, Correction] = {}
+    recorded(done, DECODE, DONE)
+    recorded(done, PREFILL, Correction("p", "p", "rv-3", "rv-2"))
+    keep_wanted(done, {DECODE: "want", PREFILL: "p2"})
+    assert set(done) == {DECODE}
+    keep_wanted(done, {PREFILL: "p2"})  # the decode StatefulSet is no longer rendered
+    assert done == {}
+
+
+def test_a_deployments_corrections_live_and_go_with_its_record() -> None:
+    memory = Memory()
+    recorded(memory.record(KEY).corrections, DECODE, DONE)
+    assert memory.find(("team-b", "llama")) is None
+    memory.forget(KEY)
+    assert memory.find(KEY) is None and memory.record(KEY).corrections == {}

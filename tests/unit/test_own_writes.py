@@ -6,7 +6,14 @@ from typing import Any
 
 import pytest
 
-from pdd_operator.status.own_writes import OwnObjectWrites, OwnStatusWrites, OwnWrite
+from pdd_operator.reconcile.memory import Memory
+from pdd_operator.status.own_writes import (
+    OwnObjectWrites,
+    OwnWrite,
+    after_write,
+    is_echo,
+    latest,
+)
 
 KEY = ("team-a", "llama")
 
@@ -41,16 +48,14 @@ def body(version: str, status: dict[str, Any]) -> dict[str, Any]:
 
 
 def test_the_last_write_stands_in_for_an_index_copy_that_predates_it() -> None:
-    writes = OwnStatusWrites()
     read = body("m", {"phase": "old"})
-    assert writes.latest(KEY, read) is read  # nothing written yet
-    writes.remember(KEY, read, "c", {"phase": "new"})
-    assert writes.latest(KEY, read) == body("m", {"phase": "new"})
+    assert latest(None, read) is read  # nothing written yet
+    written = after_write(None, read, "c", {"phase": "new"})
+    assert latest(written, read) == body("m", {"phase": "new"})
     echo = body("c", {"phase": "new"})
-    assert writes.latest(KEY, echo) is echo
+    assert latest(written, echo) is echo
     theirs = body("k", {"phase": "theirs"})
-    assert writes.latest(KEY, theirs) is theirs
-    assert writes.latest(("team-b", "llama"), read) is read
+    assert latest(written, theirs) is theirs
 
 
 @pytest.mark.parametrize(
@@ -58,30 +63,28 @@ def test_the_last_write_stands_in_for_an_index_copy_that_predates_it() -> None:
     [("c", True), ("m", False), ("x", False), ("", False)],
 )
 def test_the_echo_is_the_version_the_write_returned(version: str, echo: bool) -> None:
-    writes = OwnStatusWrites()
-    writes.remember(KEY, body("m", {}), "c", {})
-    assert writes.is_echo(KEY, version) is echo
-    assert not writes.is_echo(("team-b", "llama"), version)
+    written = after_write(None, body("m", {}), "c", {})
+    assert is_echo(written, version) is echo
+    assert not is_echo(None, version)
 
 
-def test_a_write_to_a_deleted_object_and_a_forgotten_one_are_nothing() -> None:
-    writes = OwnStatusWrites()
-    writes.remember(KEY, body("m", {}), "", {"phase": "new"})  # the object was gone
-    assert not writes.is_echo(KEY, "") and writes.latest(KEY, body("m", {})) == body("m", {})
-    writes.remember(KEY, body("m", {}), "c", {"phase": "new"})
-    writes.forget(KEY)
-    assert not writes.is_echo(KEY, "c") and writes.latest(KEY, body("m", {})) == body("m", {})
+def test_a_write_to_a_deleted_object_and_a_forgotten_deployment_are_nothing() -> None:
+    assert after_write(None, body("m", {}), "", {"phase": "new"}) is None  # the object was gone
+    memory = Memory()
+    record = memory.record(KEY)
+    record.status_write = after_write(None, body("m", {}), "c", {"phase": "new"})
+    memory.forget(KEY)
+    assert memory.find(KEY) is None and memory.record(KEY).status_write is None
 
 
 def test_an_earlier_writes_echo_coming_after_a_later_write_is_still_an_echo() -> None:
     """Two passes wrote "c" then "q" before the watch brought "c" back: both are ours."""
-    writes = OwnStatusWrites()
-    writes.remember(KEY, body("m", {}), "c", {})
-    writes.remember(KEY, body("m", {}), "q", {})  # its pass still read "m": the index lagged
-    assert writes.is_echo(KEY, "c") and writes.is_echo(KEY, "q")
-    writes.remember(KEY, body("q", {}), "z", {})  # the index had caught up: "c" came back
-    assert not writes.is_echo(KEY, "c") and not writes.is_echo(KEY, "q")
-    assert writes.is_echo(KEY, "z")
+    written = after_write(None, body("m", {}), "c", {})
+    written = after_write(written, body("m", {}), "q", {})  # its pass still read "m": lagged
+    assert is_echo(written, "c") and is_echo(written, "q")
+    written = after_write(written, body("q", {}), "z", {})  # the index had caught up
+    assert not is_echo(written, "c") and not is_echo(written, "q")
+    assert is_echo(written, "z")
 
 
 def child(version: str, name: str = "llama-decode") -> dict[str, Any]:

@@ -23,8 +23,8 @@ from pdd_operator.reconcile.ports import Ports, key_of
 from pdd_operator.rendering import dependencies
 from pdd_operator.rendering.children import child_key, render_children
 from pdd_operator.rendering.context import RenderContext
-from pdd_operator.status import ownership
-from pdd_operator.status.corrections import Correction, CorrectionLog, drifted
+from pdd_operator.status import corrections, ownership
+from pdd_operator.status.corrections import Correction, drifted
 from pdd_operator.status.drift import live_fingerprint, rendered_fingerprint
 from pdd_operator.status.gang import multinode_roles
 from pdd_operator.status.observe import ChildKey, ChildSummary
@@ -62,6 +62,8 @@ class Changes:
     apply: list[dict[str, Any]]  # missing, rendered from other inputs, or drifted
     drifted: frozenset[ChildKey]  # of those, the ones someone else changed
     stale: tuple[ChildKey, ...]  # no longer rendered: to delete
+    # the deployment's record of drift corrections, which the drifted children's applies add to
+    corrections: dict[ChildKey, Correction]
 
 
 @dataclass(frozen=True)
@@ -148,10 +150,6 @@ class Children:
         # that would make an existing object this deployment's child, so only workloads are
         # looked up before their apply (docs/security.md, "Names and ownership").
         self.names_guarded = names_guarded
-        self._corrections = CorrectionLog()
-
-    def forget(self, key: names.DeploymentKey) -> None:
-        self._corrections.forget(key)
 
     async def sync(
         self,
@@ -159,6 +157,7 @@ class Children:
         body: Mapping[str, Any],
         desired: Desired,
         observed: Mapping[ChildKey, ChildSummary],
+        done: dict[ChildKey, Correction],
         held: frozenset[ChildKey] = frozenset(),
         taken: tuple[ownership.NameConflict, ...] = (),
     ) -> Synced:
@@ -169,10 +168,10 @@ class Children:
         is not written, nor any child that would run against that object (a workload against
         its ServiceAccount or Service: rendering.dependencies); every other child is.
         A child that lost its owner reference and proves to be this deployment's
-        (ownership.adoptable) is applied like any other, which puts the reference back."""
-        key = key_of(pdd)
-        changes = _changes(desired, observed, self._corrections.of(key), held)
-        self._corrections.keep_wanted(key, desired.owned)
+        (ownership.adoptable) is applied like any other, which puts the reference back.
+        `done`: the deployment's drift corrections (its record's), which this sync keeps."""
+        changes = _changes(desired, observed, done, held)
+        corrections.keep_wanted(done, desired.owned)
         try:
             claims = await self._look_up(pdd, self._to_look_up(pdd, changes, observed))
             claims = replace(claims, conflicts=(*taken, *claims.conflicts))
@@ -277,7 +276,7 @@ class Children:
                     version=str(result.get("metadata", {}).get("resourceVersion", "")),
                     read=observed[key].resource_version,
                 )
-                self._put_back(pdd, body, obj, correction)
+                self._put_back(pdd, body, obj, correction, changes.corrections)
             elif key in claims.adopted:
                 self._adopted(pdd, body, obj)
 
@@ -333,14 +332,16 @@ class Children:
         body: Mapping[str, Any],
         obj: Mapping[str, Any],
         correction: Correction,
+        done: dict[ChildKey, Correction],
     ) -> None:
-        """Record a drift correction; tell the user when one of their changes was undone.
+        """Record a drift correction in `done`; tell the user when one of their changes was
+        undone.
 
         The digest of what the apply returned is remembered: when it is not the render's
         (the server spells some owned value in a way status.drift does not know, or an
         admission webhook rewrote it), that digest counts as undrifted from now on, so the
         gap costs one write and never a loop."""
-        if not self._corrections.record(key_of(pdd), child_key(dict(obj)), correction):
+        if not corrections.recorded(done, child_key(dict(obj)), correction):
             return
         what = f"{obj['kind']} {obj['metadata']['name']}"
         if correction.result != correction.wanted:
@@ -406,7 +407,7 @@ def _held_by(conflicts: Sequence[ownership.NameConflict], desired: Desired) -> t
 def _changes(
     desired: Desired,
     observed: Mapping[ChildKey, ChildSummary],
-    corrections: Mapping[ChildKey, Correction],
+    done: dict[ChildKey, Correction],
     held: frozenset[ChildKey] = frozenset(),
 ) -> Changes:
     """A child differs when it is missing (deleted by hand included: the watch drops it from
@@ -421,14 +422,12 @@ def _changes(
     drift = frozenset(
         key
         for key, wanted in desired.owned.items()
-        if key not in differ
-        and key not in held
-        and drifted(observed[key], wanted, corrections.get(key))
+        if key not in differ and key not in held and drifted(observed[key], wanted, done.get(key))
     )
     changed = differ | drift
     objects = [obj for obj in desired.objects() if child_key(obj) in changed] if changed else []
     stale = tuple(key for key in observed if key not in desired.hashes)
-    return Changes(objects, drift, stale)
+    return Changes(objects, drift, stale, done)
 
 
 def _reused_fingerprint(cached: Rendered | None, uid: str, key: ChildKey, applied_hash: str) -> str:

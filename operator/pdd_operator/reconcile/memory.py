@@ -4,12 +4,15 @@ each deployment placed or grew into, which the others' placements leave alone)."
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from pdd_operator.api.names import DeploymentKey
 from pdd_operator.planning.reservations import ReservationLedger
 from pdd_operator.planning.slices import Slice
+from pdd_operator.status.corrections import Correction
+from pdd_operator.status.observe import ChildKey
+from pdd_operator.status.own_writes import OwnWrite
 
 if TYPE_CHECKING:
     from pdd_operator.reconcile.children import Rendered
@@ -21,12 +24,16 @@ class DeploymentRecord:
     """One deployment's memory: its last render (the children's fingerprints and what they
     were rendered from), what is known of its token Secret, the slices it grew into beyond
     its home domain (status.slices says the same once written; this holds between the pass
-    that opens one and that write), and how often its model was found missing in a row."""
+    that opens one and that write), how often its model was found missing in a row, the
+    last drift correction of each child (status.corrections), and its last status write
+    (status.own_writes: its watch echo asks no pass)."""
 
     rendered: Rendered | None = None
     token: TokenCheck | None = None
     slices: tuple[Slice, ...] | None = None
     model_attempts: int = 0
+    corrections: dict[ChildKey, Correction] = field(default_factory=dict)
+    status_write: OwnWrite | None = None
 
 
 class Memory:
@@ -40,6 +47,10 @@ class Memory:
         if record is None:
             record = self._records[key] = DeploymentRecord()
         return record
+
+    def find(self, key: DeploymentKey) -> DeploymentRecord | None:
+        """The deployment's record where it has one (a watch event's check makes none)."""
+        return self._records.get(key)
 
     def forget(self, key: DeploymentKey) -> None:
         """The deployment is gone: its record, and its GPUs are nobody's reservation."""

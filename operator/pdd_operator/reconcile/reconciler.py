@@ -32,7 +32,7 @@ from pdd_operator.reconcile.scalers import sync_scalers
 from pdd_operator.reconcile.status_writer import StatusWriter
 from pdd_operator.rendering.context import OperatorSettings, RenderContext
 from pdd_operator.rendering.sidecar import sidecar_enabled
-from pdd_operator.status import ownership
+from pdd_operator.status import own_writes, ownership
 from pdd_operator.status.observe import ChildKey, ChildSummary
 from pdd_operator.status.own_writes import OwnObjectWrites
 
@@ -106,7 +106,8 @@ class Reconciler:
     def is_own_status_write(self, key: DeploymentKey, resource_version: str) -> bool:
         """Whether this version of the PDDeployment is the status this operator just wrote:
         the pass that wrote it already saw everything else, so its watch event needs no pass."""
-        return self._status.own_writes.is_echo(key, resource_version)
+        record = self._memory.find(key)
+        return own_writes.is_echo(record.status_write if record else None, resource_version)
 
     async def deployment_changed(self, key: DeploymentKey, resource_version: str) -> None:
         """A PDDeployment's watch event: a pass, unless it is the echo of our own status
@@ -127,7 +128,6 @@ class Reconciler:
         """The deployment is gone: its reservation and everything remembered about it."""
         self._queue.forget(key)
         self._memory.forget(key)
-        self._children.forget(key)
         self._status.forget(key)
 
     def _retry_later(self, key: DeploymentKey, delay: float) -> None:
@@ -138,8 +138,8 @@ class Reconciler:
         body = self._ports.view.pdd_body(key)
         if body is None or body.get("metadata", {}).get("deletionTimestamp"):
             return  # owner references let the garbage collector remove the children
-        body = self._status.own_writes.latest(key, body)
         record = self._memory.record(key)
+        body = own_writes.latest(record.status_write, body)
         metrics = self._ports.metrics
         timer = metrics.reconcile_timer() if metrics else None
         try:
@@ -156,7 +156,7 @@ class Reconciler:
         try:
             pdd = PDDeployment.from_body(dict(body))
         except ValidationError as err:
-            await self._status.report_invalid(body, err)
+            await self._status.report_invalid(body, err, record)
             return
         again: list[float] = []  # when the parts ask to look again
         try:
@@ -176,6 +176,7 @@ class Reconciler:
         body: Mapping[str, Any],
         desired: child_part.Desired,
         observed: Mapping[ChildKey, ChildSummary],
+        record: DeploymentRecord,
     ) -> tuple[child_part.Synced, frozenset[ChildKey]]:
         """On a pass that finds no children, the children the pods run against are applied
         before the sidecar token Secret is created, the workloads after it: a successor of
@@ -186,7 +187,8 @@ class Reconciler:
             return child_part.Synced(Blocked()), frozenset()
         ahead = child_part.ahead_of_pods(desired)
         rest = frozenset(desired.hashes) - ahead
-        return await self._children.sync(pdd, body, desired, observed, rest), ahead
+        done = record.corrections
+        return await self._children.sync(pdd, body, desired, observed, done, rest), ahead
 
     async def _converge(
         self,
@@ -203,7 +205,9 @@ class Reconciler:
         commit(plan, record, ledger)
         pdd = plan.pdd
         desired = child_part.render(pdd, plan.context, record)
-        ahead, applied_ahead = await self._apply_ahead_of_token(pdd, body, desired, observed)
+        ahead, applied_ahead = await self._apply_ahead_of_token(
+            pdd, body, desired, observed, record
+        )
         # After a write that failed there, no token yet: a Secret without children beside it
         # would be taken for someone else's after a restart.
         failed_ahead = bool(ahead.blocked.message) and not ahead.taken
@@ -217,7 +221,7 @@ class Reconciler:
         conflict = ahead.blocked
         if ahead.taken or not conflict.message:  # not held up by a write that failed
             synced = await self._children.sync(
-                pdd, body, desired, observed, held | applied_ahead, ahead.taken
+                pdd, body, desired, observed, record.corrections, held | applied_ahead, ahead.taken
             )
             conflict = synced.blocked
         blocked = what_blocks(conflict, readiness.token.found)
@@ -227,7 +231,7 @@ class Reconciler:
             await restart_broken_instances(self._ports, pdd, body)
         seen = self._status.observe(desired.hashes, plan, blocked, readiness)
         again += [seen.again_in] if seen.again_in is not None else []
-        await self._status.report(pdd, body, seen.observed)
+        await self._status.report(pdd, body, seen.observed, record)
         # Troubles that last (a name someone else holds, a write time may cure) are looked
         # at again with backoff while they do; once over, their count starts again.
         name_taken = conflict.reason == ownership.REASON

@@ -22,6 +22,7 @@ from pdd_operator.api.v1alpha1 import Condition, PDDeployment, PDDeploymentStatu
 from pdd_operator.kube.resources import POD
 from pdd_operator.planning.autoscaling import discovery_wait
 from pdd_operator.planning.probe_pairs import per_rank_probes
+from pdd_operator.reconcile.memory import DeploymentRecord as Record
 from pdd_operator.reconcile.outcome import Blocked
 from pdd_operator.reconcile.plan import PassPlan
 from pdd_operator.reconcile.ports import Ports, key_of, now
@@ -46,7 +47,7 @@ from pdd_operator.status.observe import (
     pod_nodes,
     pod_problems,
 )
-from pdd_operator.status.own_writes import OwnStatusWrites
+from pdd_operator.status.own_writes import after_write
 from pdd_operator.status.refusals import Refusal
 from pdd_operator.status.token import token_mount_problems
 from pdd_operator.status.transfer import probe_due, prober, rank_probe_requests, rank_probers
@@ -66,10 +67,8 @@ class Seen:
 class StatusWriter:
     def __init__(self, ports: Ports) -> None:
         self.ports = ports
-        self.own_writes = OwnStatusWrites()
 
     def forget(self, key: DeploymentKey) -> None:
-        self.own_writes.forget(key)
         if self.ports.metrics:
             self.ports.metrics.forget_kv_transfer(key)
 
@@ -134,13 +133,16 @@ class StatusWriter:
             and (message := self.ports.view.creation_refusal(summary.uid))
         ]
 
-    async def report(self, pdd: PDDeployment, body: Mapping[str, Any], observed: Observed) -> None:
+    async def report(
+        self, pdd: PDDeployment, body: Mapping[str, Any], observed: Observed, record: Record
+    ) -> None:
         """The status of this pass, computed once (a transfer probe asked for on the way is
-        part of what was observed), written when it changed, and the KV path's metrics."""
+        part of what was observed), written when it changed (and remembered in the
+        deployment's `record`), and the KV path's metrics."""
         stamp = now()
         requested = await self._request_probe_if_due(pdd, observed, stamp)
         status = compute_status(pdd, replace(observed, probe_requested_at=requested), stamp)
-        await self._write(pdd, body, status)
+        await self._write(pdd, body, status, record)
         self._export_transfer(key_of(pdd), observed.transfer_ok, status)
 
     async def _request_probe_if_due(self, pdd: PDDeployment, observed: Observed, at: str) -> str:
@@ -185,7 +187,7 @@ class StatusWriter:
         self.ports.own_object_writes.expect(POD.plural, result)
 
     async def _write(
-        self, pdd: PDDeployment, body: Mapping[str, Any], status: PDDeploymentStatus
+        self, pdd: PDDeployment, body: Mapping[str, Any], status: PDDeploymentStatus, record: Record
     ) -> None:
         """Write the status when it changed; then post an event per condition that flipped."""
         new = status.model_dump(mode="json")
@@ -193,7 +195,7 @@ class StatusWriter:
         if new != old or (body.get("status") or {}).get("observedGeneration") != pdd.generation:
             kube = self.ports.kube
             version = await asyncio.to_thread(kube.patch_status, pdd.namespace, pdd.name, new)
-            self.own_writes.remember(key_of(pdd), body, version, new)
+            record.status_write = after_write(record.status_write, body, version, new)
             self.ports.count_write("status", "PDDeployment")
             for event in transition_events(pdd.status.conditions, status.conditions):
                 self.ports.emit_event(body, *event)
@@ -214,7 +216,9 @@ class StatusWriter:
             key, transfer.path, status.placement.domain, transfer.measuredGBps, ok
         )
 
-    async def report_invalid(self, body: Mapping[str, Any], err: ValidationError) -> None:
+    async def report_invalid(
+        self, body: Mapping[str, Any], err: ValidationError, record: Record
+    ) -> None:
         """Stalled=True and Ready=False with the fix in the message, then a Warning event;
         both only when the conditions change, so a resync of the same object writes nothing."""
         meta = body.get("metadata", {})
@@ -231,7 +235,7 @@ class StatusWriter:
             "conditions": [c.model_dump(mode="json") for c in conditions],
         }
         version = await asyncio.to_thread(self.ports.kube.patch_status, *key, patch)
-        self.own_writes.remember(key, body, version, {**old, **patch})
+        record.status_write = after_write(record.status_write, body, version, {**old, **patch})
         self.ports.count_write("status", "PDDeployment")
         self.ports.emit_event(body, "Warning", reasons.INVALID_SPEC, message)
         log.warning("invalid PDDeployment %s/%s: %s", *key, message)

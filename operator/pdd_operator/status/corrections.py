@@ -2,8 +2,9 @@
 
 The operator's index holds a digest of each child's live owned fields (status.drift); a child
 whose digest is not the render's has drifted and is applied again. Each correction is recorded
-so that neither a copy the index still holds from before it, nor the server's own spelling of
-what it applied, counts as drift a second time.
+in the deployment's record (reconcile.memory) so that neither a copy the index still holds
+from before it, nor the server's own spelling of what it applied, counts as drift a second
+time.
 """
 
 from __future__ import annotations
@@ -11,7 +12,6 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from pdd_operator.api.names import DeploymentKey
 from pdd_operator.status.observe import ChildKey, ChildSummary
 
 
@@ -47,35 +47,19 @@ def drifted(seen: ChildSummary, wanted: str, correction: Correction | None) -> b
     return True
 
 
-class CorrectionLog:
-    """The last correction of each child, per deployment."""
+def recorded(corrections: dict[ChildKey, Correction], child: ChildKey, done: Correction) -> bool:
+    """Remember a correction in a deployment's ``corrections`` (its record's); whether it
+    changed the child. An apply that returned the version the last correction produced
+    changed nothing: the pass read a drifted copy written before that correction and delivered
+    after it (a status update of a scaled StatefulSet), and that correction already told the
+    user."""
+    previous = corrections.get(child)
+    corrections[child] = done
+    return previous is None or previous.version != done.version
 
-    def __init__(self) -> None:
-        self._children: dict[DeploymentKey, dict[ChildKey, Correction]] = {}
 
-    def of(self, key: DeploymentKey) -> Mapping[ChildKey, Correction]:
-        return self._children.get(key, {})
-
-    def record(self, key: DeploymentKey, child: ChildKey, correction: Correction) -> bool:
-        """Remember a correction; whether it changed the child. An apply that returned the
-        version the last correction produced changed nothing: the pass read a drifted copy
-        written before that correction and delivered after it (a status update of a scaled
-        StatefulSet), and that correction already told the user."""
-        corrections = self._children.setdefault(key, {})
-        previous = corrections.get(child)
-        corrections[child] = correction
-        return previous is None or previous.version != correction.version
-
-    def keep_wanted(self, key: DeploymentKey, owned: Mapping[ChildKey, str]) -> None:
-        """Forget the corrections toward digests the render no longer wants: a child rendered
-        anew since says nothing about the new render."""
-        corrections = self._children.get(key)
-        if corrections is None:
-            return
-        for child in [c for c, done in corrections.items() if done.wanted != owned.get(c)]:
-            del corrections[child]
-        if not corrections:
-            del self._children[key]
-
-    def forget(self, key: DeploymentKey) -> None:
-        self._children.pop(key, None)
+def keep_wanted(corrections: dict[ChildKey, Correction], owned: Mapping[ChildKey, str]) -> None:
+    """Forget the corrections toward digests the render no longer wants: a child rendered
+    anew since says nothing about the new render."""
+    for child in [c for c, done in corrections.items() if done.wanted != owned.get(c)]:
+        del corrections[child]

@@ -17,8 +17,6 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from pdd_operator.api.names import DeploymentKey
-
 
 @dataclass(frozen=True)
 class OwnWrite:
@@ -60,35 +58,28 @@ class OwnWrite:
         return cls(version, status, predating - {""}, earlier)
 
 
-class OwnStatusWrites:
-    """Each deployment's last status write by this operator."""
+def is_echo(written: OwnWrite | None, version: str) -> bool:
+    """Whether this version of the PDDeployment is the status this operator just wrote
+    (``written``: the deployment's last status write, reconcile.memory)."""
+    return bool(version) and written is not None and written.wrote(version)
 
-    def __init__(self) -> None:
-        self._writes: dict[DeploymentKey, OwnWrite] = {}
 
-    def is_echo(self, key: DeploymentKey, version: str) -> bool:
-        """Whether this version of the PDDeployment is the status this operator just wrote."""
-        written = self._writes.get(key)
-        return bool(version) and written is not None and written.wrote(version)
+def latest(written: OwnWrite | None, body: Mapping[str, Any]) -> Mapping[str, Any]:
+    """The body with the status this operator last wrote, when the body predates it."""
+    if written is None or not written.predates(resource_version(body)):
+        return body
+    return {**body, "status": written.status}
 
-    def latest(self, key: DeploymentKey, body: Mapping[str, Any]) -> Mapping[str, Any]:
-        """The body with the status this operator last wrote, when the body predates it."""
-        written = self._writes.get(key)
-        if written is None or not written.predates(resource_version(body)):
-            return body
-        return {**body, "status": written.status}
 
-    def remember(
-        self, key: DeploymentKey, read: Mapping[str, Any], version: str, status: dict[str, Any]
-    ) -> None:
-        """A write of `status` by a pass that read the body `read`; `version` is what the
-        write returned ("" when the object was gone: nothing to recognise)."""
-        if version:
-            previous = self._writes.get(key)
-            self._writes[key] = OwnWrite.after(previous, resource_version(read), version, status)
-
-    def forget(self, key: DeploymentKey) -> None:
-        self._writes.pop(key, None)
+def after_write(
+    written: OwnWrite | None, read: Mapping[str, Any], version: str, status: dict[str, Any]
+) -> OwnWrite | None:
+    """The record after a write of ``status`` by a pass that read the body ``read``;
+    ``version`` is what the write returned ("" when the object was gone: nothing to
+    recognise, the record stays as it was)."""
+    if not version:
+        return written
+    return OwnWrite.after(written, resource_version(read), version, status)
 
 
 class OwnObjectWrites:
