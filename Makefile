@@ -29,7 +29,7 @@ help:
 	@echo "make test       every test tier (installs everything it needs)"
 	@echo "make cluster    start the local control plane in the background (kubeconfig: $(CLUSTER_DIR)/kubeconfig)"
 	@echo "make cluster-down  stop it"
-	@echo "make generate   regenerate crds/, the chart's CRDs, manifests/ and docs/api.md"
+	@echo "make generate   regenerate crds/, the chart's CRDs and child RBAC, manifests/ and docs/api.md"
 	@echo "make bench      benchmarks (SCALE=small for a short run)"
 	@echo "make images     build the operator, sidecar and router images (docker, else podman) and list them"
 

@@ -1,6 +1,6 @@
-"""`make generate` owns crds/, the chart's CRDs, manifests/ and docs/api.md: the committed
-files are what it writes, its output is deterministic, and its drift check catches a changed,
-missing or stray file."""
+"""`make generate` owns crds/, the chart's CRDs and child RBAC rules, manifests/ and
+docs/api.md: the committed files are what it writes, its output is deterministic, and its
+drift check catches a changed, missing or stray file."""
 
 from __future__ import annotations
 

@@ -11,6 +11,10 @@ class Kind:
     kind: str
     plural: str
     namespaced: bool = True
+    # A child kind's reason to be in the operator's RBAC, the comment above its rule in the
+    # chart (`make generate` writes those rules from CHILD_KINDS: charts/pdd-operator/
+    # templates/_child-rules.tpl).
+    why: str = ""
 
     @property
     def group(self) -> str:
@@ -33,20 +37,68 @@ class Kind:
 
 
 CHILD_KINDS: tuple[Kind, ...] = (
-    Kind("v1", "ServiceAccount", "serviceaccounts"),
-    Kind("rbac.authorization.k8s.io/v1", "Role", "roles"),
-    Kind("rbac.authorization.k8s.io/v1", "RoleBinding", "rolebindings"),
-    Kind("networking.k8s.io/v1", "NetworkPolicy", "networkpolicies"),
-    Kind("resource.k8s.io/v1", "ResourceClaimTemplate", "resourceclaimtemplates"),
+    Kind(
+        "v1",
+        "ServiceAccount",
+        "serviceaccounts",
+        why="The sidecars' and the router's accounts (rendering.access, rendering.router).",
+    ),
+    Kind(
+        "rbac.authorization.k8s.io/v1",
+        "Role",
+        "roles",
+        why="Per-deployment Roles that let the sidecars and the router discover their peers.",
+    ),
+    Kind(
+        "rbac.authorization.k8s.io/v1",
+        "RoleBinding",
+        "rolebindings",
+        why="Their bindings to the deployment's accounts.",
+    ),
+    Kind(
+        "networking.k8s.io/v1",
+        "NetworkPolicy",
+        "networkpolicies",
+        why="Who may reach the KV transfer and side-channel ports, and the router.",
+    ),
+    Kind(
+        "resource.k8s.io/v1",
+        "ResourceClaimTemplate",
+        "resourceclaimtemplates",
+        why="GPU + NIC on one PCIe root through DRA (spec.topology.dra).",
+    ),
     # Gang scheduling of instances over several nodes (rendering.gang); served only where the
     # cluster has them (Kubernetes' Workload API behind its feature gate, Volcano).
-    Kind("scheduling.k8s.io/v1alpha1", "Workload", "workloads"),
-    Kind("scheduling.volcano.sh/v1beta1", "PodGroup", "podgroups"),
-    Kind("apps/v1", "StatefulSet", "statefulsets"),
-    Kind("v1", "Service", "services"),
-    Kind("apps/v1", "Deployment", "deployments"),
-    Kind("policy/v1", "PodDisruptionBudget", "poddisruptionbudgets"),
+    Kind(
+        "scheduling.k8s.io/v1alpha1",
+        "Workload",
+        "workloads",
+        why="Gang scheduling of instances over several nodes (spec.scheduling.gang: native).",
+    ),
+    Kind(
+        "scheduling.volcano.sh/v1beta1",
+        "PodGroup",
+        "podgroups",
+        why="Gang scheduling through Volcano (spec.scheduling.gang: volcano).",
+    ),
+    Kind(
+        "apps/v1",
+        "StatefulSet",
+        "statefulsets",
+        why="The engine pods: one per role, or per instance over several nodes.",
+    ),
+    Kind("v1", "Service", "services", why="The roles' and the router's Services."),
+    Kind("apps/v1", "Deployment", "deployments", why="The router."),
+    Kind(
+        "policy/v1",
+        "PodDisruptionBudget",
+        "poddisruptionbudgets",
+        why="Each role's disruption budget.",
+    ),
 )
+# What the operator does with its children: server-side apply (patch), create, prune (delete),
+# and its informers watch them (only its own: a label selector).
+CHILD_VERBS = ("get", "list", "watch", "create", "patch", "update", "delete")
 SECRET = Kind("v1", "Secret", "secrets")
 POD = Kind("v1", "Pod", "pods")
 NODE = Kind("v1", "Node", "nodes", namespaced=False)
