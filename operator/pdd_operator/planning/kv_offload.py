@@ -16,6 +16,7 @@ from typing import NamedTuple
 from pdd_operator.api.v1alpha1 import PDDeploymentSpec
 from pdd_operator.engines.base import CpuTier, DiskTier, EngineAdapter, TierVerdict
 from pdd_operator.planning.kv_layout import (
+    KvCacheShape,
     block_tokens,
     descriptor_bytes,
     kv_heads_per_rank,
@@ -80,13 +81,14 @@ def rendered_disk_tier(
     if disk is None or role != OFFLOAD_ROLE:
         return None
     cpu = rendered_tier(spec, adapter, role)
+    shape = model_shape(spec.model)
     tier = DiskTier(
         pod_bytes=quantity_count(disk.size),
         ranks=spec.prefill.gpusPerInstance,
         storage_class=disk.storageClassName,
         with_cpu_tier=cpu is not None and cpu.verdict.rendered,
-        latent=(shape := model_shape(spec.model)) is not None and shape.latent,
-        page_aligned=_page_aligned(spec, adapter),
+        latent=shape is not None and shape.latent,
+        page_aligned=shape is not None and _page_aligned(spec, adapter, shape),
     )
     return RenderedDiskTier(tier, adapter.disk_tier_verdict(spec, tier))
 
@@ -95,13 +97,10 @@ PAGE_BYTES = 4096
 KV_CACHE_DTYPE_FLAG = "--kv-cache-dtype"
 
 
-def _page_aligned(spec: PDDeploymentSpec, adapter: EngineAdapter) -> bool:
+def _page_aligned(spec: PDDeploymentSpec, adapter: EngineAdapter, shape: KvCacheShape) -> bool:
     """Whether every block region a prefill rank keeps (one layer's K or V, or both, of one
-    block) is whole 4 KiB pages; False where the model's shape is unknown. A KV cache dtype
-    in the args may be an 8-bit one, which halves the regions: they are counted at one byte."""
-    shape = model_shape(spec.model)
-    if shape is None:
-        return False
+    block) is whole 4 KiB pages. A KV cache dtype in the args may be an 8-bit one, which
+    halves the regions: they are counted at one byte."""
     args = (*spec.engine.args, *spec.prefill.args)
     if any(a == KV_CACHE_DTYPE_FLAG or a.startswith(f"{KV_CACHE_DTYPE_FLAG}=") for a in args):
         shape = replace(shape, dtype_bytes=1)
