@@ -287,9 +287,13 @@ PREFIXES = [
     f"{w} report. " + f"{w} section of a shared context. " * 14 for w in ("Ab", "Cd", "Ef", "Gh")
 ]
 ENDINGS = ["Summarise it.", "List the names.", "Translate it.", "What comes next?"]
-# vllm-router 0.1.17 subscribes to a discovered prefill's KV events on the first request it
-# routes after the pod joined, within its one-second tick (src/routers/http/pd_kv_state.rs).
-SUBSCRIBE_S = 3.0
+# vllm-router 0.1.17 binds the prefills of a pool a request named on its one-second tick, and
+# probes one whose binding failed again 3 s later (src/routers/http/pd_kv_state.rs): how long
+# until it is subscribed depends on the machine's load, so the test waits for it to show.
+SUBSCRIBE_TIMEOUT_S = 60.0
+# Events reach the routers asynchronously (ZMQ): a request sent right after the one that
+# stored its prefix may be routed before they arrive.
+EVENTS_SETTLE_S = 0.5
 
 
 def ready_router_urls(core: client.CoreV1Api, ns: str, name: str) -> list[str]:
@@ -337,14 +341,15 @@ def test_kv_aware_routing_sends_a_prefix_to_the_prefill_that_holds_it(
     routers = ready_router_urls(core, namespace, name)
     for url in routers:
         prefill_of(url, "An unrelated opening request.")
-    time.sleep(SUBSCRIBE_S)
     prefills = pod_urls(core, namespace, name, "prefill")
+    wait_subscribed(routers, prefills)
     holder: dict[str, str] = {}
     for i, prefix in enumerate(PREFIXES):
         pod, url = prefills[i % len(prefills)]
         outcome = complete(url, "tiny", prefix + ENDINGS[0], max_tokens=2, timeout=TIMEOUT_S)
         assert outcome.ok, outcome
         holder[prefix] = pod
+    time.sleep(EVENTS_SETTLE_S)
     later = [
         (holder[prefix], prefill_of(routers[j % 2], prefix + ending))
         for prefix in PREFIXES
@@ -358,6 +363,27 @@ def test_kv_aware_routing_sends_a_prefix_to_the_prefill_that_holds_it(
             f"{sorted(set(holder.values()))}"
         )
     assert hits / len(later) >= 0.9, later
+
+
+def wait_subscribed(routers: list[str], prefills: list[tuple[str, str]]) -> None:
+    """Until every router has routed a prompt to the prefill that alone held its prefix (a
+    fresh prefix each time, stored there by a direct request no router sees): then each router
+    reads each prefill's KV events."""
+    pending = {(router, pod, url) for router in routers for pod, url in prefills}
+    attempt = 0
+
+    def one_more_shown() -> bool:
+        nonlocal attempt
+        for router, pod, url in sorted(pending):
+            attempt += 1
+            warmup = f"Warm-up {attempt}. " + f"Line {attempt} of a context no one shares. " * 14
+            assert complete(url, "tiny", warmup + ENDINGS[0], max_tokens=2, timeout=TIMEOUT_S).ok
+            time.sleep(EVENTS_SETTLE_S)
+            if prefill_of(router, warmup + ENDINGS[1]) == pod:
+                pending.discard((router, pod, url))
+        return not pending
+
+    wait_for(one_more_shown, SUBSCRIBE_TIMEOUT_S, what="the routers to read every prefill's events")
 
 
 def pod_urls(core: client.CoreV1Api, ns: str, name: str, role: str) -> list[tuple[str, str]]:
