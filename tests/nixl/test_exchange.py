@@ -58,12 +58,15 @@ def _start_decode(procs: Processes, port: int, source: str, grace_s: float) -> t
     return sidecar, engine
 
 
-def _pair(procs: Processes, pa: int, pb: int, source: str) -> tuple[SidecarProcess, SidecarProcess]:
-    """A prefill pod's sidecar (p0) and a decode pod's (d0), on ports `pa` and `pb`."""
+def _pair(
+    procs: Processes, pa: int, pb: int, source: str, decode_args: tuple[str, ...] = ()
+) -> tuple[SidecarProcess, SidecarProcess]:
+    """A prefill pod's sidecar (p0) and a decode pod's (d0, with `decode_args`), on ports
+    `pa` and `pb`."""
     sidecar_a = procs.sidecar(host=PREFILL_HOST, port=pa, role="prefill", pod="p0", uid="ua",
                               peer_source=source)  # fmt: skip
     sidecar_b = procs.sidecar(host=DECODE_HOST, port=pb, role="decode", pod="d0", uid="ub",
-                              peer_source=source)  # fmt: skip
+                              peer_source=source, extra_args=decode_args)  # fmt: skip
     return sidecar_a, sidecar_b
 
 
@@ -274,7 +277,9 @@ def test_after_sigterm_the_sidecar_serves_until_its_engine_has_unpublished(
     its engine has agents published, and stops once they are unpublished."""
     pa, pb = free_port(PREFILL_HOST), free_port(DECODE_HOST)
     source = _static(pa, pb)
-    sidecar_a, sidecar_b = _pair(procs, pa, pb, source)
+    # The product's drain limit, not the harness's short one: the stop must come from the
+    # unpublish, not from the limit.
+    sidecar_a, sidecar_b = _pair(procs, pa, pb, source, ("--drain-seconds", "55"))
     assert http("PUT", f"{sidecar_a.url}/v1/agents/peer", body=b"md-a")[0] == 200
     assert http("PUT", f"{sidecar_b.url}/v1/agents/mine", body=b"md-b")[0] == 200
     wait_until(lambda: http("GET", f"{sidecar_b.url}/v1/agents/peer")[0] == 200, 15, "B to see A")
