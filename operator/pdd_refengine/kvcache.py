@@ -128,7 +128,7 @@ class KvCache:
         # leaves an NVLink far from full); host memory over TCP gains nothing from it.
         self.streams = LINK_CONCURRENCY if self._buffer.mem == "VRAM" else 1
         # Host memory is the CPU tests' lane (TCP on loopback): there the engine's own polling
-        # progresses NIXL (every transfer's wait, the notification loop every 5 ms) instead
+        # progresses NIXL (every transfer's wait, the notification loop: NotifLoop) instead
         # of NIXL's progress thread, which spins half a core per idle engine (make_agent).
         # GPU memory runs as the engines do, with the thread (bench/request_kv_two_gpu.py).
         self._agent = make_agent(
@@ -328,15 +328,52 @@ def _text(name: str | bytes) -> str:
     return name.decode() if isinstance(name, bytes) else str(name)
 
 
-def run_notif_loop(cache: KvCache, handle: NotifHandler, stop: threading.Event) -> None:
-    """Deliver the peers' notifications to ``handle`` until ``stop`` (a daemon thread)."""
+# Without NIXL's progress thread (host memory), this loop's polls also progress the agent, and
+# the passive side of a transfer needs that to move its bytes: it polls every 5 ms while the
+# engine serves a request or holds KV a peer has yet to take, and for a second after. Idle, a
+# 5 ms poll cost about 4 % of a core per engine (the CPU tests run a dozen at once), so it
+# polls every 100 ms then, still delivering whatever arrives.
+BUSY_POLL_S = 0.005
+IDLE_POLL_S = 0.1
+STAY_BUSY_S = 1.0
 
-    def loop() -> None:
-        while not stop.wait(0.005):
+
+class NotifLoop:
+    """Delivers the peers' notifications to ``handle`` until ``stop`` (a daemon thread),
+    polling fast while ``busy()`` says the engine awaits a peer, and after ``wake()``."""
+
+    def __init__(
+        self,
+        cache: KvCache,
+        handle: NotifHandler,
+        stop: threading.Event,
+        busy: Callable[[], bool],
+    ) -> None:
+        self._cache, self._handle, self._stop, self._busy = cache, handle, stop, busy
+        self._woken = threading.Event()
+        self._busy_until = 0.0
+
+    def start(self) -> NotifLoop:
+        threading.Thread(target=self._run, name="pdd-refengine-notifs", daemon=True).start()
+        return self
+
+    def wake(self) -> None:
+        """Poll fast from now: a request arrived (its peers' notifications and reads follow)."""
+        self._busy_until = time.monotonic() + STAY_BUSY_S
+        self._woken.set()
+
+    def _interval(self) -> float:
+        now = time.monotonic()
+        if self._busy():
+            self._busy_until = now + STAY_BUSY_S
+        return BUSY_POLL_S if now < self._busy_until else IDLE_POLL_S
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            self._woken.wait(self._interval())
+            self._woken.clear()
             try:
-                for agent, message in cache.poll_notifs():
-                    handle(agent, message)
+                for agent, message in self._cache.poll_notifs():
+                    self._handle(agent, message)
             except Exception:  # keep delivering: one bad notification must not stop the rest
                 log.exception("handling a NIXL notification failed")
-
-    threading.Thread(target=loop, name="pdd-refengine-notifs", daemon=True).start()

@@ -21,7 +21,7 @@ from pdd_refengine.cli import EngineConfig, UsageError, parse_args
 from pdd_refengine.engine import Engine, KvOutcome, log
 from pdd_refengine.kv_events import KvEvents
 from pdd_refengine.kv_params import KvParamsError, wants_remote_decode, wants_remote_prefill
-from pdd_refengine.kvcache import CacheFull, TransferError, run_notif_loop
+from pdd_refengine.kvcache import CacheFull, NotifLoop, TransferError
 from pdd_refengine.openai_api import BadRequest, Completion, ModelNotFound
 from pdd_refengine.sglang_bootstrap import BootstrapServer
 
@@ -49,6 +49,7 @@ class App:
         self.rooms = sglang_flow.Rooms(engine, loop)
         self.pushes = vllm_push.Pushes(engine, loop)
         self.in_flight = 0  # requests being served, for the routers' load polls
+        self.notifs = NotifLoop(engine.cache, self.on_notif, engine.stop, self.awaits_peers)
         self.step_seconds = float(os.environ.get(STEP_ENV) or 0)
         self.dev_mode = os.environ.get(DEV_MODE_ENV, "0") == "1"
         # vLLM's prefix cache bookkeeping and its KV events (SGLang's are not played).
@@ -56,6 +57,16 @@ class App:
             KvEvents(self.config, engine.cache.info.num_blocks)
             if self.config.engine == "vllm"
             else None
+        )
+
+    def awaits_peers(self) -> bool:
+        """Whether a peer's notification or read may come now (from the notification thread:
+        reads of counts and dict sizes only)."""
+        return (
+            self.in_flight > 0
+            or self.held.awaits_peers()
+            or self.rooms.awaits_peers()
+            or self.pushes.awaits_peers()
         )
 
     def on_notif(self, agent: str, message: bytes) -> None:
@@ -266,6 +277,7 @@ class App:
             metrics = self.engine.metrics
             metrics.running.inc()
             self.in_flight += 1
+            self.notifs.wake()
             try:
                 return await self._complete(kind, request)
             except (BadRequest, KvParamsError, UsageError) as exc:
@@ -408,7 +420,7 @@ async def serve(config: EngineConfig) -> None:
     loop = asyncio.get_running_loop()
     engine = await asyncio.to_thread(Engine, config)
     app = App(engine, loop)
-    run_notif_loop(engine.cache, app.on_notif, engine.stop)
+    app.notifs.start()
     engine.publish_forever()
     # SGLang: the prefill's rank is registered before the engine takes a request.
     runners = await _start_sglang(engine, app) if config.engine == "sglang" else []

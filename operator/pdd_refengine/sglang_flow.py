@@ -130,6 +130,10 @@ class Rooms:
 
     # -- decode
 
+    def awaits_peers(self) -> bool:
+        """A decode's room awaits the prefill's KV and notifications."""
+        return bool(self.arrivals)
+
     def expect(self, key: int) -> Arrival:
         arrival = Arrival(self._loop.create_future())
         self.arrivals[key] = arrival

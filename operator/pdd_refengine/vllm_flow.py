@@ -56,6 +56,10 @@ class HeldBlocks:
         self._held[key] = kv_bytes
         loop.call_later(self.timeout_s, self._expire, key)
 
+    def awaits_peers(self) -> bool:
+        """Blocks held: a decode may read them (this engine is the read's passive side)."""
+        return bool(self._held)
+
     def _expire(self, key: tuple[int, ...]) -> None:
         if self._held.pop(key, None) is not None:
             self._engine.cache.release(key)

@@ -96,6 +96,10 @@ class Pushes:
         self.registered: dict[str, Registration] = {}
         self.arrivals: dict[str, asyncio.Future[dict[str, Any]]] = {}
 
+    def awaits_peers(self) -> bool:
+        """A finished request awaits its decode's registration, or a decode its push."""
+        return bool(self.finished or self.arrivals)
+
     def on_notif(self, _agent: str, message: bytes) -> None:
         """From the notification thread: a registration (prefill) or a pushed KV (decode)."""
         if message.startswith(REGISTER_TAG):

@@ -277,6 +277,7 @@ def _fake_engine(config: EngineConfig) -> Any:
         address=HOST,
         published=published,
         draining=False,
+        stop=threading.Event(),
     )
 
 
