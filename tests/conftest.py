@@ -7,10 +7,11 @@ from __future__ import annotations
 import os
 import time
 from collections import defaultdict
+from typing import Any
 
 import pytest
 
-from helpers.suite_order import LONG_MODULES
+from helpers.suite_order import LONG_MODULES, work_unit
 
 SLOWEST_MODULES = 15
 
@@ -75,3 +76,18 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
         return
     first = {module: rank for rank, module in enumerate(LONG_MODULES)}
     items.sort(key=lambda item: first.get(item.nodeid.split("::")[0], len(first)))
+
+
+@pytest.hookimpl(optionalhook=True)  # pytest-xdist's hook; absent without the plugin
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    """`--dist loadfile` (make test TEST_WORKERS=N), with the pod-heavy modules as one unit
+    of work (helpers.suite_order) instead of one unit each."""
+    if config.getoption("dist") != "loadfile":
+        return None
+    from xdist.scheduler import LoadFileScheduling
+
+    class PodHeavyModulesTogether(LoadFileScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return work_unit(nodeid)
+
+    return PodHeavyModulesTogether(config, log)

@@ -13,6 +13,7 @@ LONG_MODULES = (
     "tests/integration/test_autoscaling_request_path.py",
     "tests/integration/test_request_path.py",
     "tests/integration/test_refengine_routers.py",
+    "tests/integration/test_routing_policies.py",
     "tests/docs/test_documented_commands.py",
     "tests/integration/test_operator_image.py",
     "tests/integration/test_faults.py",
@@ -22,3 +23,18 @@ LONG_MODULES = (
     "tests/integration/test_name_conflicts.py",
     "tests/integration/test_multinode.py",
 )
+
+# Modules that run a dozen engines, sidecars and routers as processes at once. On parallel
+# workers they are one unit of work, run one after another on one worker: with one per
+# worker, three of them started together and overloaded two cores until pods took minutes
+# to become Ready (a 3-worker clean-clone run of 984face: 4 failures, each a deployment or
+# rollout that missed its 240 s). Listed first in LONG_MODULES, so the unit starts first.
+POD_HEAVY_MODULES = LONG_MODULES[:4]
+POD_HEAVY_UNIT = "pod-heavy modules"
+
+
+def work_unit(nodeid: str) -> str:
+    """The unit of work a test belongs to on parallel workers: its module, or the one unit of
+    the pod-heavy modules."""
+    module = nodeid.split("::", 1)[0]
+    return POD_HEAVY_UNIT if module in POD_HEAVY_MODULES else module
