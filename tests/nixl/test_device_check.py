@@ -7,6 +7,7 @@ import os
 import pytest
 
 from pdd_probe.device_check import (
+    HOST_BLOCK_SIZES,
     LINK_BLOCK_SIZES,
     plan_device_check,
     run_device_check,
@@ -32,7 +33,8 @@ def test_the_check_takes_the_path_the_kv_will_take(
     assert check.path == path
     assert check.ucx_tls == probe_tls
     assert check.spec.dst_device == last
-    assert check.spec.block_sizes == list(LINK_BLOCK_SIZES)
+    link_sizes = HOST_BLOCK_SIZES if path == "host" else LINK_BLOCK_SIZES
+    assert check.spec.block_sizes == list(link_sizes)
     assert check.engine is not None and check.engine.block_sizes == [64 * 1024]
     check.spec.validate()
     check.engine.validate()
@@ -77,12 +79,12 @@ def test_a_real_check_on_this_machine_moves_and_verifies_bytes() -> None:
     assert result.verified
     assert (result.engine_nixl_threads, result.engine_split_batch) == (4, 0)
     assert result.measured_by == "preflight" and result.link == "host"
-    assert {b.block_size for b in result.per_block_size} == {256 * 1024, *LINK_BLOCK_SIZES}
+    assert {b.block_size for b in result.per_block_size} == {256 * 1024, *HOST_BLOCK_SIZES}
     assert all(b.gbps > 0 for b in result.per_block_size)
 
 
 def test_the_verdict_figure_is_the_links_not_the_small_descriptors() -> None:
     check = plan_device_check(0, "", "", 4 * 1024)
     result = run_device_check(check, 4 * 1024, dict(os.environ))
-    link = max(b.gbps for b in result.per_block_size if b.block_size in LINK_BLOCK_SIZES)
+    link = max(b.gbps for b in result.per_block_size if b.block_size in HOST_BLOCK_SIZES)
     assert result.gbps == link
