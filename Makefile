@@ -13,9 +13,11 @@ NIXL_WHEEL ?= nixl-cu12==1.5.1
 PYTEST := $(PY) -m pytest
 # TEST_WORKERS=3: `make test` runs its modules on that many pytest-xdist workers, each with a
 # control plane and fleet of its own (a session fixture per worker), a module's tests on one
-# worker. Clean-clone runs on this 2-core machine: about 27 min with 3 or 4 workers against 52
-# in one process; the suite is CPU-bound there (issue 39 has the tables). Off by default until
-# three consecutive clean-clone runs pass with it: one of two 4-worker runs timed out a rollout.
+# worker; the modules that run many engine processes share one worker, one after another
+# (tests/conftest.py). Clean-clone runs on a 2-core machine took about 27 min with 3 or 4
+# workers against 46-52 in one process, CPU-bound; the latest 3-worker run (984face, before
+# the pod-heavy modules shared a worker) took 37 min and failed 4 tests whose pods took
+# minutes to become Ready. Off by default until three consecutive clean-clone runs pass.
 TEST_WORKERS ?= 1
 # --no-loadscope-reorder: xdist would otherwise hand out the modules with the most tests first,
 # which leaves the long modules of few tests (tests/conftest.py, LONG_MODULES) for last.
