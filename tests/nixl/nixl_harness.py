@@ -170,7 +170,8 @@ class SidecarProcess:
         return self._log_path.read_text(errors="replace")[-3000:]
 
     def stop(self) -> None:
-        stop_process(self.proc)
+        self.begin_stop()
+        wait_stopped(self.proc)
 
     def begin_stop(self) -> None:
         if self.proc.poll() is None:
@@ -224,15 +225,18 @@ class EngineProcess:
 
     def stop(self) -> None:
         self.begin_stop()
-        stop_process(self.proc)
+        wait_stopped(self.proc)
 
     def begin_stop(self) -> None:
+        """The exit request, and SIGTERM right behind it (as before the stops overlapped)."""
         if self.proc.poll() is None and self.proc.stdin is not None:
             try:
                 self.proc.stdin.write(b'{"op": "exit"}\n')
                 self.proc.stdin.flush()
             except BrokenPipeError:
                 pass
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
 
     def kill(self) -> None:
         stop_process(self.proc, signal.SIGKILL)
