@@ -1,101 +1,12 @@
-"""The kinds the operator creates, and the URL path of each (no discovery round trips)."""
+"""The kinds the operator writes and reads, and the URL path of each (no discovery round trips).
+The child kinds are declared by the parts that render them (rendering.kinds)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+# Re-exported: the child kinds come from the parts that render them.
+from pdd_operator.rendering.children import CHILD_KINDS as CHILD_KINDS
+from pdd_operator.rendering.kinds import Kind as Kind
 
-
-@dataclass(frozen=True)
-class Kind:
-    api_version: str
-    kind: str
-    plural: str
-    namespaced: bool = True
-    # A child kind's reason to be in the operator's RBAC, the comment above its rule in the
-    # chart (`make generate` writes those rules from CHILD_KINDS: charts/pdd-operator/
-    # templates/_child-rules.tpl).
-    why: str = ""
-
-    @property
-    def group(self) -> str:
-        return self.api_version.split("/")[0] if "/" in self.api_version else ""
-
-    @property
-    def version(self) -> str:
-        return self.api_version.split("/")[-1]
-
-    def path(self, namespace: str | None, name: str | None = None, subresource: str = "") -> str:
-        base = f"/api/{self.version}" if not self.group else f"/apis/{self.api_version}"
-        if self.namespaced and namespace:
-            base += f"/namespaces/{namespace}"
-        base += f"/{self.plural}"
-        if name:
-            base += f"/{name}"
-        if subresource:
-            base += f"/{subresource}"
-        return base
-
-
-CHILD_KINDS: tuple[Kind, ...] = (
-    Kind(
-        "v1",
-        "ServiceAccount",
-        "serviceaccounts",
-        why="The sidecars' and the router's accounts (rendering.access, rendering.router).",
-    ),
-    Kind(
-        "rbac.authorization.k8s.io/v1",
-        "Role",
-        "roles",
-        why="Per-deployment Roles that let the sidecars and the router discover their peers.",
-    ),
-    Kind(
-        "rbac.authorization.k8s.io/v1",
-        "RoleBinding",
-        "rolebindings",
-        why="Their bindings to the deployment's accounts.",
-    ),
-    Kind(
-        "networking.k8s.io/v1",
-        "NetworkPolicy",
-        "networkpolicies",
-        why="Who may reach the KV transfer and side-channel ports, and the router.",
-    ),
-    Kind(
-        "resource.k8s.io/v1",
-        "ResourceClaimTemplate",
-        "resourceclaimtemplates",
-        why="GPU + NIC on one PCIe root through DRA (spec.topology.dra).",
-    ),
-    # Gang scheduling of instances over several nodes (rendering.gang); served only where the
-    # cluster has them (Kubernetes' Workload API behind its feature gate, Volcano).
-    Kind(
-        "scheduling.k8s.io/v1alpha1",
-        "Workload",
-        "workloads",
-        why="Gang scheduling of instances over several nodes (spec.scheduling.gang: native).",
-    ),
-    Kind(
-        "scheduling.volcano.sh/v1beta1",
-        "PodGroup",
-        "podgroups",
-        why="Gang scheduling through Volcano (spec.scheduling.gang: volcano).",
-    ),
-    Kind(
-        "apps/v1",
-        "StatefulSet",
-        "statefulsets",
-        why="The engine pods: one per role, or per instance over several nodes.",
-    ),
-    Kind("v1", "Service", "services", why="The roles' and the router's Services."),
-    Kind("apps/v1", "Deployment", "deployments", why="The router."),
-    Kind(
-        "policy/v1",
-        "PodDisruptionBudget",
-        "poddisruptionbudgets",
-        why="Each role's disruption budget.",
-    ),
-)
 # What the operator does with its children: server-side apply (patch), create, prune (delete),
 # and its informers watch them (only its own: a label selector).
 CHILD_VERBS = ("get", "list", "watch", "create", "patch", "update", "delete")

@@ -11,9 +11,9 @@ whose digest is not the render's is applied again, which takes those fields back
 (status.corrections).
 
 A pass is a pipeline of parts, a module each: `plan` (pure: counts, slices, placement, the
-render context), `prerequisites` (model, gang scheduler), `token`, `children`, `scalers`,
-`restarts`, `status_writer`; `reconciler` runs them in order and schedules what they ask
-for; `memory` holds one record per deployment and the reservation ledger; `ports` is what
+render context), `children` (around `prerequisites`: model, `token`, gang scheduler),
+`scalers`, `restarts`, `status_writer`; `reconciler` runs them in order and schedules what
+they ask for; `memory` holds one record per deployment and the reservation ledger; `ports` is what
 they read and write through.
 """
 

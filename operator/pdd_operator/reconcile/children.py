@@ -1,8 +1,8 @@
 """The children part of a pass: render (with a cache of the last render's fingerprints),
 tell what differs from the indexes (missing, rendered from other inputs, drifted), look up
 whose the names are, apply in waves, prune what is no longer rendered, and say when a
-change someone made by hand was put back. Adding a child kind touches rendering/ and, when
-its apply order matters, `apply_waves` here."""
+change someone made by hand was put back. The apply order of a child kind is its stage
+(rendering.kinds), declared with the kind beside its renderer."""
 
 from __future__ import annotations
 
@@ -20,9 +20,12 @@ from pdd_operator.kube.resources import kind_of
 from pdd_operator.reconcile.memory import DeploymentRecord
 from pdd_operator.reconcile.outcome import Blocked, writes_failed
 from pdd_operator.reconcile.ports import Ports, key_of
+from pdd_operator.reconcile.prerequisites import Prerequisites, Readiness
 from pdd_operator.rendering import dependencies
-from pdd_operator.rendering.children import child_key, render_children
+from pdd_operator.rendering.children import CHILD_KINDS, child_key, render_children
 from pdd_operator.rendering.context import RenderContext
+from pdd_operator.rendering.kinds import Stage
+from pdd_operator.rendering.sidecar import sidecar_enabled
 from pdd_operator.status import corrections, ownership
 from pdd_operator.status.corrections import Correction, drifted
 from pdd_operator.status.drift import live_fingerprint, rendered_fingerprint
@@ -32,9 +35,13 @@ from pdd_operator.status.observe import ChildKey, ChildSummary
 log = logging.getLogger(__name__)
 
 CONFLICT_RETRY_MAX_SECONDS = 300.0  # the longest wait between looks at a taken name
-REFERENCED_FIRST = frozenset({"Role", "ServiceAccount"})
-WORKLOAD_KINDS = frozenset({"StatefulSet", "Deployment"})
-POD_MAKERS = WORKLOAD_KINDS | {"Workload", "PodGroup"}
+STAGES = {kind.kind: kind.stage for kind in CHILD_KINDS}
+REFERENCED_FIRST = frozenset(k for k, stage in STAGES.items() if stage is Stage.REFERENCED)
+WORKLOAD_KINDS = frozenset(k for k, stage in STAGES.items() if stage is Stage.MAKES_PODS)
+POD_MAKERS = frozenset(k.kind for k in CHILD_KINDS if k.makes_pods)
+# The apply waves, each sent at once: the gang objects go with what pods use (they name no
+# child, and nothing names them).
+WAVES = ((Stage.REFERENCED,), (Stage.USED, Stage.ADMITS_PODS), (Stage.MAKES_PODS,))
 
 
 @dataclass(frozen=True)
@@ -83,6 +90,27 @@ class Synced:
 
     blocked: Blocked
     taken: tuple[ownership.NameConflict, ...] = ()
+
+
+@dataclass(frozen=True)
+class Converged:
+    """What the children part of a pass found: what blocks the deployment (`blocked`, the
+    children's trouble or the token's), the children's own trouble (`conflict`: a taken name
+    is looked at again with backoff), and what the engines wait for (`readiness`)."""
+
+    blocked: Blocked
+    conflict: Blocked
+    readiness: Readiness
+
+
+def what_blocks(children: Blocked, token: Blocked) -> Blocked:
+    """What the status tells: a token Secret someone else made before anything else (with
+    the rest in its message), for a restarted operator reads it there (token.py); else the
+    children's trouble, else the token's."""
+    if token.reason != ownership.TOKEN_REASON or not children.message:
+        return children if children.message else token
+    message = f"{token.message}. Besides: {children.message}"
+    return Blocked(token.reason, message, transient=children.transient)
 
 
 def render(pdd: PDDeployment, ctx: RenderContext, record: DeploymentRecord) -> Desired:
@@ -150,6 +178,55 @@ class Children:
         # that would make an existing object this deployment's child, so only workloads are
         # looked up before their apply (docs/security.md, "Names and ownership").
         self.names_guarded = names_guarded
+
+    async def converge(
+        self,
+        pdd: PDDeployment,
+        body: Mapping[str, Any],
+        desired: Desired,
+        observed: Mapping[ChildKey, ChildSummary],
+        record: DeploymentRecord,
+        prerequisites: Prerequisites,
+    ) -> Converged:
+        """The children of a pass around what the engines wait for: on a pass that finds no
+        children, those the pods run against first; then the engines' prerequisites (which
+        create the sidecar token Secret); then the rest, holding the workloads that wait."""
+        ahead, applied_ahead = await self._apply_ahead_of_token(
+            pdd, body, desired, observed, record
+        )
+        # After a write that failed there, no token yet: a Secret without children beside it
+        # would be taken for someone else's after a restart.
+        failed_ahead = bool(ahead.blocked.message) and not ahead.taken
+        readiness = await prerequisites.check(
+            pdd, record, had_children=bool(observed), may_create_token=not failed_ahead
+        )
+        held = held_children(pdd, desired, readiness.engines_held, readiness.gang_waiting)
+        conflict = ahead.blocked
+        if ahead.taken or not conflict.message:  # not held up by a write that failed
+            synced = await self.sync(
+                pdd, body, desired, observed, record.corrections, held | applied_ahead, ahead.taken
+            )
+            conflict = synced.blocked
+        return Converged(what_blocks(conflict, readiness.token.found), conflict, readiness)
+
+    async def _apply_ahead_of_token(
+        self,
+        pdd: PDDeployment,
+        body: Mapping[str, Any],
+        desired: Desired,
+        observed: Mapping[ChildKey, ChildSummary],
+        record: DeploymentRecord,
+    ) -> tuple[Synced, frozenset[ChildKey]]:
+        """On a pass that finds no children, the children the pods run against are applied
+        before the sidecar token Secret is created, the workloads after it: a successor of
+        an operator killed in between finds children beside the Secret and knows the Secret
+        for this deployment's (token.py). What stopped it, if anything did (after a write that
+        failed, the workloads wait for the next pass), and the children it applied."""
+        if observed or not sidecar_enabled(pdd.spec):
+            return Synced(Blocked()), frozenset()
+        ahead = ahead_of_pods(desired)
+        rest = frozenset(desired.hashes) - ahead
+        return await self.sync(pdd, body, desired, observed, record.corrections, rest), ahead
 
     async def sync(
         self,
@@ -380,10 +457,8 @@ def apply_waves(objects: Sequence[dict[str, Any]]) -> list[list[dict[str, Any]]]
     Role does not exist: the API server checks that the operator holds the rules it grants);
     then the workloads, so that no pod is created while one of the objects it would run
     against is someone else's (empty waves left out)."""
-    first = [obj for obj in objects if obj["kind"] in REFERENCED_FIRST]
-    workloads = [obj for obj in objects if obj["kind"] in WORKLOAD_KINDS]
-    rest = [obj for obj in objects if obj["kind"] not in REFERENCED_FIRST | WORKLOAD_KINDS]
-    return [wave for wave in (first, rest, workloads) if wave]
+    waves = [[obj for obj in objects if STAGES[obj["kind"]] in stages] for stages in WAVES]
+    return [wave for wave in waves if wave]
 
 
 def _report_conflicts(pdd: PDDeployment, claims: Claims) -> Blocked:

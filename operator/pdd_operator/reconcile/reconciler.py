@@ -1,7 +1,7 @@
 """The Reconciler: when a deployment gets a pass (the pass queue), and the pass itself, a
-pipeline of parts each in a module of this package: plan -> prerequisites (model, token
-Secret, parallelism, gang API) -> children -> scale targets -> instance restarts -> status
-(a pass that finds no children applies those the pods run against before the token).
+pipeline of parts each in a module of this package: plan -> children (around the engines'
+prerequisites: model, token Secret, parallelism, gang API) -> scale targets -> instance
+restarts -> status.
 Each part returns what it found (what blocks the deployment, when to look again); only this
 module asks the queue for the next pass."""
 
@@ -19,7 +19,7 @@ from pdd_operator.pass_queue import PassQueue
 from pdd_operator.reconcile import children as child_part
 from pdd_operator.reconcile.children import CONFLICT_RETRY_MAX_SECONDS, Children
 from pdd_operator.reconcile.memory import DeploymentRecord, Memory
-from pdd_operator.reconcile.outcome import Blocked, NamespaceGoingAway
+from pdd_operator.reconcile.outcome import NamespaceGoingAway
 from pdd_operator.reconcile.plan import commit, plan_pass
 from pdd_operator.reconcile.ports import ApiWriter, ClusterView, EventSink, Ports, key_of
 from pdd_operator.reconcile.prerequisites import (
@@ -31,9 +31,7 @@ from pdd_operator.reconcile.restarts import restart_broken_instances
 from pdd_operator.reconcile.scalers import sync_scalers
 from pdd_operator.reconcile.status_writer import StatusWriter
 from pdd_operator.rendering.context import OperatorSettings, RenderContext
-from pdd_operator.rendering.sidecar import sidecar_enabled
 from pdd_operator.status import own_writes, ownership
-from pdd_operator.status.observe import ChildKey, ChildSummary
 from pdd_operator.status.own_writes import OwnObjectWrites
 
 # After a write that failed in a way time may cure (outcome.write_failed), the pass is tried
@@ -41,16 +39,6 @@ from pdd_operator.status.own_writes import OwnObjectWrites
 # before the periodic resync. (Each request was already retried a few times within the pass.)
 TRANSIENT_RETRY_FIRST_S = 2.0
 TRANSIENT_RETRY_MAX_S = 60.0
-
-
-def what_blocks(children: Blocked, token: Blocked) -> Blocked:
-    """What the status tells: a token Secret someone else made before anything else (with
-    the rest in its message), for a restarted operator reads it there (token.py); else the
-    children's trouble, else the token's."""
-    if token.reason != ownership.TOKEN_REASON or not children.message:
-        return children if children.message else token
-    message = f"{token.message}. Besides: {children.message}"
-    return Blocked(token.reason, message, transient=children.transient)
 
 
 class Reconciler:
@@ -170,26 +158,6 @@ class Reconciler:
     def _render(self, pdd: PDDeployment, ctx: RenderContext) -> child_part.Desired:
         return child_part.render(pdd, ctx, self._memory.record(key_of(pdd)))
 
-    async def _apply_ahead_of_token(
-        self,
-        pdd: PDDeployment,
-        body: Mapping[str, Any],
-        desired: child_part.Desired,
-        observed: Mapping[ChildKey, ChildSummary],
-        record: DeploymentRecord,
-    ) -> tuple[child_part.Synced, frozenset[ChildKey]]:
-        """On a pass that finds no children, the children the pods run against are applied
-        before the sidecar token Secret is created, the workloads after it: a successor of
-        an operator killed in between finds children beside the Secret and knows the Secret
-        for this deployment's (token.py). What stopped it, if anything did (after a write that
-        failed, the workloads wait for the next pass), and the children it applied."""
-        if observed or not sidecar_enabled(pdd.spec):
-            return child_part.Synced(Blocked()), frozenset()
-        ahead = child_part.ahead_of_pods(desired)
-        rest = frozenset(desired.hashes) - ahead
-        done = record.corrections
-        return await self._children.sync(pdd, body, desired, observed, done, rest), ahead
-
     async def _converge(
         self,
         pdd: PDDeployment,
@@ -204,27 +172,12 @@ class Reconciler:
         plan = plan_pass(pdd, view, observed, record, ledger, self._ports.settings)
         commit(plan, record, ledger)
         pdd = plan.pdd
-        desired = child_part.render(pdd, plan.context, record)
-        ahead, applied_ahead = await self._apply_ahead_of_token(
-            pdd, body, desired, observed, record
+        desired = self._render(pdd, plan.context)
+        children = await self._children.converge(
+            pdd, body, desired, observed, record, self._prerequisites
         )
-        # After a write that failed there, no token yet: a Secret without children beside it
-        # would be taken for someone else's after a restart.
-        failed_ahead = bool(ahead.blocked.message) and not ahead.taken
-        readiness = await self._prerequisites.check(
-            pdd, record, had_children=bool(observed), may_create_token=not failed_ahead
-        )
+        readiness, conflict, blocked = children.readiness, children.conflict, children.blocked
         again += readiness.again_in
-        held = child_part.held_children(
-            pdd, desired, readiness.engines_held, readiness.gang_waiting
-        )
-        conflict = ahead.blocked
-        if ahead.taken or not conflict.message:  # not held up by a write that failed
-            synced = await self._children.sync(
-                pdd, body, desired, observed, record.corrections, held | applied_ahead, ahead.taken
-            )
-            conflict = synced.blocked
-        blocked = what_blocks(conflict, readiness.token.found)
         if not blocked.message:
             blocked = await sync_scalers(self._ports, pdd, plan.scaling.plan)
         if not blocked.message:

@@ -8,31 +8,39 @@ from typing import Any
 
 from pdd_operator.api import names
 from pdd_operator.api.v1alpha1 import API_VERSION, KIND, PDDeployment
+from pdd_operator.rendering import (
+    disruption,
+    dra,
+    gang,
+    network_policy,
+    roles,
+    router,
+    sidecar,
+    slices,
+)
 from pdd_operator.rendering.context import RenderContext
-from pdd_operator.rendering.disruption import render_disruption_budgets
-from pdd_operator.rendering.dra import render_claim_templates
-from pdd_operator.rendering.gang import render_gang_objects
-from pdd_operator.rendering.network_policy import render_network_policies
-from pdd_operator.rendering.roles import render_role
-from pdd_operator.rendering.router import render_router
-from pdd_operator.rendering.sidecar import render_sidecar_access
-from pdd_operator.rendering.slices import render_slices
+from pdd_operator.rendering.kinds import ChildPart, Kind
 
 ChildKey = tuple[str, str, str]  # (apiVersion, kind, name)
 
+# The parts that render children, in the order their children are listed (within one apply
+# wave, reconcile.children.apply_waves keeps it).
+PARTS: tuple[ChildPart, ...] = (
+    sidecar.ACCESS_PART,
+    network_policy.PART,
+    dra.PART,
+    gang.PART,
+    roles.PART,
+    slices.PART,
+    router.PART,
+    disruption.PART,
+)
+CHILD_KINDS: tuple[Kind, ...] = tuple(dict.fromkeys(kind for part in PARTS for kind in part.kinds))
+
 
 def render_children(pdd: PDDeployment, ctx: RenderContext) -> list[dict[str, Any]]:
-    """Children in apply order: access objects and claim templates before the pods using them."""
-    objects = [
-        *render_sidecar_access(pdd, ctx.slices),
-        *render_network_policies(pdd, ctx),
-        *render_claim_templates(pdd),
-        *render_gang_objects(pdd),
-        *[obj for role in names.ROLES for obj in render_role(pdd, role, ctx)],
-        *render_slices(pdd, ctx),
-        *render_router(pdd, ctx),
-        *render_disruption_budgets(pdd),
-    ]
+    """Every part's children, owned and fingerprinted."""
+    objects = [obj for part in PARTS for obj in part.render(pdd, ctx)]
     return [_owned(pdd, _fingerprinted(obj)) for obj in objects]
 
 

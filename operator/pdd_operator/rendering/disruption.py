@@ -8,6 +8,7 @@ from typing import Any
 from pdd_operator.api import names
 from pdd_operator.api.v1alpha1 import PDDeployment
 from pdd_operator.engines.base import role_spec
+from pdd_operator.rendering.kinds import ChildPart, Kind, Stage
 from pdd_operator.rendering.roles import child_metadata
 
 
@@ -28,3 +29,15 @@ def render_disruption_budgets(pdd: PDDeployment) -> list[dict[str, Any]]:
             }
         )
     return budgets
+
+
+POD_DISRUPTION_BUDGET = Kind(
+    "policy/v1",
+    "PodDisruptionBudget",
+    "poddisruptionbudgets",
+    why="Each role's disruption budget.",
+    stage=Stage.USED,
+)
+PART = ChildPart(
+    "disruption budgets", (POD_DISRUPTION_BUDGET,), lambda pdd, ctx: render_disruption_budgets(pdd)
+)

@@ -9,6 +9,7 @@ from typing import Any
 from pdd_operator.api import names
 from pdd_operator.api.v1alpha1 import PDDeployment
 from pdd_operator.engines.base import role_spec
+from pdd_operator.rendering.kinds import ChildPart, Kind, Stage
 from pdd_operator.rendering.roles import child_metadata
 
 PCIE_ROOT_ATTRIBUTE = "resource.kubernetes.io/pcieRoot"
@@ -36,3 +37,15 @@ def render_claim_template(pdd: PDDeployment, role: str) -> dict[str, Any]:
         "metadata": child_metadata(pdd, names.claim_template_name(pdd.name, role), role),
         "spec": {"spec": {"devices": {"requests": requests, "constraints": constraints}}},
     }
+
+
+RESOURCE_CLAIM_TEMPLATE = Kind(
+    "resource.k8s.io/v1",
+    "ResourceClaimTemplate",
+    "resourceclaimtemplates",
+    why="GPU + NIC on one PCIe root through DRA (spec.topology.dra).",
+    stage=Stage.USED,
+)
+PART = ChildPart(
+    "claim templates", (RESOURCE_CLAIM_TEMPLATE,), lambda pdd, ctx: render_claim_templates(pdd)
+)

@@ -22,6 +22,7 @@ from typing import Any
 from pdd_operator.api import names
 from pdd_operator.api.v1alpha1 import GROUP, KIND, PDDeployment
 from pdd_operator.engines.base import role_spec
+from pdd_operator.rendering.kinds import ChildPart, Kind, Stage
 from pdd_operator.rendering.meta import child_metadata
 
 WORKLOAD_API = "scheduling.k8s.io/v1alpha1"
@@ -102,3 +103,24 @@ def render_volcano_group(pdd: PDDeployment, role: str, index: int) -> dict[str, 
         "metadata": child_metadata(pdd, names.instance_name(pdd.name, role, index), role),
         "spec": spec,
     }
+
+
+# Served only where the cluster has them (Kubernetes' Workload API behind its feature gate,
+# Volcano).
+WORKLOAD = Kind(
+    "scheduling.k8s.io/v1alpha1",
+    "Workload",
+    "workloads",
+    why="Gang scheduling of instances over several nodes (spec.scheduling.gang: native).",
+    stage=Stage.ADMITS_PODS,
+)
+VOLCANO_POD_GROUP = Kind(
+    "scheduling.volcano.sh/v1beta1",
+    "PodGroup",
+    "podgroups",
+    why="Gang scheduling through Volcano (spec.scheduling.gang: volcano).",
+    stage=Stage.ADMITS_PODS,
+)
+PART = ChildPart(
+    "gang objects", (WORKLOAD, VOLCANO_POD_GROUP), lambda pdd, ctx: render_gang_objects(pdd)
+)

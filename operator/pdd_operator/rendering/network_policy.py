@@ -51,6 +51,7 @@ from pdd_operator.api import names
 from pdd_operator.api.v1alpha1 import PDDeployment
 from pdd_operator.engines.base import EnginePort
 from pdd_operator.rendering.context import OperatorSettings, RenderContext
+from pdd_operator.rendering.kinds import ChildPart, Kind, Stage
 from pdd_operator.rendering.roles import child_metadata
 from pdd_operator.rendering.router import render_router
 
@@ -167,3 +168,13 @@ def router_pod_selector(pdd: PDDeployment, ctx: RenderContext) -> dict[str, str]
         if obj["kind"] == "Deployment":
             return dict(obj["spec"]["selector"]["matchLabels"])
     return None
+
+
+NETWORK_POLICY = Kind(
+    "networking.k8s.io/v1",
+    "NetworkPolicy",
+    "networkpolicies",
+    why="Who may reach the KV transfer and side-channel ports, and the router.",
+    stage=Stage.USED,
+)
+PART = ChildPart("network policies", (NETWORK_POLICY,), render_network_policies)

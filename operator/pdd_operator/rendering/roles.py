@@ -30,6 +30,7 @@ from pdd_operator.rendering import kv_disk, model, sidecar, transfer
 from pdd_operator.rendering.command import engine_launch, wrap_with_env_file
 from pdd_operator.rendering.context import RenderContext
 from pdd_operator.rendering.gang import gang_pod_fields
+from pdd_operator.rendering.kinds import SERVICE, STATEFUL_SET, ChildPart
 from pdd_operator.rendering.merge import merge_pod_template
 from pdd_operator.rendering.meta import child_metadata as child_metadata
 from pdd_operator.rendering.pod_security import (
@@ -490,3 +491,10 @@ def _dedupe_env(env: list[dict[str, Any]]) -> list[dict[str, Any]]:
     for item in env:
         by_name[item["name"]] = item
     return list(by_name.values())
+
+
+PART = ChildPart(
+    "roles",
+    (STATEFUL_SET, SERVICE),
+    lambda pdd, ctx: [obj for role in names.ROLES for obj in render_role(pdd, role, ctx)],
+)

@@ -19,6 +19,7 @@ from pdd_operator.planning.autoscaling import DISCOVERY_GRACE_S
 from pdd_operator.planning.slices import slices_possible
 from pdd_operator.rendering.access import render_account
 from pdd_operator.rendering.context import RenderContext
+from pdd_operator.rendering.kinds import ACCESS_KINDS, SERVICE, ChildPart, Kind, Stage
 from pdd_operator.rendering.merge import merge_template
 from pdd_operator.rendering.pod_security import non_root_security_context, pod_security_context
 from pdd_operator.rendering.ranks import is_multinode
@@ -263,3 +264,7 @@ def _http_probe(path: str, period_s: int, failure_threshold: int) -> dict[str, A
 
 def _service_host(pdd: PDDeployment, role: str) -> str:
     return f"{names.role_name(pdd.name, role)}.{pdd.namespace}.svc"
+
+
+DEPLOYMENT = Kind("apps/v1", "Deployment", "deployments", why="The router.", stage=Stage.MAKES_PODS)
+PART = ChildPart("router", (*ACCESS_KINDS, DEPLOYMENT, SERVICE), render_router)

@@ -36,6 +36,7 @@ from pdd_operator.planning.probe_pairs import per_rank_probes, probe_pairs
 from pdd_operator.planning.slices import Slice
 from pdd_operator.rendering.access import api_access_mount, api_access_volume, render_account
 from pdd_operator.rendering.context import RenderContext
+from pdd_operator.rendering.kinds import ACCESS_KINDS, ChildPart
 from pdd_operator.rendering.pod_security import non_root_security_context
 from pdd_operator.rendering.transfer import transfer_env
 
@@ -238,3 +239,8 @@ def _prober_env(pdd: PDDeployment, role: str) -> dict[str, Any]:
     if role == "prefill" and per_rank_probes(pdd):
         return {"name": PDD_PROBER_POD, "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}}
     return {"name": PDD_PROBER_POD, "value": _prober(pdd)}
+
+
+ACCESS_PART = ChildPart(
+    "sidecar access", ACCESS_KINDS, lambda pdd, ctx: render_sidecar_access(pdd, ctx.slices)
+)

@@ -18,8 +18,9 @@ from pdd_operator.api import names
 from pdd_operator.api.v1alpha1 import PDDeployment
 from pdd_operator.planning.slices import Slice
 from pdd_operator.rendering.context import RenderContext
+from pdd_operator.rendering.kinds import STATEFUL_SET, ChildPart
 from pdd_operator.rendering.roles import child_metadata, render_pod_template
-from pdd_operator.rendering.router import render_router_deployment, slice_pod_labels
+from pdd_operator.rendering.router import DEPLOYMENT, render_router_deployment, slice_pod_labels
 
 
 def render_slices(pdd: PDDeployment, ctx: RenderContext) -> list[dict[str, Any]]:
@@ -62,3 +63,6 @@ def _in_slice(ctx: RenderContext, piece: Slice) -> RenderContext:
     """The context with the slice's domain as the placement its pods are pinned to."""
     placement = replace(ctx.placement, level=piece.level, domain=piece.domain)
     return replace(ctx, placement=placement, partitions={})
+
+
+PART = ChildPart("slices", (STATEFUL_SET, DEPLOYMENT), render_slices)
