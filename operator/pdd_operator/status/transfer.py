@@ -259,13 +259,30 @@ def _where(result: Mapping[str, Any]) -> str:
         where += ", to a peer beyond a pod boundary"
     elif result.get("peer_boundary") == "host-pid":
         where += ", to a peer in another pod's IPC and mount namespaces, in the host's PID one"
+        where += _own_gpus_only(result)
     elif result.get("peer_boundary") == "host-pid-ipc":
         where += ", to a peer in another pod's mount namespace, in the host's PID and IPC ones"
+        where += _own_gpus_only(result)
     if result.get("boundary_emulation"):
         # An unprivileged pod may not make namespaces: the peer ran in this pod, on the
         # transports that cross the boundary only (pdd_probe.boundary).
         where += f"; boundary emulated: peer kept to {result['boundary_emulation']}"
     return where + ")"
+
+
+def _own_gpus_only(result: Mapping[str, Any]) -> str:
+    """A cuda_ipc lane measured between two pods that share a PID namespace: the check's peer
+    used this pod's own GPUs. The other role's pod holds other GPUs, which the device plugin
+    keeps out of this pod's sight, and CUDA IPC between GPUs needs each process to see the
+    other's GPU (docs/topology.md): that lane is not what was measured."""
+    if result.get("link") == "host" or not any(
+        str(lane).startswith("cuda_ipc") for lane in result.get("lanes") or []
+    ):
+        return ""
+    return (
+        "; its peer used this pod's own GPUs: whether cuda_ipc reaches the other pod's GPUs, "
+        "which this pod cannot see, is not measured (docs/topology.md)"
+    )
 
 
 def _engine_note(descriptor: int, at_descriptor: float, link: float, user_block: bool) -> str:
