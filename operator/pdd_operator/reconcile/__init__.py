@@ -17,11 +17,7 @@ they ask for; `memory` holds one record per deployment and the reservation ledge
 they read and write through.
 """
 
-from pdd_operator.reconcile.children import (
-    CONFLICT_RETRY_MAX_SECONDS,
-    REFERENCED_FIRST,
-    WORKLOAD_KINDS,
-)
+from pdd_operator.reconcile.children import CONFLICT_RETRY_MAX_SECONDS, REFERENCED_FIRST
 from pdd_operator.reconcile.ports import ApiWriter, ClusterView, EventSink
 from pdd_operator.reconcile.prerequisites import (
     CONFLICT_RETRY_SECONDS,
@@ -34,6 +30,7 @@ from pdd_operator.reconcile.reconciler import (
     TRANSIENT_RETRY_MAX_S,
     Reconciler,
 )
+from pdd_operator.rendering.children import WORKLOAD_KINDS
 
 __all__ = [
     "CONFLICT_RETRY_MAX_SECONDS",

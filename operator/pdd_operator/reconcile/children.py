@@ -22,7 +22,12 @@ from pdd_operator.reconcile.outcome import Blocked, writes_failed
 from pdd_operator.reconcile.ports import Ports, key_of
 from pdd_operator.reconcile.prerequisites import Prerequisites, Readiness
 from pdd_operator.rendering import dependencies
-from pdd_operator.rendering.children import CHILD_KINDS, child_key, render_children
+from pdd_operator.rendering.children import (
+    CHILD_KINDS,
+    WORKLOAD_KINDS,
+    child_key,
+    render_children,
+)
 from pdd_operator.rendering.context import RenderContext
 from pdd_operator.rendering.kinds import Stage
 from pdd_operator.rendering.sidecar import sidecar_enabled
@@ -37,7 +42,6 @@ log = logging.getLogger(__name__)
 CONFLICT_RETRY_MAX_SECONDS = 300.0  # the longest wait between looks at a taken name
 STAGES = {kind.kind: kind.stage for kind in CHILD_KINDS}
 REFERENCED_FIRST = frozenset(k for k, stage in STAGES.items() if stage is Stage.REFERENCED)
-WORKLOAD_KINDS = frozenset(k for k, stage in STAGES.items() if stage is Stage.MAKES_PODS)
 POD_MAKERS = frozenset(k.kind for k in CHILD_KINDS if k.makes_pods)
 # The apply waves, each sent at once: the gang objects go with what pods use (they name no
 # child, and nothing names them).

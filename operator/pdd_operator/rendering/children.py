@@ -19,7 +19,7 @@ from pdd_operator.rendering import (
     slices,
 )
 from pdd_operator.rendering.context import RenderContext
-from pdd_operator.rendering.kinds import ChildPart, Kind
+from pdd_operator.rendering.kinds import ChildPart, Kind, Stage
 
 ChildKey = tuple[str, str, str]  # (apiVersion, kind, name)
 
@@ -36,6 +36,9 @@ PARTS: tuple[ChildPart, ...] = (
     disruption.PART,
 )
 CHILD_KINDS: tuple[Kind, ...] = tuple(dict.fromkeys(kind for part in PARTS for kind in part.kinds))
+# The kinds with a pod template: applied last (reconcile.children), and what runs against the
+# other children (rendering.dependencies).
+WORKLOAD_KINDS = frozenset(k.kind for k in CHILD_KINDS if k.stage is Stage.MAKES_PODS)
 
 
 def render_children(pdd: PDDeployment, ctx: RenderContext) -> list[dict[str, Any]]:

@@ -17,13 +17,10 @@ import re
 from collections.abc import Collection, Mapping, Sequence
 from typing import Any
 
-from pdd_operator.rendering.children import CHILD_KINDS
+from pdd_operator.rendering.children import WORKLOAD_KINDS
 from pdd_operator.rendering.gang import VOLCANO_GROUP_ANNOTATION
-from pdd_operator.rendering.kinds import Stage
 
 Ref = tuple[str, str]  # kind, name
-# The kinds with a pod template.
-WORKLOAD_KINDS = frozenset(k.kind for k in CHILD_KINDS if k.stage is Stage.MAKES_PODS)
 
 
 def held_with(taken: Collection[Ref], objects: Sequence[Mapping[str, Any]]) -> list[Ref]:
