@@ -162,6 +162,14 @@ def make_agent(
     return agent
 
 
+def progress_thread_for(buf: Buffer) -> bool:
+    """NIXL's progress thread where the KV is in GPU memory, as the engines run it. In host
+    memory the probe measures the CPU pods' lane (TCP), whose engine is the reference engine,
+    and moves the KV as it does (pdd_refengine.kvcache): the caller's own polls progress NIXL
+    (``wait_for``), instead of a thread that spins a core for as long as the agent lives."""
+    return buf.mem == "VRAM"
+
+
 def register(agent: Any, buf: Buffer) -> Any:
     return agent.register_memory([(buf.addr, buf.nbytes, buf.device, "")], buf.mem)
 
@@ -187,7 +195,7 @@ def run_target(spec: dict[str, Any]) -> int:
     buf = allocate(spec["mem"], int(spec["region_bytes"]), int(spec.get("device", 0)))
     if spec.get("operation") == "READ":
         lay_out_source(buf, spec)
-    agent = make_agent(spec["agent_name"])
+    agent = make_agent(spec["agent_name"], progress_thread=progress_thread_for(buf))
     register(agent, buf)
     emit(
         "ready",
@@ -271,7 +279,9 @@ def _initiate(spec: dict[str, Any]) -> dict[str, Any]:
     read_intact = True
     concurrency = int(spec.get("concurrency", 1))
     threads, split_batch = int(spec.get("nixl_threads", 0)), int(spec.get("nixl_split_batch", 1))
-    agent = make_agent(spec["agent_name"], concurrency, threads, split_batch)
+    agent = make_agent(
+        spec["agent_name"], concurrency, threads, split_batch, progress_thread_for(src)
+    )
     register(agent, src)
     remote = agent.add_remote_agent(base64.b64decode(target["metadata_b64"]))
     agent.make_connection(remote)
