@@ -106,6 +106,14 @@ def get(url: str) -> tuple[int, str]:
         return e.code, e.read().decode()
 
 
+def answers(url: str) -> bool:
+    try:
+        get(url)
+    except urllib.error.URLError:
+        return False
+    return True
+
+
 def test_two_sidecar_pods_bind_the_same_wildcard_port_each_at_its_own_ip_and_become_ready(
     api_client: client.ApiClient, namespace: str, runtime: PodRuntime
 ) -> None:
@@ -183,7 +191,11 @@ def test_a_pod_whose_readiness_probe_fails_stays_not_ready(
 
     wait_for(running, 30, what="the container running")
     pod = core.read_namespaced_pod("unready", namespace)
-    status, body = get(f"http://{pod.status.pod_ip}:8080/not-here")
+    url = f"http://{pod.status.pod_ip}:8080/not-here"
+    # Running is the process started, not yet listening: on a loaded machine the server binds
+    # its port a while later (a 3-worker run got "connection refused" here).
+    wait_for(lambda: answers(url), 30, what="the container's server to listen")
+    status, body = get(url)
     assert (status, body) == (404, "unready")  # it serves; its probe path fails
     deadline = time.monotonic() + 5
     while time.monotonic() < deadline:

@@ -95,5 +95,12 @@ def test_a_prefill_pod_pairs_only_with_decode_pods_of_its_revision(procs: Proces
     wait_until(lambda: old_sorted() == expected, 20, "the OLD decode to sort its prefill peers")
     listed = _peers(old_decode, "prefill")
     assert (listed["agents"], listed["pods"]) == ([], [])
-    peers_of_own_role = old_decode.get_json("/v1/status")["peers"]
-    assert sorted(p["pod"] for p in peers_of_own_role) == ["kv-decode-0", "kv-decode-2"]
+
+    # A static peer is named by its address until its sidecar has answered as a pod (a
+    # 3-worker run read "127.0.0.6:PORT" here): wait for both names, then assert them.
+    def own_role_peers() -> list[str]:
+        return sorted(p["pod"] for p in old_decode.get_json("/v1/status")["peers"])
+
+    own = ["kv-decode-0", "kv-decode-2"]
+    wait_until(lambda: own_role_peers() == own, 20, "the OLD decode to name its own role's peers")
+    assert own_role_peers() == own
