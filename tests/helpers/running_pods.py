@@ -125,9 +125,17 @@ def ready_router_url(core: client.CoreV1Api, ns: str, name: str) -> str:
     """A ready router pod's own address, as the router Service would pick one (its ClusterIP
     is not routed here: no kube-proxy). While a rollout hands over, old and new may both be
     ready."""
-    pods = core.list_namespaced_pod(
-        ns, label_selector=f"pdd.dev/deployment={name},pdd.dev/role=router"
-    ).items
+    return ready_router_url_of(core.list_namespaced_pod(ns, label_selector=router_pods(name)).items)
+
+
+def router_pods(name: str) -> str:
+    """The label selector of deployment `name`'s router pods."""
+    return f"pdd.dev/deployment={name},pdd.dev/role=router"
+
+
+def ready_router_url_of(pods: Sequence[Any]) -> str:
+    """The first ready, not deleted router pod's address among `pods` (from a list or a
+    helpers.pod_watch.PodWatch)."""
     for pod in pods:
         ready = any(c.type == "Ready" and c.status == "True" for c in pod.status.conditions or [])
         if ready and pod.status.pod_ip and not pod.metadata.deletion_timestamp:

@@ -23,11 +23,13 @@ import pytest
 from kubernetes import client
 
 from helpers.operator_proc import OperatorProcess
+from helpers.pod_watch import watching_pods
 from helpers.running_pods import (
     OwnNodes,
-    ready_router_url,
+    ready_router_url_of,
     refengine_image,
     refengine_pdd,
+    router_pods,
     running_nodes,
 )
 from helpers.traffic import complete, steady_traffic, when_and_where
@@ -220,7 +222,10 @@ def test_an_autoscaled_deployment_rolls_its_engine_and_the_router_never_runs_dry
     wait_for(lambda: at(api_client, ns, name, 2), READY_S, what="2P/2D Ready")
     old = pdd(api_client, ns, name)["status"]["decode"]["revision"]
 
-    with steady_traffic(lambda: ready_router_url(core, ns, name), "tiny", timeout=TIMEOUT_S) as t:
+    with (
+        watching_pods(core, ns, router_pods(name)) as routers,
+        steady_traffic(lambda: ready_router_url_of(routers.pods()), "tiny", timeout=TIMEOUT_S) as t,
+    ):
         time.sleep(2)
         client.CustomObjectsApi(api_client).patch_namespaced_custom_object(
             GROUP,

@@ -20,10 +20,9 @@ failures and the KV bytes the decodes verified.
 from __future__ import annotations
 
 import importlib.metadata
-import threading
 import time
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -32,11 +31,14 @@ import pytest
 from kubernetes import client
 
 from helpers.operator_proc import OperatorProcess
+from helpers.pod_watch import watching_pods
 from helpers.running_pods import (
     OwnNodes,
     ready_router_url,
+    ready_router_url_of,
     refengine_image,
     refengine_pdd,
+    router_pods,
     running_nodes,
 )
 from helpers.traffic import Outcome, Tally, complete, steady_traffic
@@ -73,19 +75,11 @@ class Revisions:
     hands an address out twice, so an IP names one pod for good."""
 
     by_ip: dict[str, str] = field(default_factory=dict)
-    stop: threading.Event = field(default_factory=threading.Event)
 
-    def follow(self, core: client.CoreV1Api, ns: str) -> threading.Thread:
-        def loop() -> None:
-            while not self.stop.is_set():
-                for pod in core.list_namespaced_pod(ns, label_selector="pdd.dev/revision").items:
-                    if pod.status.pod_ip:
-                        self.by_ip[pod.status.pod_ip] = pod.metadata.labels["pdd.dev/revision"]
-                self.stop.wait(0.2)
-
-        thread = threading.Thread(target=loop, daemon=True)
-        thread.start()
-        return thread
+    def seen(self, pod: Any) -> None:
+        """Called with every version of every pod the watch delivers."""
+        if pod.status.pod_ip:
+            self.by_ip[pod.status.pod_ip] = pod.metadata.labels["pdd.dev/revision"]
 
     def crossed(self, outcomes: list[Outcome]) -> list[dict[str, Any]]:
         """Answers whose prefill and decode were of different revisions."""
@@ -196,11 +190,12 @@ def test_requests_through_the_router_return_tokens_with_verified_kv(
     assert verified_on_decodes(core, namespace, name) == sum(o.kv_bytes for o in first)
 
     revisions = Revisions()
-    revisions.follow(core, namespace)
-    try:
-        disruptions = run_disruptions(api_client, namespace, name, runtime, engine)
-    finally:
-        revisions.stop.set()
+    with (
+        watching_pods(core, namespace, "pdd.dev/revision", on_pod=revisions.seen),
+        watching_pods(core, namespace, router_pods(name)) as routers,
+    ):
+        url = lambda: ready_router_url_of(routers.pods())  # noqa: E731 - asked per request
+        disruptions = run_disruptions(api_client, namespace, name, runtime, engine, url)
     for outcomes in disruptions.values():
         tally.add(outcomes)
 
@@ -395,14 +390,17 @@ def pod_urls(core: client.CoreV1Api, ns: str, name: str, role: str) -> list[tupl
 
 
 def run_disruptions(
-    api: client.ApiClient, ns: str, name: str, runtime: PodRuntime, engine: str
+    api: client.ApiClient,
+    ns: str,
+    name: str,
+    runtime: PodRuntime,
+    engine: str,
+    url: Callable[[], str],
 ) -> dict[str, list[Outcome]]:
+    """Each step under steady traffic; `url` picks a ready router before every request, as the
+    router Service would."""
     core = client.CoreV1Api(api)
     results: dict[str, list[Outcome]] = {}
-
-    def url() -> str:
-        return ready_router_url(core, ns, name)
-
     with steady_traffic(url, "tiny", workers=2, timeout=TIMEOUT_S) as traffic:
         settle(2)
         core.delete_namespaced_pod(f"{name}-prefill-0", ns)
