@@ -15,9 +15,11 @@ PYTEST := $(PY) -m pytest
 # control plane and fleet of its own (a session fixture per worker), a module's tests on one
 # worker; the modules that run many engine processes share one worker, one after another
 # (tests/conftest.py). Clean-clone runs on a 2-core machine took about 27 min with 3 or 4
-# workers against 46-52 in one process, CPU-bound; the latest 3-worker run (984face, before
-# the pod-heavy modules shared a worker) took 37 min and failed 4 tests whose pods took
-# minutes to become Ready. Off by default until three consecutive clean-clone runs pass.
+# workers against 46-52 in one process, CPU-bound; a 3-worker run of 984face took 37 min and
+# failed 4 tests whose pods took minutes to become Ready, one of 2d2bd22 (the pod-heavy
+# modules on one worker) 39 min against 61 serial, with 2 tests that read a state before it
+# was reached (both now wait for it). Off by default until three consecutive clean-clone
+# runs pass.
 TEST_WORKERS ?= 1
 # --no-loadscope-reorder: xdist would otherwise hand out the modules with the most tests first,
 # which leaves the long modules of few tests (tests/conftest.py, LONG_MODULES) for last.
