@@ -13,7 +13,6 @@ from contextlib import contextmanager
 from typing import Any
 
 from kubernetes import client, watch
-from kubernetes.client.rest import ApiException
 
 from helpers.waits import wait_for
 
@@ -82,8 +81,8 @@ class PodWatch:
                 timeout_seconds=WATCH_WINDOW_S,
             )
             for event in stream:
-                if event["type"] == "ERROR":
-                    raise ApiException(status=410, reason="watch version expired")
+                if event["type"] == "ERROR":  # the version expired: _run lists again
+                    return
                 pod = event["object"]
                 version = pod.metadata.resource_version
                 with self._lock:
